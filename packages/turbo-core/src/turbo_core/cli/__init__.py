@@ -1,0 +1,5 @@
+"""The ``turbo`` command."""
+
+from turbo_core.cli.main import main
+
+__all__ = ["main"]

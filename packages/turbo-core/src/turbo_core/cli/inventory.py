@@ -1,0 +1,39 @@
+"""What is installed: one row per backend (shared by ``turbo backends`` and ``turbo doctor``)."""
+
+from __future__ import annotations
+
+from turbo_core.plugins.host import get_host
+
+
+def backend_rows() -> list[dict]:
+    """One dict per backend: name, package, version, plugin, available, reason, platforms, archs,
+    description, notes, primitives ``{name: {"precision": ..., "variants": [...]}}``."""
+    from turbo_core.dispatch.primitives import get_primitive
+
+    registry = get_host().registry
+    rows = []
+    for name in registry.backend_names():
+        record = registry.backend(name)
+        reason = record.unavailable_reason()
+        prims = {}
+        for prim_name, kernel in sorted(registry.primitives_of(name).items()):
+            prims[prim_name] = {
+                "precision": get_primitive(prim_name).precision.value,
+                "variants": list(kernel.variants),
+                "autotune": kernel.autotune,
+            }
+        info = record.info
+        rows.append({
+            "name": name,
+            "package": info.package,
+            "version": info.version,
+            "plugin": record.plugin,
+            "available": reason is None,
+            "reason": reason,
+            "platforms": list(info.platforms),
+            "archs": list(info.archs) if info.archs is not None else None,
+            "description": info.description,
+            "notes": info.notes or None,
+            "primitives": prims,
+        })
+    return rows

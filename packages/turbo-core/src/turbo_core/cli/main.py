@@ -1,0 +1,29 @@
+"""``turbo`` — the command-line entry point (``turbo backends``, ``turbo doctor``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="turbo", description="turbo: training operators and their backends")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("backends", help="list every backend: package, version, availability, primitives")
+    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    p = sub.add_parser("doctor", help="explain the platform and any plugin or configuration problem")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "backends":
+        from turbo_core.cli.backends_cmd import run
+    else:
+        from turbo_core.cli.doctor_cmd import run
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

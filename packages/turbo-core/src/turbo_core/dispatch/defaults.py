@@ -1,0 +1,32 @@
+"""Per-platform default backends: step 4 of the selection order.
+
+``DEFAULTS[primitive][platform]`` is an ordered preference list; the first backend in it that is
+installed, available and capable of the call is the default. The platform key is tried most
+specific first: the GPU arch (``"gfx950"``, ``"sm90"``), then the kind (``"rocm"``, ``"cuda"``,
+``"cpu"``), then ``"*"``. When no listed backend can serve a call, dispatch falls back to the first
+capable registered backend with a one-time warning (step 5).
+
+Primus-Turbo's defaults (hipBLASLt for dense GEMM, Triton for grouped GEMM, ...) are the model.
+The reference backend TORCH is the default on the CPU only: on a GPU it serves as the fallback.
+"""
+
+from __future__ import annotations
+
+from turbo_core.backend import BackendType as B
+from turbo_core.platform import Platform
+
+__all__ = ["DEFAULTS", "default_order"]
+
+_CPU = {"cpu": (B.TORCH,)}
+
+DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "gemm": {"rocm": (B.HIPBLASLT, B.TRITON), "cuda": (B.HIPBLASLT, B.TRITON), **_CPU},
+}
+
+
+def default_order(primitive: str, platform: Platform) -> tuple[str, ...]:
+    table = DEFAULTS.get(primitive, _CPU)
+    for key in (platform.arch, platform.kind, "*"):
+        if key is not None and key in table:
+            return table[key]
+    return ()

@@ -1,0 +1,174 @@
+"""Choosing and running a backend for one primitive call.
+
+Selection order (as Primus-Turbo's, made per key):
+
+0. ``turbo_core.use_backend(name)`` context
+1. code: ``GlobalBackendManager.set_*_backend`` / ``set_backend``
+2. environment: ``TURBO_<FAMILY|PRIMITIVE>_BACKEND``
+3. auto-tune: a ``AUTOTUNE`` choice from 1/2 for this key, or the global switch
+4. the primitive's default for this platform (``turbo_core.dispatch.defaults``)
+5. fallback: the first capable registered backend, with a one-time warning
+
+A backend chosen in 0-2 that cannot serve the call raises :class:`BackendError` with its reason.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from turbo_core.dispatch import autotune
+from turbo_core.dispatch.defaults import default_order
+from turbo_core.dispatch.manager import GlobalBackendManager, pinned_backend
+from turbo_core.dispatch.primitives import Primitive, get_primitive
+from turbo_core.platform import Platform, platform_of
+from turbo_core.plugins.host import get_host
+
+__all__ = ["BackendError", "Selection", "call", "clear_warnings", "decline_reason", "select", "stats"]
+
+log = logging.getLogger("turbo")
+
+_INSTALL_HINT = {
+    "TRITON": "turbo-triton", "HIPBLASLT": "turbo-hipblaslt", "CK": "turbo-ck",
+    "AITER": "turbo-aiter", "DEEP_EP": "turbo-deepep",
+}
+
+
+class BackendError(RuntimeError):
+    """No backend can run a call, or the chosen one cannot (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which backend a call goes to and why (``how``: use_backend, code, env, autotune,
+    autotune-cache, autotune-disk, default, fallback)."""
+
+    primitive: str
+    backend: str
+    how: str
+    source: str
+
+
+_warned: set[tuple] = set()
+_warn_lock = threading.Lock()
+_stats: collections.Counter = collections.Counter()
+_stats_lock = threading.Lock()
+
+
+def clear_warnings() -> None:
+    with _warn_lock:
+        _warned.clear()
+    with _stats_lock:
+        _stats.clear()
+
+
+def _warn_once(key: tuple, msg: str, *args: Any) -> None:
+    with _warn_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    log.warning(msg, *args)
+
+
+def stats() -> dict[tuple[str, str, str], int]:
+    """``{(primitive, backend, how): calls}`` since the last ``GlobalBackendManager.reset()``."""
+    with _stats_lock:
+        return dict(_stats)
+
+
+def decline_reason(prim: Primitive, backend: str, args: Any, platform: Platform) -> str | None:
+    """``None`` when ``backend`` can run this call, else the reason it cannot."""
+    registry = get_host().registry
+    record = registry.backend(backend)
+    if record is None:
+        pkg = _INSTALL_HINT.get(backend)
+        hint = f" (pip install {pkg})" if pkg else ""
+        return f"backend {backend} is not installed{hint}"
+    kernel = registry.kernel(prim.name, backend)
+    if kernel is None:
+        return f"{backend} has no kernel for {prim.name}"
+    reason = record.unavailable_reason()
+    if reason:
+        return reason
+    info = record.info
+    if platform.kind not in info.platforms:
+        return f"{backend} runs on {'/'.join(info.platforms)}; this call is on {platform.kind}"
+    if platform.kind != "cpu" and info.archs is not None and platform.arch not in info.archs:
+        return f"{backend} supports {', '.join(info.archs)}; this GPU is {platform.arch}"
+    try:
+        return kernel.decline_reason(args)
+    except Exception as exc:
+        return f"capability check raised {type(exc).__name__}: {exc}"
+
+
+def _explicit(prim: Primitive, backend: str, how: str, source: str, args: Any, platform: Platform) -> Selection:
+    reason = decline_reason(prim, backend, args, platform)
+    if reason is not None:
+        raise BackendError(f"{prim.name}: backend {backend} (chosen by {source}) cannot run this call: {reason}")
+    return Selection(prim.name, backend, how, source)
+
+
+def select(prim: Primitive | str, args: Any) -> Selection:
+    """Pick the backend for a call (the arguments must already be valid)."""
+    if isinstance(prim, str):
+        prim = get_primitive(prim)
+    tensor = prim.first_tensor(args)
+    platform = platform_of(tensor.device if tensor is not None else None)
+    registry = get_host().registry
+
+    pinned = pinned_backend()
+    if pinned is not None:
+        return _explicit(prim, pinned, "use_backend", f"use_backend({pinned!r})", args, platform)
+
+    found = GlobalBackendManager.lookup(prim.name, prim.family, prim.precision)
+    choice = None
+    if found is not None:
+        choice, source, layer = found
+        if choice.backend is not None:
+            return _explicit(prim, choice.backend, layer, source, args, platform)
+
+    if prim.tunable and ((choice is not None and choice.auto_tune) or GlobalBackendManager.auto_tune_enabled()):
+        kernels = {k.backend: k for k in registry.kernels_for(prim.name)}
+        versions = {name: registry.backend(name).info.version for name in kernels}
+        picked = autotune.get_tuner().select(
+            prim, args, platform, kernels,
+            lambda name: decline_reason(prim, name, args, platform), versions,
+        )
+        if picked is not None:
+            return Selection(prim.name, picked[0], picked[1], "auto-tune")
+
+    declined: list[str] = []
+    for name in default_order(prim.name, platform):
+        reason = decline_reason(prim, name, args, platform)
+        if reason is None:
+            return Selection(prim.name, name, "default", f"default for {platform.arch or platform.kind}")
+        declined.append(f"{name}: {reason}")
+
+    others: list[str] = []
+    for kernel in registry.kernels_for(prim.name):
+        reason = decline_reason(prim, kernel.backend, args, platform)
+        if reason is None:
+            why = "; ".join(declined) if declined else f"no default backend for {prim.name} on {platform.kind}"
+            _warn_once((prim.name, platform.key, kernel.backend),
+                       "turbo: %s on %s falls back to %s (%s)", prim.name,
+                       platform.arch or platform.kind, kernel.backend, why)
+            return Selection(prim.name, kernel.backend, "fallback", why)
+        others.append(f"{kernel.backend}: {reason}")
+    reasons = declined + [o for o in others if o.split(":")[0] not in {d.split(":")[0] for d in declined}]
+    detail = "; ".join(reasons) if reasons else "no installed backend registers it"
+    raise BackendError(f"{prim.name}: no backend can run this call on {platform.arch or platform.kind} ({detail})")
+
+
+def call(primitive: str, args: Any) -> Any:
+    """Validate, select and run: the one entry point ops use to reach a kernel."""
+    prim = get_primitive(primitive)
+    prim.check_args(args)
+    selection = select(prim, args)
+    kernel = get_host().registry.kernel(prim.name, selection.backend)
+    with _stats_lock:
+        _stats[(prim.name, selection.backend, selection.how)] += 1
+    log.debug("turbo: %s -> %s (%s: %s)", prim.name, selection.backend, selection.how, selection.source)
+    return kernel.run(args)
