@@ -71,3 +71,20 @@ def describe_process() -> dict:
         p = _gpu_platform(i)
         info["gpus"].append({"index": i, "name": p.device_name, "kind": p.kind, "arch": p.arch})
     return info
+
+
+def torch_build_label() -> str:
+    """``"ROCm 7.0"``, ``"CUDA 13.0"`` or ``"CPU-only"``: what this torch was built for."""
+    if torch.version.hip:
+        return f"ROCm {torch.version.hip}"
+    if torch.version.cuda:
+        return f"CUDA {torch.version.cuda}"
+    return "CPU-only"
+
+
+def gpu_count() -> int:
+    """Visible GPUs (0 when torch has no GPU support or no device); never raises."""
+    try:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        return 0

@@ -24,9 +24,10 @@ def run(args) -> int:
         prims = "\n".join(
             f"{p} ({d['precision']}{': ' + ', '.join(d['variants']) if d['variants'] else ''})"
             for p, d in row["primitives"].items()
-        ) or "(no kernels registered)"
+        )
         if row["notes"]:
-            prims += f"\n[dim]{row['notes']}[/dim]"
+            prims = f"{prims}\n[dim]{row['notes']}[/dim]" if prims else f"[dim]{row['notes']}[/dim]"
+        prims = prims or "(no kernels registered)"
         table.add_row(row["name"], row["package"], row["version"], status, prims)
     console = Console()
     console.print(table)

@@ -1,0 +1,3 @@
+"""turbo-triton: turbo backend TRITON. Importing this package is cheap (no kernel library)."""
+
+__version__ = "0.1.0"

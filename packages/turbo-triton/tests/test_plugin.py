@@ -1,0 +1,38 @@
+"""The TRITON plugin: discovered through its entry point, honest about availability, cheap to import."""
+
+import pytest
+import torch
+
+import turbo_triton
+from turbo_core.testing import backend_row, imported_modules_after
+
+
+@pytest.fixture(scope="module")
+def row():
+    return backend_row("TRITON")
+
+
+def test_listed_through_entry_point(row):
+    assert row["package"] == "turbo-triton"
+    assert row["version"] == turbo_triton.__version__
+    assert row["plugin"] == "triton"  # the installed entry point, not TURBO_PLUGINS
+
+
+def test_registers_only_what_it_can_run(row):
+    # No kernels yet: the listing must say so rather than advertise primitives.
+    assert row["primitives"] == {}
+    assert "not implemented yet" in row["notes"]
+
+
+def test_discovery_imports_no_kernel_library():
+    mods = imported_modules_after("from turbo_core.plugins import get_host; get_host()")
+    assert "turbo_triton" in mods
+    assert not {"triton", "aiter", "deep_ep"} & mods
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: the no-GPU reason does not apply")
+def test_no_gpu_reason_and_interpreter_mode():
+    row = backend_row("TRITON", env={"TRITON_INTERPRET": "0"})
+    assert row["available"] is False
+    assert row["reason"].startswith("no GPU") and "TRITON_INTERPRET=1" in row["reason"]
+    assert backend_row("TRITON", env={"TRITON_INTERPRET": "1"})["available"] is True
