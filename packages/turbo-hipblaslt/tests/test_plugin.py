@@ -1,7 +1,6 @@
 """The HIPBLASLT plugin: discovered through its entry point, honest about availability, cheap to import."""
 
 import pytest
-import torch
 
 import turbo_hipblaslt
 from turbo_core.testing import backend_row, imported_modules_after

@@ -5,9 +5,8 @@ Cheap to import: the kernel library is only imported by the probe and the kernel
 
 from __future__ import annotations
 
-from turbo_core.plugins import BackendInfo, hookimpl
-
 from turbo_aiter import __version__
+from turbo_core.plugins import BackendInfo, hookimpl
 
 
 @hookimpl

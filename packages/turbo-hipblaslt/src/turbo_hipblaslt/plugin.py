@@ -6,7 +6,6 @@ Cheap to import: the kernel library is only imported by the probe and the kernel
 from __future__ import annotations
 
 from turbo_core.plugins import BackendInfo, hookimpl
-
 from turbo_hipblaslt import __version__
 
 

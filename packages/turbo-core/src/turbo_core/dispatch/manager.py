@@ -18,7 +18,14 @@ import contextvars
 import threading
 from collections.abc import Iterator
 
-from turbo_core.backend import AUTOTUNE, BackendChoice, BackendType, PrecisionType, normalize_backend_name, parse_precision
+from turbo_core.backend import (
+    AUTOTUNE,
+    BackendChoice,
+    BackendType,
+    PrecisionType,
+    normalize_backend_name,
+    parse_precision,
+)
 from turbo_core.dispatch import env as _env
 from turbo_core.dispatch.env import ALL
 

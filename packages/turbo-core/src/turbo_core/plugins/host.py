@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import pluggy
 
-from turbo_core.plugins.registry import Registry
 from turbo_core.plugins import hookspecs
+from turbo_core.plugins.registry import Registry
 from turbo_core.plugins.types import BackendInfo, Kernel, Registrar
 
 __all__ = ["PluginHost", "PluginRecord", "get_host", "reset_host"]

@@ -1,12 +1,18 @@
-"""Plugin module of the reference backend TORCH (entry point ``torch`` of turbo-core)."""
+"""Plugin module of the reference backend TORCH (entry point ``torch`` of turbo-core).
+
+Each family module ``turbo_core.reference.<family>`` lists its kernels in ``KERNELS``; those
+modules import only torch and the specs.
+"""
 
 from __future__ import annotations
 
+import importlib
+
 from turbo_core._version import __version__
 from turbo_core.backend import BackendType
-from turbo_core.plugins import BackendInfo, Kernel, hookimpl
+from turbo_core.plugins import BackendInfo, hookimpl
 
-_FLOAT_VARIANTS = ("fp32", "fp16", "bf16")
+FAMILIES = ("gemm", "grouped_gemm", "quantization", "attention", "normalization", "activation", "moe")
 
 
 @hookimpl
@@ -22,5 +28,6 @@ def turbo_backend_info():
 
 @hookimpl
 def turbo_register_kernels(register):
-    register(Kernel("gemm", BackendType.TORCH, "turbo_core.reference.gemm:gemm",
-                    variants=_FLOAT_VARIANTS, priority=-100))
+    for family in FAMILIES:
+        for kernel in importlib.import_module(f"turbo_core.reference.{family}").KERNELS:
+            register(kernel)

@@ -1,5 +1,22 @@
 """Test kit shared by turbo-core and every backend package (third-party ones included)."""
 
+from turbo_core.testing.numerics import (
+    SNR_DB,
+    TOLERANCES,
+    assert_close_to_reference,
+    assert_snr,
+    snr_db,
+    tolerance,
+)
 from turbo_core.testing.plugin_checks import backend_row, imported_modules_after
 
-__all__ = ["backend_row", "imported_modules_after"]
+__all__ = [
+    "SNR_DB",
+    "TOLERANCES",
+    "assert_close_to_reference",
+    "assert_snr",
+    "backend_row",
+    "imported_modules_after",
+    "snr_db",
+    "tolerance",
+]

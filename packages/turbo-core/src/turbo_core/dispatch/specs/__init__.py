@@ -1,3 +1,11 @@
 """Typed specs of every primitive, one module per family (importing defines them)."""
 
-from turbo_core.dispatch.specs import gemm  # noqa: F401
+from turbo_core.dispatch.specs import (  # noqa: F401
+    activation,
+    attention,
+    gemm,
+    grouped_gemm,
+    moe,
+    normalization,
+    quantization,
+)

@@ -1,0 +1,102 @@
+"""Every dev task. `nox` runs the CI matrix: the core alone, the core with each backend (each in its
+own venv with only what that backend needs), the example third-party plugin, the wheel-install
+check and lint. `nox -s main` is the README's main job.
+
+torch comes from TURBO_TORCH_SPEC (default torch==2.13.0, the CPU build on the dev/CI machines).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+CORE = "packages/turbo-core"
+BACKENDS = {
+    "triton": "packages/turbo-triton",
+    "hipblaslt": "packages/turbo-hipblaslt",
+    "ck": "packages/turbo-ck",
+    "aiter": "packages/turbo-aiter",
+    "deepep": "packages/turbo-deepep",
+}
+EXAMPLE = "examples/turbo-flydsl-example"
+TORCH = os.environ.get("TURBO_TORCH_SPEC", "torch==2.13.0")
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["lint", "core", *[f"backend-{b}" for b in BACKENDS], "example", "wheels"]
+nox.options.error_on_missing_interpreters = True
+
+
+def _base(session: nox.Session) -> None:
+    # torch first, pinned, so no dependency resolution ever pulls another build of it.
+    session.install(TORCH, "numpy")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff, and one version for every package."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("python", "tools/check_versions.py")
+
+
+@nox.session
+def core(session: nox.Session) -> None:
+    """turbo-core alone: plugin host, dispatcher, reference backend, CLI."""
+    _base(session)
+    session.install(f"./{CORE}[test]")
+    session.run("pytest", "-q", f"{CORE}/tests", *session.posargs)
+
+
+def _backend_session(backend: str):
+    def session_fn(session: nox.Session) -> None:
+        _base(session)
+        session.install(f"./{CORE}", f"./{BACKENDS[backend]}[test]")
+        session.run("pytest", "-q", f"{BACKENDS[backend]}/tests", *session.posargs)
+
+    session_fn.__doc__ = f"turbo-core plus turbo-{backend} alone, running that package's tests."
+    return nox.session(name=f"backend-{backend}")(session_fn)
+
+
+for _name in BACKENDS:
+    _backend_session(_name)
+
+
+@nox.session
+def example(session: nox.Session) -> None:
+    """The third-party example plugin, pip-installed into a fresh venv beside turbo-core."""
+    _base(session)
+    session.install(f"./{CORE}", f"./{EXAMPLE}[test]")
+    session.run("pytest", "-q", f"{EXAMPLE}/tests", *session.posargs)
+
+
+@nox.session
+def wheels(session: nox.Session) -> None:
+    """Build the six wheels with hatchling; install turbo-core[ck,triton] from them alone into a
+    fresh venv; check that exactly core + CK + Triton were installed and are listed."""
+    session.install("hatchling")
+    dist = Path(session.create_tmp()) / "dist"
+    for path in [CORE, *BACKENDS.values()]:
+        with session.chdir(ROOT / path):
+            session.run("python", "-m", "hatchling", "build", "-t", "wheel", "-d", str(dist))
+    fresh = Path(session.create_tmp()) / "fresh"
+    session.run("python", "-m", "venv", "--clear", str(fresh))
+    py = str(fresh / "bin" / "python")
+    # Third-party dependencies from the package index (turbo's own wheels are not there) ...
+    session.run(py, "-m", "pip", "install", "-q", TORCH, "numpy", "pluggy", "rich", "triton", external=True)
+    # ... then turbo from the built wheels alone: --isolated ignores pip config, --no-index the index.
+    session.run(py, "-m", "pip", "--isolated", "install", "--no-index", "--find-links", str(dist),
+                "turbo-core[ck,triton]", external=True)
+    session.run(py, str(ROOT / "tools" / "check_wheel_install.py"), "TORCH,CK,TRITON", external=True)
+
+
+@nox.session
+def main(session: nox.Session) -> None:
+    """The README's main job: install the core with every backend, then `turbo doctor` and
+    `turbo backends` (the training demo replaces this once it exists)."""
+    _base(session)
+    session.install(f"./{CORE}", *[f"./{p}" for p in BACKENDS.values()])
+    session.run("turbo", "doctor")
+    session.run("turbo", "backends")

@@ -1,0 +1,1 @@
+"""Primitive specs of the activation family (being written)."""

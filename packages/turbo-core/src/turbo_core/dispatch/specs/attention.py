@@ -1,0 +1,1 @@
+"""Primitive specs of the attention family (being written)."""

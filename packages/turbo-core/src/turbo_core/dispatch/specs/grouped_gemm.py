@@ -1,0 +1,1 @@
+"""Primitive specs of the grouped_gemm family (being written)."""

@@ -1,0 +1,1 @@
+"""Primitive specs of the moe family (being written)."""

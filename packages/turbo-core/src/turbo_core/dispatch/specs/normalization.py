@@ -1,0 +1,1 @@
+"""Primitive specs of the normalization family (being written)."""

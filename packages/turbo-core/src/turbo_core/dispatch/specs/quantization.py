@@ -1,0 +1,1 @@
+"""Primitive specs of the quantization family (being written)."""

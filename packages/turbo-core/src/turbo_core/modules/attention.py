@@ -1,0 +1,3 @@
+"""attention module (being written)."""
+
+__all__: list[str] = []

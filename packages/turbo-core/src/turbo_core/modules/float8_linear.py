@@ -1,0 +1,3 @@
+"""float8_linear module (being written)."""
+
+__all__: list[str] = []

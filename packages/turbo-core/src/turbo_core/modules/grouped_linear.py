@@ -1,0 +1,3 @@
+"""grouped_linear module (being written)."""
+
+__all__: list[str] = []

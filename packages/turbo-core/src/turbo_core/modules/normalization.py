@@ -1,0 +1,3 @@
+"""normalization module (being written)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Public activation ops (being written)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Public attention ops (being written)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Public grouped_gemm ops (being written)."""
+
+__all__: list[str] = []

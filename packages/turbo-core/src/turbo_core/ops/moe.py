@@ -1,0 +1,3 @@
+"""Public moe ops (being written)."""
+
+__all__: list[str] = []

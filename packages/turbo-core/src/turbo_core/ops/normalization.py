@@ -1,0 +1,3 @@
+"""Public normalization ops (being written)."""
+
+__all__: list[str] = []

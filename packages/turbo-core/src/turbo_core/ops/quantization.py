@@ -1,0 +1,3 @@
+"""Public quantization ops (being written)."""
+
+__all__: list[str] = []

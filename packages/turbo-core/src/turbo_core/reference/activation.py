@@ -1,0 +1,3 @@
+"""Reference (TORCH) kernels of the activation family (being written)."""
+
+KERNELS: list = []

@@ -1,0 +1,3 @@
+"""Reference (TORCH) kernels of the attention family (being written)."""
+
+KERNELS: list = []

@@ -1,0 +1,3 @@
+"""Reference (TORCH) kernels of the moe family (being written)."""
+
+KERNELS: list = []

@@ -1,0 +1,3 @@
+"""Reference (TORCH) kernels of the normalization family (being written)."""
+
+KERNELS: list = []

@@ -1,0 +1,3 @@
+"""Reference (TORCH) kernels of the quantization family (being written)."""
+
+KERNELS: list = []

@@ -1,0 +1,3 @@
+"""Conformance cases of the activation family (being written)."""
+
+CASES: list = []

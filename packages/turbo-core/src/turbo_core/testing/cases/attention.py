@@ -1,0 +1,3 @@
+"""Conformance cases of the attention family (being written)."""
+
+CASES: list = []

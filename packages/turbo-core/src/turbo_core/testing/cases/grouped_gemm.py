@@ -1,0 +1,3 @@
+"""Conformance cases of the grouped_gemm family (being written)."""
+
+CASES: list = []

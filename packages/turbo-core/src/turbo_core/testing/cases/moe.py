@@ -1,0 +1,3 @@
+"""Conformance cases of the moe family (being written)."""
+
+CASES: list = []

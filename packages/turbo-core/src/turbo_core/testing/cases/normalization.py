@@ -1,0 +1,3 @@
+"""Conformance cases of the normalization family (being written)."""
+
+CASES: list = []

@@ -1,0 +1,3 @@
+"""Conformance cases of the quantization family (being written)."""
+
+CASES: list = []
