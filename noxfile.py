@@ -77,11 +77,11 @@ def wheels(session: nox.Session) -> None:
     """Build the six wheels with hatchling; install turbo-core[ck,triton] from them alone into a
     fresh venv; check that exactly core + CK + Triton were installed and are listed."""
     session.install("hatchling")
-    dist = Path(session.create_tmp()) / "dist"
+    dist = Path(session.create_tmp()).resolve() / "dist"
     for path in [CORE, *BACKENDS.values()]:
         with session.chdir(ROOT / path):
             session.run("python", "-m", "hatchling", "build", "-t", "wheel", "-d", str(dist))
-    fresh = Path(session.create_tmp()) / "fresh"
+    fresh = Path(session.create_tmp()).resolve() / "fresh"
     session.run("python", "-m", "venv", "--clear", str(fresh))
     py = str(fresh / "bin" / "python")
     # Third-party dependencies from the package index (turbo's own wheels are not there) ...

@@ -5,7 +5,7 @@ Cheap to import: the kernel library is only imported by the probe and the kernel
 
 from __future__ import annotations
 
-from turbo_core.plugins import BackendInfo, hookimpl
+from turbo_core.plugins import BackendInfo, Kernel, hookimpl
 from turbo_triton import __version__
 
 
@@ -19,10 +19,11 @@ def turbo_backend_info():
         archs=None,
         probe="turbo_triton.probe:probe",
         description="Triton kernels (portable: AMD and NVIDIA; the CPU through TRITON_INTERPRET=1)",
-        notes="no kernels registered yet: GEMM, attention, norm and MoE kernels are not implemented yet",
+        notes="dense gemm only so far; FP8/grouped GEMM, attention, norm and MoE kernels are not implemented yet",
     )
 
 
 @hookimpl
 def turbo_register_kernels(register):
-    """Registers nothing yet: this backend has no kernel that can run (see ``notes``)."""
+    register(Kernel("gemm", "TRITON", "turbo_triton.gemm.launch:gemm",
+                    check="turbo_triton.gemm.launch:can_handle", variants=("bf16", "fp16", "fp32")))

@@ -1,0 +1,68 @@
+"""Tile configurations per architecture, chosen by a heuristic table.
+
+A config is ``(BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages)``. The tables come from
+what is known of each chip: sm90 (H100/H200: 228 KB shared memory per SM, wgmma on 64-row
+warpgroup tiles), gfx942 (MI300X: 64 KB LDS, 304 CUs, MFMA 32x32x8) and gfx950 (MI355X: 160 KB LDS,
+256 CUs). Small problems use smaller tiles so that every SM gets work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+_TABLE: dict[str, dict[str, GemmConfig]] = {
+    # key "large" for M*N >= 4096*4096-ish, "medium", "small" (few tiles)
+    "sm90": {
+        "large": GemmConfig(128, 256, 64, 8, 8, 3),
+        "medium": GemmConfig(128, 128, 64, 8, 4, 4),
+        "small": GemmConfig(64, 128, 64, 4, 4, 4),
+    },
+    "gfx942": {
+        "large": GemmConfig(256, 256, 64, 8, 8, 2),
+        "medium": GemmConfig(128, 128, 64, 8, 4, 2),
+        "small": GemmConfig(64, 64, 64, 4, 4, 2),
+    },
+    "gfx950": {
+        "large": GemmConfig(256, 256, 64, 8, 8, 2),
+        "medium": GemmConfig(128, 128, 64, 8, 4, 2),
+        "small": GemmConfig(64, 64, 64, 4, 4, 2),
+    },
+    "default": {
+        "large": GemmConfig(128, 128, 32, 8, 4, 3),
+        "medium": GemmConfig(128, 64, 32, 8, 4, 3),
+        "small": GemmConfig(64, 64, 32, 4, 4, 3),
+    },
+    # The CPU interpreter: small tiles keep it quick.
+    "interpreter": {
+        "large": GemmConfig(32, 32, 16, 4, 1, 1),
+        "medium": GemmConfig(32, 32, 16, 4, 1, 1),
+        "small": GemmConfig(16, 16, 16, 4, 1, 1),
+    },
+}
+
+
+def pick(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int) -> GemmConfig:
+    table = _TABLE.get(arch, _TABLE["default"])
+    large = table["large"]
+    if elem_bytes == 4 and arch != "interpreter":
+        # fp32 tiles take twice the shared memory: halve K.
+        large = GemmConfig(large.block_m, large.block_n, large.block_k // 2, large.group_m,
+                           large.num_warps, large.num_stages)
+    tiles = -(-m // large.block_m) * -(-n // large.block_n)
+    if tiles >= num_sms:
+        return large
+    medium = table["medium"]
+    if -(-m // medium.block_m) * -(-n // medium.block_n) >= num_sms // 2:
+        return medium
+    return table["small"]
