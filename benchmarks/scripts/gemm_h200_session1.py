@@ -51,8 +51,14 @@ def check(rows):
                 ref = ref + out.double()
             args = GemmArgs(a, b, ta, tb, None, tc, out)
             path = kernel_path(args)
-            c = gemm(args)
-            torch.cuda.synchronize()
+            try:
+                c = gemm(args)
+                torch.cuda.synchronize()
+            except Exception as exc:
+                rows.append({"check": "FAIL", "m": m, "n": n, "k": k, "dtype": str(dt), "ta": ta, "tb": tb,
+                             "tc": tc, "acc": acc, "path": path, "err": f"{type(exc).__name__}: {str(exc)[:300]}"})
+                print("FAIL", rows[-1])
+                continue
             err = ((c.double() - ref).abs() / (ref.abs() + 1)).max().item()
             ok = bool(torch.isfinite(c).all()) and err < (1e-4 if dt == torch.float32 else 1e-2)
             key = (str(dt), path)

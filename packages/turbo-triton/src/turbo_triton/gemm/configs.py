@@ -52,7 +52,36 @@ _TABLE: dict[str, dict[str, GemmConfig]] = {
 }
 
 
-def pick(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int) -> GemmConfig:
+#: Shared memory per block (bytes) the kernels may use, by arch.
+SMEM_LIMIT = {"sm90": 232448, "gfx942": 65536, "gfx950": 163840}
+
+
+def smem_bytes(cfg: GemmConfig, elem_bytes: int, out_bytes: int) -> int:
+    """Pipelined operand tiles plus the epilogue tile (TMA stores stage C through shared memory)."""
+    per_stage = (cfg.block_m * cfg.block_k + cfg.block_k * cfg.block_n) * elem_bytes
+    return cfg.num_stages * per_stage + cfg.block_m * cfg.block_n * out_bytes
+
+
+def fit(cfg: GemmConfig, arch: str, elem_bytes: int, out_bytes: int) -> GemmConfig:
+    """Fewer stages (down to 2), then narrower N tiles, until the config fits the arch's limit."""
+    limit = SMEM_LIMIT.get(arch)
+    if limit is None:
+        return cfg
+    while smem_bytes(cfg, elem_bytes, out_bytes) > limit:
+        if cfg.num_stages > 2:
+            cfg = GemmConfig(cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.num_warps, cfg.num_stages - 1)
+        elif cfg.block_n > 64:
+            cfg = GemmConfig(cfg.block_m, cfg.block_n // 2, cfg.block_k, cfg.group_m, cfg.num_warps, cfg.num_stages)
+        else:
+            break
+    return cfg
+
+
+def pick(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int, out_bytes: int | None = None) -> GemmConfig:
+    return fit(_pick(arch, m, n, k, num_sms, elem_bytes), arch, elem_bytes, out_bytes or elem_bytes)
+
+
+def _pick(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int) -> GemmConfig:
     table = _TABLE.get(arch, _TABLE["default"])
     large = table["large"]
     if elem_bytes == 4 and arch != "interpreter":
