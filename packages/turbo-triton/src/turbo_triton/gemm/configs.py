@@ -59,7 +59,17 @@ SMEM_LIMIT = {"sm90": 232448, "gfx942": 65536, "gfx950": 163840}
 def smem_bytes(cfg: GemmConfig, elem_bytes: int, out_bytes: int) -> int:
     """Pipelined operand tiles plus the epilogue tile (TMA stores stage C through shared memory)."""
     per_stage = (cfg.block_m * cfg.block_k + cfg.block_k * cfg.block_n) * elem_bytes
-    return cfg.num_stages * per_stage + cfg.block_m * cfg.block_n * out_bytes
+    # + 24 KB for the compiler's own scratch (layout conversions, barriers), seen on sm90.
+    return cfg.num_stages * per_stage + cfg.block_m * cfg.block_n * out_bytes + 24 * 1024
+
+
+def shrink(cfg: GemmConfig) -> GemmConfig | None:
+    """The next smaller config: one stage fewer (down to 2), then half the N tile (down to 64)."""
+    if cfg.num_stages > 2:
+        return GemmConfig(cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.num_warps, cfg.num_stages - 1)
+    if cfg.block_n > 64:
+        return GemmConfig(cfg.block_m, cfg.block_n // 2, cfg.block_k, cfg.group_m, cfg.num_warps, cfg.num_stages)
+    return None
 
 
 def fit(cfg: GemmConfig, arch: str, elem_bytes: int, out_bytes: int) -> GemmConfig:
@@ -68,12 +78,10 @@ def fit(cfg: GemmConfig, arch: str, elem_bytes: int, out_bytes: int) -> GemmConf
     if limit is None:
         return cfg
     while smem_bytes(cfg, elem_bytes, out_bytes) > limit:
-        if cfg.num_stages > 2:
-            cfg = GemmConfig(cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.num_warps, cfg.num_stages - 1)
-        elif cfg.block_n > 64:
-            cfg = GemmConfig(cfg.block_m, cfg.block_n // 2, cfg.block_k, cfg.group_m, cfg.num_warps, cfg.num_stages)
-        else:
+        smaller = shrink(cfg)
+        if smaller is None:
             break
+        cfg = smaller
     return cfg
 
 

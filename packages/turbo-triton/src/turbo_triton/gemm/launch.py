@@ -74,21 +74,56 @@ def gemm(args: GemmArgs, config: configs.GemmConfig | None = None) -> torch.Tens
     accumulate = args.out is not None
 
     if not interp and _tma_eligible(arch, k, a, b, c):
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-        a_desc = TensorDescriptor.from_tensor(a, [bk, bm] if args.trans_a else [bm, bk])
-        b_desc = TensorDescriptor.from_tensor(b, [bn, bk] if args.trans_b else [bk, bn])
-        c_desc = TensorDescriptor.from_tensor(c, [bn, bm] if args.trans_c else [bm, bn])
-        kernels.gemm_tma_persistent_kernel[(programs,)](
-            a_desc, b_desc, c_desc, m, n, k,
-            TRANS_A=args.trans_a, TRANS_B=args.trans_b, TRANS_C=args.trans_c,
-            ACCUMULATE=accumulate, PRECISION=precision,
-            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, NUM_PROGRAMS=programs,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )
+        _launch_fitted(_launch_tma, cfg, args, a, b, c, m, n, k, programs, accumulate, precision)
         return c
+    _launch_fitted(_launch_pointer, cfg, args, a, b, c, m, n, k, programs, accumulate, precision)
+    return c
 
+
+_fitted: dict[tuple, configs.GemmConfig] = {}
+
+
+def _launch_fitted(launch, cfg, args, a, b, c, m, n, k, programs, accumulate, precision):
+    """Launch; if the compiled kernel needs more shared memory than the device has, shrink the
+    config and retry (remembered per config, dtype and layout, so it happens once)."""
+    from triton.runtime.errors import OutOfResources
+
+    key = (launch.__name__, cfg, a.dtype, c.dtype, args.trans_a, args.trans_b, args.trans_c, accumulate)
+    cfg = _fitted.get(key, cfg)
+    while True:
+        try:
+            launch(cfg, args, a, b, c, m, n, k, programs, accumulate, precision)
+            _fitted[key] = cfg
+            return
+        except OutOfResources:
+            smaller = configs.shrink(cfg)
+            if smaller is None:
+                raise
+            cfg = smaller
+
+
+def _launch_tma(cfg, args, a, b, c, m, n, k, programs, accumulate, precision):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from turbo_triton.gemm import kernels
+
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    a_desc = TensorDescriptor.from_tensor(a, [bk, bm] if args.trans_a else [bm, bk])
+    b_desc = TensorDescriptor.from_tensor(b, [bn, bk] if args.trans_b else [bk, bn])
+    c_desc = TensorDescriptor.from_tensor(c, [bn, bm] if args.trans_c else [bm, bn])
+    kernels.gemm_tma_persistent_kernel[(programs,)](
+        a_desc, b_desc, c_desc, m, n, k,
+        TRANS_A=args.trans_a, TRANS_B=args.trans_b, TRANS_C=args.trans_c,
+        ACCUMULATE=accumulate, PRECISION=precision,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, NUM_PROGRAMS=programs,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+
+
+def _launch_pointer(cfg, args, a, b, c, m, n, k, programs, accumulate, precision):
+    from turbo_triton.gemm import kernels
+
+    interp = _runtime.interpreting()
     sam, sak = (a.stride(1), a.stride(0)) if args.trans_a else (a.stride(0), a.stride(1))
     sbk, sbn = (b.stride(1), b.stride(0)) if args.trans_b else (b.stride(0), b.stride(1))
     scm, scn = (c.stride(1), c.stride(0)) if args.trans_c else (c.stride(0), c.stride(1))
@@ -99,4 +134,3 @@ def gemm(args: GemmArgs, config: configs.GemmConfig | None = None) -> torch.Tens
         GROUP_M=cfg.group_m, NUM_PROGRAMS=programs,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    return c
