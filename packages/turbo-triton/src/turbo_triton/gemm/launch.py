@@ -50,7 +50,6 @@ def _tma_eligible(arch: str, k: int, a: torch.Tensor, b: torch.Tensor, c: torch.
 
 def gemm(args: GemmArgs, config: configs.GemmConfig | None = None) -> torch.Tensor:
     """Run the kernel; ``config`` overrides the heuristic table (tuning and benchmarks use it)."""
-    from turbo_triton.gemm import kernels
 
     a, b = args.a, args.b
     m, n, k = gemm_dims(args)
