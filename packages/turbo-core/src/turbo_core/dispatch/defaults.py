@@ -21,6 +21,8 @@ _CPU = {"cpu": (B.TORCH,)}
 
 DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
     "gemm": {"rocm": (B.HIPBLASLT, B.TRITON), "cuda": (B.HIPBLASLT, B.TRITON), **_CPU},
+    "grouped_gemm": {"rocm": (B.TRITON, B.CK, B.HIPBLASLT), "cuda": (B.TRITON,), **_CPU},
+    "grouped_gemm_variable_k": {"rocm": (B.TRITON, B.CK, B.HIPBLASLT), "cuda": (B.TRITON,), **_CPU},
 }
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from turbo_core.backend import AUTOTUNE, BackendChoice, PrecisionType, normalize_backend_name, parse_precision
 
@@ -28,7 +30,7 @@ ALL = "ALL"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
-_cache: dict[tuple, dict] = {}
+_cache: dict[tuple, Mapping] = {}
 _cache_lock = threading.Lock()
 
 
@@ -49,8 +51,9 @@ def read_env(name: str, alias: str | None = None) -> tuple[str | None, str | Non
     return None, None
 
 
-def parse_backend_value(raw: str, *, variable: str, valid: set[str]) -> dict:
-    """Parse a backend variable's value into ``{PrecisionType | ALL: BackendChoice}``."""
+def parse_backend_value(raw: str, *, variable: str, valid: set[str]) -> Mapping:
+    """Parse a backend variable's value into a read-only ``{PrecisionType | ALL: BackendChoice}``
+    (memoized per variable, value and set of valid names)."""
     key = (variable, raw, frozenset(valid))
     with _cache_lock:
         hit = _cache.get(key)
@@ -91,9 +94,10 @@ def parse_backend_value(raw: str, *, variable: str, valid: set[str]) -> dict:
             raise ValueError(f"{variable}={raw!r}: unknown backend {name_raw!r}; valid: {valid_list}")
     if not table:
         raise ValueError(f"{variable}={raw!r}: no backend given; valid: {valid_list}")
+    frozen = MappingProxyType(table)
     with _cache_lock:
-        _cache[key] = table
-    return table
+        _cache[key] = frozen
+    return frozen
 
 
 def auto_tune_from_env() -> bool:

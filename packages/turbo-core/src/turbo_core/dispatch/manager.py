@@ -86,6 +86,8 @@ class GlobalBackendManager:
         scope = _check_scope(primitive)
         if backend is not None and normalize_backend_name(backend) == AUTOTUNE:
             backend, auto_tune = None, True
+        if backend is not None and auto_tune:
+            raise ValueError("auto_tune: give a backend or auto_tune=True, not both")
         if auto_tune and _untunable(scope):
             raise ValueError(
                 f"auto_tune: {scope} cannot be auto-tuned (a collective: every rank must use the same backend)"
@@ -203,11 +205,12 @@ class GlobalBackendManager:
             if valid is None:
                 valid = _known_backend_names()
             table = _env.parse_backend_value(raw, variable=var, valid=valid)
+            if _untunable(scope) and any(c.auto_tune for c in table.values()):
+                raise ValueError(f"{var}={raw!r}: {scope} cannot be auto-tuned "
+                                 "(a collective: every rank must use the same backend)")
             for slot in ((precision, ALL) if precision is not None else (ALL,)):
                 choice = table.get(slot)
                 if choice is not None:
-                    if choice.auto_tune and _untunable(scope):
-                        raise ValueError(f"{var}={raw!r}: {scope} cannot be auto-tuned")
                     return choice, f"{var}={raw}"
         return None
 

@@ -1,3 +1,60 @@
-"""grouped_linear module (being written)."""
+"""``GroupedLinear``: one bias-free linear layer per group (MoE experts) over turbo's ``grouped_gemm``."""
 
-__all__: list[str] = []
+from __future__ import annotations
+
+import math
+
+import torch
+
+from turbo_core.ops.grouped_gemm import grouped_gemm
+
+__all__ = ["GroupedLinear"]
+
+
+def _check_size(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
+    return value
+
+
+class GroupedLinear(torch.nn.Module):
+    """``y_g = x_g @ W[g]^T`` for each group ``g`` of the packed tokens ``x``.
+
+    Args:
+        group_num: ``G``, the number of groups (experts), >= 1.
+        in_features, out_features: sizes of each group's linear map.
+        device, dtype: of the weight (fp16/bf16/fp32 for the forward).
+
+    Attributes:
+        weight: ``[G, out_features, in_features]`` (each ``W[g]`` laid out like ``nn.Linear.weight``),
+            each group initialised like ``nn.Linear`` (kaiming-uniform with ``a=sqrt(5)``, i.e.
+            uniform in ``±1/sqrt(in_features)``). No bias. A weight carrying ``main_grad`` gets
+            Megatron's fused wgrad accumulation.
+
+    ``forward(x, group_lens, group_offs=None)``: ``x`` is ``[M_total, in_features]`` in the weight's
+    dtype, tokens packed by group; ``group_lens`` int64 ``[G]`` and optional ``group_offs`` int64
+    ``[G + 1]`` on x's device (see :func:`turbo_core.ops.grouped_gemm`). Returns
+    ``[M_total, out_features]`` in x's dtype; rows past ``sum(group_lens)`` are zero.
+    """
+
+    def __init__(self, group_num: int, in_features: int, out_features: int, device=None, dtype=None) -> None:
+        super().__init__()
+        self.group_num = _check_size("group_num", group_num, 1)
+        self.in_features = _check_size("in_features", in_features, 0)
+        self.out_features = _check_size("out_features", out_features, 0)
+        self.weight = torch.nn.Parameter(torch.empty((group_num, out_features, in_features), device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            for w in self.weight:  # one nn.Linear initialisation per group (fan_in = in_features)
+                torch.nn.init.kaiming_uniform_(w, a=math.sqrt(5))
+
+    def forward(self, x: torch.Tensor, group_lens: torch.Tensor, group_offs: torch.Tensor | None = None) -> torch.Tensor:
+        if x.dim() != 2 or x.shape[-1] != self.in_features:
+            raise ValueError(f"x: expected shape [M_total, {self.in_features}], got {tuple(x.shape)}")
+        pattern = "megatron" if hasattr(self.weight, "main_grad") else None
+        return grouped_gemm(x, self.weight, group_lens, group_offs, trans_b=True, fuse_bgrad_accum_pattern=pattern)
+
+    def extra_repr(self) -> str:
+        return f"group_num={self.group_num}, in_features={self.in_features}, out_features={self.out_features}"

@@ -76,8 +76,11 @@ class PluginHost:
         with self._lock:
             if self._loaded:
                 return
-            self._load_all()
-            self._loaded = True
+            try:
+                self._load_all()
+            finally:
+                # Once, even if the loop itself broke: a retry would record every plugin twice.
+                self._loaded = True
 
     def _load_all(self) -> None:
         from turbo_core.dispatch.primitives import primitive_names
@@ -116,6 +119,13 @@ class PluginHost:
             self.pm.register(module, name=name)
         except Exception as exc:
             self._fail(record, "validate", exc)
+            return
+        unknown = [hc.name for hc in (self.pm.get_hookcallers(module) or []) if not hc.has_spec()]
+        if unknown:
+            self.pm.unregister(module)
+            hooks = ", ".join(sorted(n for n in dir(hookspecs) if n.startswith("turbo_")))
+            self._fail(record, "validate", pluggy.PluginValidationError(
+                module, f"unknown hook {', '.join(unknown)} (turbo's hooks: {hooks})"))
             return
         try:
             infos = self._describe(module)

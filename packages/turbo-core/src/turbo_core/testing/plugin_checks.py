@@ -15,7 +15,7 @@ def backend_row(name: str, env: dict[str, str] | None = None) -> dict:
     child_env = dict(os.environ)
     child_env.update(env or {})
     out = subprocess.run(
-        [sys.executable, "-m", "turbo_core.cli.main", "backends", "--json"],
+        [sys.executable, "-m", "turbo_core.cli", "backends", "--json"],
         check=True, capture_output=True, text=True, env=child_env,
     ).stdout
     rows = json.loads(out)

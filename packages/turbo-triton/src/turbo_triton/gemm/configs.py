@@ -24,7 +24,10 @@ class GemmConfig:
 _TABLE: dict[str, dict[str, GemmConfig]] = {
     # key "large" for M*N >= 4096*4096-ish, "medium", "small" (few tiles)
     "sm90": {
+        # H200, 8192^3 bf16 (benchmarks/gemm-h200-2026-11-29.md): NT best 128x256 (705 TFLOP/s),
+        # NN best 256x128 (735).
         "large": GemmConfig(128, 256, 64, 8, 8, 3),
+        "large_b_row_major": GemmConfig(256, 128, 64, 8, 8, 3),
         "medium": GemmConfig(128, 128, 64, 8, 4, 4),
         "small": GemmConfig(64, 128, 64, 4, 4, 4),
     },
@@ -59,8 +62,9 @@ SMEM_LIMIT = {"sm90": 232448, "gfx942": 65536, "gfx950": 163840}
 def smem_bytes(cfg: GemmConfig, elem_bytes: int, out_bytes: int) -> int:
     """Pipelined operand tiles plus the epilogue tile (TMA stores stage C through shared memory)."""
     per_stage = (cfg.block_m * cfg.block_k + cfg.block_k * cfg.block_n) * elem_bytes
-    # + 24 KB for the compiler's own scratch (layout conversions, barriers), seen on sm90.
-    return cfg.num_stages * per_stage + cfg.block_m * cfg.block_n * out_bytes + 24 * 1024
+    # An estimate: the compiler may need some scratch on top, which the launcher's
+    # shrink-and-retry on OutOfResources covers.
+    return cfg.num_stages * per_stage + cfg.block_m * cfg.block_n * out_bytes
 
 
 def shrink(cfg: GemmConfig) -> GemmConfig | None:
@@ -85,13 +89,16 @@ def fit(cfg: GemmConfig, arch: str, elem_bytes: int, out_bytes: int) -> GemmConf
     return cfg
 
 
-def pick(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int, out_bytes: int | None = None) -> GemmConfig:
-    return fit(_pick(arch, m, n, k, num_sms, elem_bytes), arch, elem_bytes, out_bytes or elem_bytes)
+def pick(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int, out_bytes: int | None = None,
+         b_row_major: bool = False) -> GemmConfig:
+    """The config for an ``M x N x K`` problem; ``b_row_major`` when op(B) is B itself (not trans_b)."""
+    cfg = _pick(arch, m, n, k, num_sms, elem_bytes, b_row_major)
+    return fit(cfg, arch, elem_bytes, out_bytes or elem_bytes)
 
 
-def _pick(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int) -> GemmConfig:
+def _pick(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int, b_row_major: bool) -> GemmConfig:
     table = _TABLE.get(arch, _TABLE["default"])
-    large = table["large"]
+    large = table.get("large_b_row_major", table["large"]) if b_row_major else table["large"]
     if elem_bytes == 4 and arch != "interpreter":
         # fp32 tiles take twice the shared memory: halve K.
         large = GemmConfig(large.block_m, large.block_n, large.block_k // 2, large.group_m,

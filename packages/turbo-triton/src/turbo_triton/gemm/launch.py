@@ -65,7 +65,7 @@ def gemm(args: GemmArgs, config: configs.GemmConfig | None = None) -> torch.Tens
     else:
         index = a.device.index if a.device.index is not None else torch.cuda.current_device()
         arch, sms = _runtime.arch_of(index), _runtime.num_sms(index)
-    cfg = config or configs.pick(arch, m, n, k, sms, a.element_size(), c.element_size())
+    cfg = config or configs.pick(arch, m, n, k, sms, a.element_size(), c.element_size(), not args.trans_b)
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
     programs = max(1, min(sms, tiles))
     fp32 = a.dtype == torch.float32

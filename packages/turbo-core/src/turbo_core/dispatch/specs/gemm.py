@@ -65,6 +65,8 @@ def _validate(args: GemmArgs) -> None:
         )
     if args.out_dtype is not None:
         require_dtype("out_dtype", args.out_dtype, FLOAT_DTYPES)
+    if args.out is not None:
+        require_tensor("out", args.out, ndim=2, dtypes=FLOAT_DTYPES)
     require_same_device(a=args.a, b=args.b, out=args.out)
     m, n, k = gemm_dims(args)
     k_b = args.b.shape[1] if args.trans_b else args.b.shape[0]
@@ -74,7 +76,6 @@ def _validate(args: GemmArgs) -> None:
             f" (trans_a={args.trans_a}, trans_b={args.trans_b})"
         )
     if args.out is not None:
-        require_tensor("out", args.out, ndim=2, dtypes=FLOAT_DTYPES)
         want = (n, m) if args.trans_c else (m, n)
         if tuple(args.out.shape) != want:
             raise ValueError(f"out: expected shape {want}, got {tuple(args.out.shape)}")

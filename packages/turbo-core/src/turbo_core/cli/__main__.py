@@ -1,0 +1,7 @@
+"""``python -m turbo_core.cli``."""
+
+import sys
+
+from turbo_core.cli.main import main
+
+sys.exit(main())

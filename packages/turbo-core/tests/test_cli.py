@@ -1,0 +1,165 @@
+"""The ``turbo`` command: ``backends`` and ``doctor``, as tables and as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import turbo_core
+from turbo_core.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _wide_terminal(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # rich wraps table cells at the terminal width
+
+
+def run_cli(capsys, *argv: str):
+    rc = main(list(argv))
+    captured = capsys.readouterr()
+    return rc, captured.out
+
+
+def test_backends_json_lists_torch(capsys):
+    rc, out = run_cli(capsys, "backends", "--json")
+    assert rc == 0
+    rows = json.loads(out)
+    assert isinstance(rows, list)
+    torch_row = next(r for r in rows if r["name"] == "TORCH")
+    assert {"name", "package", "version", "available", "reason", "primitives"} <= set(torch_row)
+    assert torch_row["package"] == "turbo-core"
+    assert torch_row["version"] == turbo_core.__version__
+    assert torch_row["available"] is True and torch_row["reason"] is None
+    assert torch_row["primitives"]["gemm"]["precision"] == "BF16_FP16_FP32"
+    assert torch_row["primitives"]["gemm"]["variants"] == ["fp32", "fp16", "bf16"]
+    assert torch_row["plugin"] == "torch"
+
+
+def test_backends_json_shows_third_party_and_unavailability(capsys, use_plugins, fakekit):
+    fakekit.cfg("FAKEB")["unavailable"] = "needs a fake accelerator; none found"
+    use_plugins("fake_a", "fake_b")
+    rows = {r["name"]: r for r in json.loads(run_cli(capsys, "backends", "--json")[1])}
+    assert list(rows) == ["TORCH", "FAKEA", "FAKEB"]
+    assert (rows["FAKEA"]["available"], rows["FAKEA"]["reason"]) == (True, None)
+    assert (rows["FAKEB"]["available"], rows["FAKEB"]["reason"]) == (False, "needs a fake accelerator; none found")
+    assert rows["FAKEA"]["package"] == "turbo-fakea" and rows["FAKEA"]["version"] == "0.0.1"
+    assert rows["FAKEA"]["plugin"] == "fake_a"
+    assert set(rows["FAKEB"]["primitives"]) == {"gemm"}
+
+
+def test_backends_table(capsys, use_plugins, fakekit):
+    fakekit.cfg("FAKEB")["unavailable"] = "no fake device"
+    use_plugins("fake_a", "fake_b", "no_such_turbo_plugin_xyz")
+    rc, out = run_cli(capsys, "backends")
+    assert rc == 0
+    assert "turbo backends" in out
+    for text in ("TORCH", "turbo-core", turbo_core.__version__, "FAKEA", "turbo-fakea",
+                 "available", "unavailable", "no fake device", "gemm (BF16_FP16_FP32"):
+        assert text in out, text
+    # the failed plugin is mentioned, with a pointer to doctor
+    assert "plugin no_such_turbo_plugin_xyz (TURBO_PLUGINS) failed at import" in out
+    assert "turbo doctor" in out
+
+
+def test_doctor_json(capsys):
+    rc, out = run_cli(capsys, "doctor", "--json")
+    assert rc == 0
+    report = json.loads(out)
+    assert {"turbo_core", "platform", "plugins", "backends", "environment", "problems"} <= set(report)
+    assert report["turbo_core"] == turbo_core.__version__
+    import torch
+
+    assert report["platform"]["torch"] == torch.__version__
+    assert "triton" in report["platform"]
+    assert [p["name"] for p in report["plugins"]] == ["torch"]
+    assert report["plugins"][0]["status"] == "loaded"
+    torch_row = next(b for b in report["backends"] if b["name"] == "TORCH")
+    assert torch_row == {"name": "TORCH", "package": "turbo-core", "version": turbo_core.__version__,
+                         "available": True, "reason": None}
+    assert report["environment"] == {}
+    if not torch.cuda.is_available():
+        assert report["platform"]["gpus"] == []
+        assert any(p.startswith("no GPU") for p in report["problems"])
+    assert not [p for p in report["problems"] if not p.startswith("no GPU")]
+
+
+def test_doctor_json_reports_missing_plugin_and_bad_env(capsys, use_plugins, monkeypatch):
+    use_plugins("no_such_turbo_plugin_xyz", "fake_a")
+    monkeypatch.setenv("TURBO_GEMM_BACKEND", "fp8:NOPE")
+    monkeypatch.setenv("TURBO_AUTO_TUNE", "maybe")
+    monkeypatch.setenv("PRIMUS_TURBO_ATTN_BACKEND", "autotune,other:TRITON")
+    rc, out = run_cli(capsys, "doctor", "--json")
+    assert rc == 0
+    report = json.loads(out)
+    plugins = {p["name"]: p for p in report["plugins"]}
+    bad = plugins["no_such_turbo_plugin_xyz"]
+    assert (bad["status"], bad["stage"], bad["source"]) == ("failed", "import", "TURBO_PLUGINS")
+    assert bad["error"] == "ModuleNotFoundError: No module named 'no_such_turbo_plugin_xyz'"
+    assert plugins["fake_a"]["status"] == "loaded" and plugins["fake_a"]["backends"] == ["FAKEA"]
+    problems = report["problems"]
+    assert ("plugin no_such_turbo_plugin_xyz (TURBO_PLUGINS) failed at import: "
+            "ModuleNotFoundError: No module named 'no_such_turbo_plugin_xyz'") in problems
+    assert any(p.startswith("TURBO_GEMM_BACKEND='fp8:NOPE': unknown backend 'NOPE'") for p in problems)
+    assert any(p.startswith("TURBO_AUTO_TUNE='maybe'") for p in problems)
+    assert any(p.startswith("PRIMUS_TURBO_ATTN_BACKEND=") and "given twice" in p for p in problems)
+    assert report["environment"]["TURBO_GEMM_BACKEND"] == "fp8:NOPE"
+    assert report["environment"]["TURBO_PLUGINS"] == "no_such_turbo_plugin_xyz,fake_a"
+
+
+def test_doctor_text(capsys, use_plugins):
+    use_plugins("no_such_turbo_plugin_xyz", "fake_a")
+    rc, out = run_cli(capsys, "doctor")
+    assert rc == 0
+    assert f"turbo-core {turbo_core.__version__}" in out
+    assert "torch " in out
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "GPU: no GPU" in out
+    assert "plugins" in out and "fake_a" in out and "FAKEA" in out
+    assert "no_such_turbo_plugin_xyz" in out and "import: ModuleNotFoundError" in out
+    assert "problems:" in out
+
+
+def test_doctor_text_without_problems_says_so(capsys, monkeypatch):
+    import turbo_core.cli.doctor_cmd as doctor
+
+    monkeypatch.setattr(doctor, "describe_process", lambda: {
+        "torch": "9.9", "cuda": "12.9", "hip": None, "triton": "3.9",
+        "gpus": [{"index": 0, "name": "Fake H200", "kind": "cuda", "arch": "sm90"}]})
+    rc, out = run_cli(capsys, "doctor")
+    assert rc == 0
+    assert "GPU 0: Fake H200 (cuda, sm90)" in out
+    assert "no problems found" in out
+
+
+@pytest.mark.parametrize("argv", [[], ["nope"], ["backends", "--yaml"]])
+def test_bad_command_line_exits_with_usage(capsys, argv):
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2
+    assert "usage: turbo" in capsys.readouterr().err
+
+
+def test_doctor_as_a_module_with_a_missing_plugin_keeps_working():
+    # A fresh process: a missing TURBO_PLUGINS module breaks neither `import turbo_core`
+    # nor the CLI; doctor reports it under plugins and problems.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TURBO_", "PRIMUS_TURBO_"))}
+    env["TURBO_PLUGINS"] = "no_such_turbo_plugin_xyz"
+    proc = subprocess.run([sys.executable, "-m", "turbo_core.cli", "doctor", "--json"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    bad = [p for p in report["plugins"] if p["name"] == "no_such_turbo_plugin_xyz"]
+    assert len(bad) == 1 and (bad[0]["status"], bad[0]["stage"]) == ("failed", "import")
+    assert any("no_such_turbo_plugin_xyz" in p and "failed at import" in p for p in report["problems"])
+    names = [b["name"] for b in report["backends"]]
+    assert "TORCH" in names
+    assert next(b for b in report["backends"] if b["name"] == "TORCH")["available"] is True
+    # reported once on stderr through the "turbo" logger, not as a traceback
+    assert len([line for line in proc.stderr.splitlines() if "no_such_turbo_plugin_xyz" in line]) == 1
+    assert "Traceback" not in proc.stderr
