@@ -1,4 +1,4 @@
-"""``turbo`` — the command-line entry point (``turbo backends``, ``turbo doctor``)."""
+"""``turbo`` — the command-line entry point (``turbo backends``, ``turbo doctor``, ``turbo bench``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     p = sub.add_parser("doctor", help="explain the platform and any plugin or configuration problem")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    from turbo_core.cli import bench_cmd
+
+    bench_cmd.add_parser(sub)
     return parser
 
 
@@ -20,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "backends":
         from turbo_core.cli.backends_cmd import run
+    elif args.command == "bench":
+        from turbo_core.cli.bench_cmd import run
     else:
         from turbo_core.cli.doctor_cmd import run
     return run(args)

@@ -1,0 +1,3 @@
+"""Benchmark suites by name."""
+
+SUITES = ("gemm",)

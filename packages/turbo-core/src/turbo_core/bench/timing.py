@@ -1,0 +1,62 @@
+"""Timing: median and spread of per-call CUDA-event timings, inputs rotated beyond the L2 cache.
+
+Each timed call uses the next of several copies of the inputs, so that a GEMM whose operands
+fit in L2 is not timed hot. On the CPU (``--quick`` smoke runs) wall-clock time is used.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+#: Bytes the rotated copies of a case's inputs must exceed (2x the H200's 60 MB L2).
+ROTATE_BYTES = 128 * 2**20
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    samples: int
+
+
+def copies_needed(bytes_per_set: int, *, max_sets: int = 16) -> int:
+    if bytes_per_set <= 0:
+        return 1
+    return max(1, min(max_sets, -(-ROTATE_BYTES // bytes_per_set)))
+
+
+def _quantile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    idx = min(len(values) - 1, max(0, round(q * (len(values) - 1))))
+    return values[idx]
+
+
+def measure(fn: Callable, input_sets: Sequence, *, warmup: int = 10, iters: int = 50) -> Timing:
+    """Time ``fn(*inputs)`` over ``input_sets`` in rotation."""
+    first = next((t for t in input_sets[0] if isinstance(t, torch.Tensor)), None)
+    cuda = first is not None and first.device.type == "cuda"
+    n = len(input_sets)
+    for i in range(warmup):
+        fn(*input_sets[i % n])
+    samples: list[float] = []
+    if cuda:
+        torch.cuda.synchronize()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+        for i, (start, end) in enumerate(events):
+            start.record()
+            fn(*input_sets[i % n])
+            end.record()
+        torch.cuda.synchronize()
+        samples = [s.elapsed_time(e) for s, e in events]
+    else:
+        for i in range(iters):
+            t0 = time.perf_counter()
+            fn(*input_sets[i % n])
+            samples.append((time.perf_counter() - t0) * 1e3)
+    return Timing(statistics.median(samples), _quantile(samples, 0.1), _quantile(samples, 0.9), len(samples))

@@ -1,0 +1,40 @@
+"""``turbo bench --quick`` on the CPU: every provider runs, rows carry the documented keys, the
+accuracy column is real, and the JSON file holds the environment and a summary."""
+
+import json
+
+from turbo_core.bench import report, timing
+from turbo_core.cli import main
+
+
+def test_quick_gemm_suite_writes_rows(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "gemm", "--quick", "--include-reference", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["environment"]["device"] == "cpu" and data["environment"]["torch"]
+    rows = data["rows"]
+    providers = {r["provider"] for r in rows}
+    assert providers == {"torch", "turbo:TORCH"}  # conftest limits discovery to turbo-core's own plugin
+    assert len(rows) == 2 * 6  # 2 tiny layers x 3 passes x 2 providers
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["median_ms"] > 0 and r["p10_ms"] <= r["median_ms"] <= r["p90_ms"]
+        assert r["max_rel_err"] < 1e-2  # bf16 against float64
+        assert r["ratio"] > 0 and (r["provider"] != "torch" or r["ratio"] == 1.0)
+    assert {(s["provider"], s["pass"]) for s in data["summary"]} == {
+        ("turbo:TORCH", "fwd"), ("turbo:TORCH", "dgrad"), ("turbo:TORCH", "wgrad")}
+    assert "geomean ratio to torch" in capsys.readouterr().out
+
+
+def test_provider_filter_and_reference_excluded_by_default(tmp_path):
+    out = tmp_path / "b.json"
+    main(["bench", "--quick", "--out", str(out)])
+    assert {r["provider"] for r in json.loads(out.read_text())["rows"]} == {"torch"}
+
+
+def test_rotation_and_geomean():
+    assert timing.copies_needed(timing.ROTATE_BYTES) == 1
+    assert timing.copies_needed(timing.ROTATE_BYTES // 4) == 4
+    assert timing.copies_needed(1, max_sets=16) == 16
+    assert abs(report.geomean([2.0, 8.0]) - 4.0) < 1e-12
+    assert report.geomean([]) is None
