@@ -8,7 +8,7 @@ warpgroup tiles), gfx942 (MI300X: 64 KB LDS, 304 CUs, MFMA 32x32x8) and gfx950 (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,10 @@ class GemmConfig:
     group_m: int
     num_warps: int
     num_stages: int
+    # TMA-kernel options (ignored by the portable kernel)
+    flatten: bool = False
+    warp_specialize: bool = False
+    subtile: bool = False
 
 
 _TABLE: dict[str, dict[str, GemmConfig]] = {
@@ -70,9 +74,9 @@ def smem_bytes(cfg: GemmConfig, elem_bytes: int, out_bytes: int) -> int:
 def shrink(cfg: GemmConfig) -> GemmConfig | None:
     """The next smaller config: one stage fewer (down to 2), then half the N tile (down to 64)."""
     if cfg.num_stages > 2:
-        return GemmConfig(cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.num_warps, cfg.num_stages - 1)
+        return replace(cfg, num_stages=cfg.num_stages - 1)
     if cfg.block_n > 64:
-        return GemmConfig(cfg.block_m, cfg.block_n // 2, cfg.block_k, cfg.group_m, cfg.num_warps, cfg.num_stages)
+        return replace(cfg, block_n=cfg.block_n // 2)
     return None
 
 
@@ -101,8 +105,7 @@ def _pick(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int, b_ro
     large = table.get("large_b_row_major", table["large"]) if b_row_major else table["large"]
     if elem_bytes == 4 and arch != "interpreter":
         # fp32 tiles take twice the shared memory: halve K.
-        large = GemmConfig(large.block_m, large.block_n, large.block_k // 2, large.group_m,
-                           large.num_warps, large.num_stages)
+        large = replace(large, block_k=large.block_k // 2)
     tiles = -(-m // large.block_m) * -(-n // large.block_n)
     if tiles >= num_sms:
         return large

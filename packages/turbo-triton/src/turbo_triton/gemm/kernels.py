@@ -68,14 +68,18 @@ def gemm_tma_persistent_kernel(
     ACCUMULATE: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    FLATTEN: tl.constexpr = False, WARP_SPECIALIZE: tl.constexpr = False, SUBTILE: tl.constexpr = False,
 ):
     """Hopper kernel: operands stream through TMA descriptors (out-of-bounds reads are zero,
-    out-of-bounds writes are dropped), so no masks; the K loop is software-pipelined."""
+    out-of-bounds writes are dropped), so no masks; the K loop is software-pipelined.
+    ``FLATTEN``/``WARP_SPECIALIZE`` are Triton's loop options for the persistent loop; ``SUBTILE``
+    stores the output tile in two halves (the C descriptor's block is then half as wide)."""
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile_id in range(start, num_pid_m * num_pid_n, NUM_PROGRAMS):
+    for tile_id in tl.range(start, num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=FLATTEN,
+                            warp_specialize=WARP_SPECIALIZE):
         pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -95,6 +99,15 @@ def gemm_tma_persistent_kernel(
             if ACCUMULATE:
                 acc += c_desc.load([off_n, off_m]).T.to(tl.float32)
             c_desc.store([off_n, off_m], acc.T.to(c_desc.dtype))
+        elif SUBTILE:
+            halves = tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2))
+            halves = tl.permute(halves, (0, 2, 1))
+            c0, c1 = tl.split(halves)
+            if ACCUMULATE:
+                c0 += c_desc.load([off_m, off_n]).to(tl.float32)
+                c1 += c_desc.load([off_m, off_n + BLOCK_N // 2]).to(tl.float32)
+            c_desc.store([off_m, off_n], c0.to(c_desc.dtype))
+            c_desc.store([off_m, off_n + BLOCK_N // 2], c1.to(c_desc.dtype))
         else:
             if ACCUMULATE:
                 acc += c_desc.load([off_m, off_n]).to(tl.float32)

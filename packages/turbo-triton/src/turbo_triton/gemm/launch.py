@@ -109,12 +109,14 @@ def _launch_tma(cfg, args, a, b, c, m, n, k, programs, accumulate, precision):
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     a_desc = TensorDescriptor.from_tensor(a, [bk, bm] if args.trans_a else [bm, bk])
     b_desc = TensorDescriptor.from_tensor(b, [bn, bk] if args.trans_b else [bk, bn])
-    c_desc = TensorDescriptor.from_tensor(c, [bn, bm] if args.trans_c else [bm, bn])
+    subtile = cfg.subtile and not args.trans_c
+    c_desc = TensorDescriptor.from_tensor(c, [bn, bm] if args.trans_c else [bm, bn // 2 if subtile else bn])
     kernels.gemm_tma_persistent_kernel[(programs,)](
         a_desc, b_desc, c_desc, m, n, k,
         TRANS_A=args.trans_a, TRANS_B=args.trans_b, TRANS_C=args.trans_c,
         ACCUMULATE=accumulate, PRECISION=precision,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, NUM_PROGRAMS=programs,
+        FLATTEN=cfg.flatten, WARP_SPECIALIZE=cfg.warp_specialize, SUBTILE=subtile,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
 
