@@ -28,10 +28,10 @@ class GemmConfig:
 _TABLE: dict[str, dict[str, GemmConfig]] = {
     # key "large" for M*N >= 4096*4096-ish, "medium", "small" (few tiles)
     "sm90": {
-        # H200, 8192^3 bf16 (benchmarks/gemm-h200-2026-11-29.md): NT best 128x256 (705 TFLOP/s),
-        # NN best 256x128 (735).
-        "large": GemmConfig(128, 256, 64, 8, 8, 3),
-        "large_b_row_major": GemmConfig(256, 128, 64, 8, 8, 3),
+        # H200 sweep (benchmarks/gemm-h200-2026-11-29.md, gemm_variant_sweep.py): 128x256x64, 3 stages,
+        # flattened persistent loop, epilogue stored in two halves: 817/767/813 TFLOP/s NT/NN/TN at
+        # 8192^3 (torch.matmul 717/703/703 in the same run); 256x128 tiles were slower.
+        "large": GemmConfig(128, 256, 64, 8, 8, 3, flatten=True, subtile=True),
         "medium": GemmConfig(128, 128, 64, 8, 4, 4),
         "small": GemmConfig(64, 128, 64, 4, 4, 4),
     },
