@@ -147,15 +147,17 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--skip-sweep", action="store_true")
+    p.add_argument("--check-only", action="store_true", help="only the correctness check")
     args = p.parse_args()
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
            "cuda": torch.version.cuda, "python": platform.python_version(), "argv": sys.argv}
     print(env)
     results: list = []
     worst = check(results)
-    if not args.skip_sweep:
-        sweep(results)
-    models(results)
+    if not args.check_only:
+        if not args.skip_sweep:
+            sweep(results)
+        models(results)
     with open(args.out, "w") as fh:
         json.dump({"env": env, "check_worst": {f"{k[0]}/{k[1]}": v for k, v in worst.items()},
                    "results": results}, fh, indent=1)
