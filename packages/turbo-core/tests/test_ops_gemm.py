@@ -1,14 +1,12 @@
 """The public ``gemm`` op and ``Linear`` module: autograd, fused wgrad, torch.compile, opcheck,
-parity with torch.nn.Linear (values and state_dict), and the conformance suite on TORCH."""
+parity with torch.nn.Linear (values and state_dict). The gemm conformance cases run in
+test_conformance.py."""
 
 import pytest
 import torch
 
 from turbo_core.modules import Linear
 from turbo_core.ops import gemm
-from turbo_core.testing.conformance import conformance_suite
-
-TestConformanceTorch = conformance_suite("TORCH")
 
 
 def test_validation_names_the_argument():

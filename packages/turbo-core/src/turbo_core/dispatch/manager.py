@@ -51,20 +51,34 @@ def _check_scope(scope: str) -> str:
         raise TypeError(f"primitive: expected a primitive or family name, got {scope!r}")
     s = scope.strip().lower()
     names = primitive_names()
-    if s not in FAMILIES and s not in names:
+    fams = _all_families()
+    if s not in fams and s not in names:
         raise ValueError(
-            f"primitive: unknown primitive or family {scope!r}; families: {', '.join(FAMILIES)}; "
+            f"primitive: unknown primitive or family {scope!r}; families: {', '.join(sorted(fams))}; "
             f"primitives: {', '.join(sorted(names))}"
         )
     return s
 
 
+def _all_families() -> set[str]:
+    """Primus-Turbo's four families plus every family a primitive spec names (``rmsnorm``, ...)."""
+    from turbo_core.dispatch.primitives import families
+
+    return set(FAMILIES) | set(families())
+
+
 def _untunable(scope: str) -> bool:
-    from turbo_core.dispatch.primitives import get_primitive
+    """A primitive that is not tunable, or a family with any such primitive."""
+    from turbo_core.dispatch.primitives import families, get_primitive, primitive_names
 
     if scope in _UNTUNABLE_FAMILIES:
         return True
-    return scope not in FAMILIES and not get_primitive(scope).tunable
+    members = families().get(scope)
+    if members is not None:
+        return any(not get_primitive(p).tunable for p in members)
+    if scope in primitive_names():
+        return not get_primitive(scope).tunable
+    return False
 
 
 class GlobalBackendManager:

@@ -1,3 +1,106 @@
-"""Public normalization ops (being written)."""
+"""``rmsnorm`` and ``rmsnorm_residual``: RMSNorm with autograd (``rmsnorm_fwd`` + ``rmsnorm_bwd``)."""
 
-__all__: list[str] = []
+from __future__ import annotations
+
+import torch
+
+from turbo_core.dispatch.launch import normalization as launch
+from turbo_core.dispatch.specs._checks import FLOAT_DTYPES, require_tensor
+from turbo_core.dispatch.specs.normalization import RMSNORM_FWD, RmsNormFwdArgs
+
+__all__ = ["rmsnorm", "rmsnorm_residual"]
+
+
+class _RmsNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, gamma, eps, zero_centered):
+        y, rstd, _ = launch.rmsnorm_fwd(x, gamma, eps=eps, zero_centered=zero_centered)
+        ctx.save_for_backward(x, gamma, rstd)
+        ctx.zero_centered = zero_centered
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        s, gamma, rstd = ctx.saved_tensors
+        dx, dgamma = launch.rmsnorm_bwd(grad_y.contiguous(), s, gamma, rstd, zero_centered=ctx.zero_centered)
+        return dx, (dgamma if ctx.needs_input_grad[1] else None), None, None
+
+
+class _RmsNormResidualFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, residual, gamma, eps, zero_centered):
+        y, rstd, x_plus_r = launch.rmsnorm_fwd(x, gamma, eps=eps, zero_centered=zero_centered, residual=residual)
+        ctx.save_for_backward(x_plus_r, gamma, rstd)
+        ctx.zero_centered = zero_centered
+        return y, x_plus_r
+
+    @staticmethod
+    def backward(ctx, grad_y, grad_x_plus_r):
+        s, gamma, rstd = ctx.saved_tensors
+        ds, dgamma = launch.rmsnorm_bwd(grad_y.contiguous(), s, gamma, rstd, zero_centered=ctx.zero_centered)
+        # x_plus_r's own consumers add their gradient; x and residual both receive the sum.
+        ds = ds + grad_x_plus_r
+        return ds, ds, (dgamma if ctx.needs_input_grad[2] else None), None, None
+
+
+def _flatten(x: object, gamma: torch.Tensor | None, eps: float, zero_centered: bool, *, fused: bool = False,
+             residual: object = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    require_tensor("x", x, dtypes=FLOAT_DTYPES)
+    if x.dim() == 0:
+        raise ValueError("x: expected at least a 1-D tensor (normalized over its last dim), got a scalar")
+    if x.shape[-1] == 0:
+        raise ValueError(f"x: expected a non-empty last (hidden) dim, got shape {tuple(x.shape)}")
+    if fused:
+        require_tensor("residual", residual, dtypes=FLOAT_DTYPES)
+        if residual.shape != x.shape:
+            raise ValueError(f"residual: expected shape {tuple(x.shape)} (x's), got {tuple(residual.shape)}")
+    hidden = x.shape[-1]
+    x2d = x.reshape(-1, hidden).contiguous()
+    r2d = residual.reshape(-1, hidden).contiguous() if residual is not None else None
+    if isinstance(gamma, torch.Tensor) and gamma.dim() == 1:
+        gamma = gamma.contiguous()
+    RMSNORM_FWD.check_args(RmsNormFwdArgs(x2d, gamma, eps, zero_centered, r2d))
+    return x2d, r2d, gamma
+
+
+def rmsnorm(x: torch.Tensor, gamma: torch.Tensor | None, eps: float = 1e-6,
+            zero_centered: bool = False) -> torch.Tensor:
+    """RMSNorm over the last dim: ``y = x * rsqrt(mean(x^2) + eps) * g``.
+
+    Args:
+        x: ``[..., H]``, fp16/bf16/fp32, ``H >= 1``; leading dims are flattened to ``[T, H]``
+            (non-contiguous input is copied to a contiguous one).
+        gamma: ``[H]``, fp16/bf16/fp32 (need not be x's dtype), or ``None`` for no affine
+            (``g = 1``).
+        eps: a finite float ``> 0``.
+        zero_centered: ``g = 1 + gamma`` instead of ``gamma`` (no effect without gamma).
+
+    Returns:
+        ``y``, x's shape and dtype. The mean of squares, ``rsqrt`` and the products are computed in
+        fp32 (or wider) and rounded once. The backward is the ``rmsnorm_bwd`` primitive, from the
+        forward's fp32 ``rstd``: ``dx`` in x's dtype, ``dgamma`` (fp32 accumulation over rows) in
+        gamma's dtype.
+    """
+    x2d, _, gamma = _flatten(x, gamma, eps, zero_centered)
+    y = _RmsNormFunction.apply(x2d, gamma, float(eps), zero_centered)
+    return y.reshape(x.shape)
+
+
+def rmsnorm_residual(x: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor | None, eps: float = 1e-6,
+                     zero_centered: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused residual add + RMSNorm: ``s = x + residual``, ``y = rmsnorm(s, gamma, eps)``.
+
+    Args:
+        x: ``[..., H]``, fp16/bf16/fp32 (flattened to ``[T, H]`` as in :func:`rmsnorm`).
+        residual: x's shape and dtype.
+        gamma, eps, zero_centered: as in :func:`rmsnorm`.
+
+    Returns:
+        ``(y, x_plus_r)``, both x's shape and dtype. ``x_plus_r`` is ``x + residual`` added in fp32
+        and rounded once to x's dtype; ``y`` normalizes exactly that rounded sum. In the backward,
+        x and residual receive the same gradient: the norm's ``dx`` plus ``x_plus_r``'s own
+        gradient.
+    """
+    x2d, r2d, gamma = _flatten(x, gamma, eps, zero_centered, fused=True, residual=residual)
+    y, x_plus_r = _RmsNormResidualFunction.apply(x2d, r2d, gamma, float(eps), zero_centered)
+    return y.reshape(x.shape), x_plus_r.reshape(x.shape)
