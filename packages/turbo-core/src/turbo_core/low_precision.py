@@ -1,0 +1,376 @@
+"""Low-precision formats, scaling configurations and the FP8/FP4 torch dtypes.
+
+Everything here is cheap to import: no GPU is touched. The concrete FP8 dtypes depend on the
+device (OCP ``float8_e4m3fn``/``float8_e5m2`` on CPU, NVIDIA and gfx950; the ``...fnuz`` variants on
+gfx942), so they are chosen **per device at call time** by :func:`float8_e4m3_dtype`,
+:func:`float8_e5m2_dtype` and :func:`fp8_dtype_for`, never at import.
+
+Enum values are strings (``ScalingGranularity.ROWWISE == "ROWWISE"``), so they cross
+``torch.library.custom_op`` boundaries and saved artifacts by name, not by position.
+
+Scale conventions (the library always stores ``scale_inv``, the dequantization multiplier):
+
+* FP32 scales: ``scale = fp8_max / max(amax, QUANT_EPS)``, ``q = clamp(x * scale, -fp8_max, fp8_max)``
+  rounded to nearest-even in the FP8 dtype, ``scale_inv = 1 / scale`` (fp32).
+* E8M0 (MX) scales follow the OCP Microscaling spec v1.0: for a block with amax ``a``, the shared
+  exponent is ``X = floor(log2(a)) - emax_elem`` (``emax_elem`` = exponent of the element format's
+  largest normal: 8 for E4M3, 15 for E5M2, 2 for E2M1), clamped to ``[-127, 127]``; the block is
+  stored as ``x / 2**X`` rounded (nearest-even, saturating to ``±max``) and ``scale_inv = 2**X``
+  as the byte ``X + 127``. An all-zero block gets ``X = -127`` (byte 0), a block with NaN/Inf
+  gets the E8M0 NaN byte 0xFF.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "E8M0_DTYPE",
+    "FLOAT4_E2M1FN_X2",
+    "FP8_DTYPES",
+    "MXFP4_BLOCK_SIZE",
+    "MXFP4_GROUP_COL_ALIGN",
+    "MXFP4_PADDING_ALIGN_SIZE",
+    "MXFP8_BLOCK_SIZE",
+    "MXFP8_GROUP_COL_ALIGN",
+    "MXFP8_GROUP_ROW_ALIGN",
+    "MXFP8_PADDING_ALIGN_SIZE",
+    "QUANT_EPS",
+    "Float4QuantConfig",
+    "Float8QuantConfig",
+    "Format",
+    "ScaleDtype",
+    "ScalingGranularity",
+    "ScalingRecipe",
+    "ScalingStrategy",
+    "as_format",
+    "as_granularity",
+    "as_recipe",
+    "float4_e2m1_dtype",
+    "float8_e4m3_dtype",
+    "float8_e5m2_dtype",
+    "format_of",
+    "fp8_dtype_for",
+    "fp8_max",
+    "is_fp4_dtype",
+    "is_fp8_dtype",
+    "mx_emax",
+    "uses_fnuz",
+]
+
+
+class Format(str, enum.Enum):
+    """Element format. ``HYBRID``: E4M3 for the forward operands, E5M2 for ``grad_out``."""
+
+    E4M3 = "E4M3"
+    E5M2 = "E5M2"
+    E2M1_X2 = "E2M1_X2"  # FP4, two values packed per byte
+    HYBRID = "HYBRID"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ScalingGranularity(str, enum.Enum):
+    """Which elements share one scale (see the scale-layout table in ``turbo_core.ops.quantization``)."""
+
+    TENSORWISE = "TENSORWISE"
+    ROWWISE = "ROWWISE"
+    BLOCKWISE = "BLOCKWISE"
+    MX_BLOCKWISE = "MX_BLOCKWISE"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ScaleDtype(str, enum.Enum):
+    """Storage of ``scale_inv``: fp32, or E8M0 (a power of two, MX formats)."""
+
+    FP32 = "FP32"
+    E8M0 = "E8M0"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ScalingStrategy(str, enum.Enum):
+    """How scales are obtained. Only ``DYNAMIC`` (from the current tensor's amax) exists."""
+
+    DYNAMIC = "DYNAMIC"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ScalingRecipe(NamedTuple):
+    """Per-operand quantization options.
+
+    Attributes:
+        use_2d_block: square blocks (``bs x bs`` for BLOCKWISE, ``32 x 32`` for MX), for weights.
+        use_sr: stochastic rounding (FP4 only).
+        use_rht: 16-point random Hadamard transform before quantizing (FP4 only).
+        shuffle_scale: write the E8M0 scales in AITER's pre-shuffled layout (MX only).
+        shuffle_out: write the data in AITER's 16x16 pre-shuffled layout (MX only).
+    """
+
+    use_2d_block: bool = False
+    use_sr: bool = False
+    use_rht: bool = False
+    shuffle_scale: bool = False
+    shuffle_out: bool = False
+
+
+# Name -> member tables (plain dict lookups, which torch.compile traces; enum calls it may not).
+_FORMATS = {f.value: f for f in Format}
+_GRANULARITIES = {g.value: g for g in ScalingGranularity}
+
+MXFP8_BLOCK_SIZE = 32
+MXFP4_BLOCK_SIZE = 32
+#: MX data is zero-padded along the blocked (inner) dim to a multiple of this.
+MXFP8_PADDING_ALIGN_SIZE = 128
+MXFP4_PADDING_ALIGN_SIZE = 128
+DEFAULT_BLOCK_SIZE = 128
+#: Grouped MX: each group's rows are padded to a multiple of these (row-wise / col-wise copies).
+MXFP8_GROUP_ROW_ALIGN = 32
+MXFP8_GROUP_COL_ALIGN = 128
+MXFP4_GROUP_COL_ALIGN = 512
+#: ``scale = fp8_max / max(amax, QUANT_EPS)``: an all-zero block still gets a finite scale.
+QUANT_EPS = 1e-12
+
+#: torch's packed FP4 dtype (two E2M1 values per byte), or ``None`` on a torch without it.
+FLOAT4_E2M1FN_X2: torch.dtype | None = getattr(torch, "float4_e2m1fn_x2", None)
+#: The dtype MX scales are returned in: ``torch.float8_e8m0fnu`` when torch has it, else uint8.
+E8M0_DTYPE: torch.dtype = getattr(torch, "float8_e8m0fnu", torch.uint8)
+
+_E4M3 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+_E5M2 = (torch.float8_e5m2, torch.float8_e5m2fnuz)
+#: Every FP8 element dtype the library accepts.
+FP8_DTYPES: tuple[torch.dtype, ...] = _E4M3 + _E5M2
+#: GPU architectures whose FP8 is the FNUZ flavour (no negative zero, NaN = 0x80, bias+1).
+_FNUZ_ARCHS = frozenset({"gfx940", "gfx941", "gfx942"})
+
+
+def uses_fnuz(device: torch.device | str | None = None) -> bool:
+    """Whether FP8 on ``device`` is the FNUZ flavour (gfx942); ``None``/CPU: OCP."""
+    from turbo_core.platform import platform_of
+
+    dev = torch.device(device) if isinstance(device, str) else device
+    return platform_of(dev).arch in _FNUZ_ARCHS
+
+
+def float8_e4m3_dtype(device: torch.device | str | None = None) -> torch.dtype:
+    """``float8_e4m3fnuz`` on gfx942, ``float8_e4m3fn`` elsewhere (CPU, NVIDIA, gfx950)."""
+    return torch.float8_e4m3fnuz if uses_fnuz(device) else torch.float8_e4m3fn
+
+
+def float8_e5m2_dtype(device: torch.device | str | None = None) -> torch.dtype:
+    """``float8_e5m2fnuz`` on gfx942, ``float8_e5m2`` elsewhere (CPU, NVIDIA, gfx950)."""
+    return torch.float8_e5m2fnuz if uses_fnuz(device) else torch.float8_e5m2
+
+
+def float4_e2m1_dtype() -> torch.dtype:
+    """``torch.float4_e2m1fn_x2``; raises ``RuntimeError`` on a torch without it."""
+    if FLOAT4_E2M1FN_X2 is None:
+        raise RuntimeError(f"FP4 needs torch.float4_e2m1fn_x2, which torch {torch.__version__} lacks")
+    return FLOAT4_E2M1FN_X2
+
+
+def as_format(value: object, name: str = "format") -> Format:
+    """A :class:`Format` from a member or its name; ``ValueError`` naming ``name`` otherwise."""
+    if isinstance(value, Format):
+        return value
+    found = _FORMATS.get(value.upper()) if isinstance(value, str) else None
+    if found is None:
+        raise ValueError(f"{name}: expected one of {list(_FORMATS)}, got {value!r}")
+    return found
+
+
+def as_granularity(value: object, name: str = "granularity") -> ScalingGranularity:
+    """A :class:`ScalingGranularity` from a member or its name."""
+    if isinstance(value, ScalingGranularity):
+        return value
+    found = _GRANULARITIES.get(value.upper()) if isinstance(value, str) else None
+    if found is None:
+        raise ValueError(f"{name}: expected one of {list(_GRANULARITIES)}, got {value!r}")
+    return found
+
+
+def as_recipe(value: object, name: str = "scaling_recipe") -> ScalingRecipe:
+    """``None`` -> the default recipe; a :class:`ScalingRecipe` is checked to hold bools."""
+    if value is None:
+        return ScalingRecipe()
+    if not isinstance(value, ScalingRecipe):
+        raise TypeError(f"{name}: expected a ScalingRecipe or None, got {type(value).__name__}")
+    for field_name, v in zip(ScalingRecipe._fields, value, strict=True):
+        if not isinstance(v, bool):
+            raise TypeError(f"{name}.{field_name}: expected a bool, got {v!r}")
+    return value
+
+
+def fp8_dtype_for(format: Format | str, device: torch.device | str | None = None,
+                  is_fwd_stage: bool = True) -> torch.dtype:
+    """The FP8 dtype of ``format`` on ``device``: E4M3, E5M2, or for HYBRID E4M3 in the forward
+    stage and E5M2 for the backward ``grad_out`` (``is_fwd_stage=False``)."""
+    fmt = as_format(format)
+    if fmt == Format.HYBRID:
+        fmt = Format.E4M3 if is_fwd_stage else Format.E5M2
+    if fmt == Format.E4M3:
+        return float8_e4m3_dtype(device)
+    if fmt == Format.E5M2:
+        return float8_e5m2_dtype(device)
+    raise ValueError(f"format: {fmt.value} is not an FP8 format (expected E4M3, E5M2 or HYBRID)")
+
+
+def is_fp8_dtype(dtype: object) -> bool:
+    return dtype in FP8_DTYPES
+
+
+def is_fp4_dtype(dtype: object) -> bool:
+    return FLOAT4_E2M1FN_X2 is not None and dtype == FLOAT4_E2M1FN_X2
+
+
+def format_of(dtype: torch.dtype) -> Format:
+    """The :class:`Format` of a low-precision torch dtype."""
+    if dtype in _E4M3:
+        return Format.E4M3
+    if dtype in _E5M2:
+        return Format.E5M2
+    if is_fp4_dtype(dtype):
+        return Format.E2M1_X2
+    raise ValueError(f"dtype: {dtype} is not an FP8/FP4 dtype")
+
+
+def fp8_max(dtype: torch.dtype) -> float:
+    """Largest finite value of an FP8 dtype (448, 240, 57344), or 6.0 for packed FP4."""
+    if is_fp4_dtype(dtype):
+        return 6.0
+    if dtype not in FP8_DTYPES:
+        raise ValueError(f"dtype: expected an FP8/FP4 dtype, got {dtype}")
+    return float(torch.finfo(dtype).max)
+
+
+def mx_emax(dtype: torch.dtype) -> int:
+    """``emax_elem`` of the OCP MX spec: the exponent of the element format's largest normal
+    (E4M3: 8, E5M2: 15, E2M1: 2; E4M3FNUZ: 7)."""
+    return int(math.floor(math.log2(fp8_max(dtype))))
+
+
+def _check_block_size(value: object, name: str = "block_size") -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Float8QuantConfig:
+    """How ``gemm_fp8`` / ``Float8Linear`` / FP8 attention quantize their operands.
+
+    Attributes:
+        format: E4M3, E5M2 or HYBRID (E4M3 forward, E5M2 for ``grad_out``).
+        granularity: TENSORWISE, ROWWISE, BLOCKWISE or MX_BLOCKWISE.
+        strategy: DYNAMIC (the only one).
+        scale_dtype: FP32, or E8M0 for MX_BLOCKWISE. ``None`` picks the one the granularity needs.
+        block_size: required for BLOCKWISE (GEMMs use 128, FP8 attention 64); MX_BLOCKWISE needs
+            32 (``None`` means 32); must be ``None`` for TENSORWISE/ROWWISE.
+
+    Invalid combinations raise ``ValueError`` naming the field (never ``assert``).
+    """
+
+    format: Format = Format.E4M3
+    granularity: ScalingGranularity = ScalingGranularity.TENSORWISE
+    strategy: ScalingStrategy = ScalingStrategy.DYNAMIC
+    scale_dtype: ScaleDtype | None = None
+    block_size: int | None = None
+
+    def __post_init__(self) -> None:
+        fmt = as_format(self.format, "format")
+        if fmt == Format.E2M1_X2:
+            raise ValueError("format: E2M1_X2 is FP4; use Float4QuantConfig")
+        gran = as_granularity(self.granularity, "granularity")
+        try:
+            strategy = ScalingStrategy(self.strategy)
+        except ValueError:
+            raise ValueError(f"strategy: only DYNAMIC scaling exists, got {self.strategy!r}") from None
+        is_mx = gran == ScalingGranularity.MX_BLOCKWISE
+        if self.scale_dtype is None:
+            scale_dtype = ScaleDtype.E8M0 if is_mx else ScaleDtype.FP32
+        else:
+            try:
+                scale_dtype = ScaleDtype(self.scale_dtype)
+            except ValueError:
+                raise ValueError(f"scale_dtype: expected FP32 or E8M0, got {self.scale_dtype!r}") from None
+        if is_mx and scale_dtype != ScaleDtype.E8M0:
+            raise ValueError("scale_dtype: MX_BLOCKWISE needs E8M0 scales")
+        if not is_mx and scale_dtype != ScaleDtype.FP32:
+            raise ValueError(f"scale_dtype: {gran.value} uses FP32 scales (E8M0 is for MX_BLOCKWISE)")
+        block_size = self.block_size
+        if gran == ScalingGranularity.BLOCKWISE:
+            if block_size is None:
+                raise ValueError("block_size: BLOCKWISE needs a block size (e.g. 128)")
+            _check_block_size(block_size)
+        elif is_mx:
+            if block_size is None:
+                block_size = MXFP8_BLOCK_SIZE
+            if block_size != MXFP8_BLOCK_SIZE:
+                raise ValueError(f"block_size: MX_BLOCKWISE needs {MXFP8_BLOCK_SIZE}, got {block_size!r}")
+        elif block_size is not None:
+            raise ValueError(f"block_size: {gran.value} has no blocks; expected None, got {block_size!r}")
+        for attr, value in (("format", fmt), ("granularity", gran), ("strategy", strategy),
+                            ("scale_dtype", scale_dtype), ("block_size", block_size)):
+            object.__setattr__(self, attr, value)
+
+    def dtype(self, device: torch.device | str | None = None, is_fwd_stage: bool = True) -> torch.dtype:
+        """The FP8 dtype of this config on ``device`` (HYBRID: E5M2 when not ``is_fwd_stage``)."""
+        return fp8_dtype_for(self.format, device, is_fwd_stage)
+
+
+@dataclass(frozen=True)
+class Float4QuantConfig:
+    """MXFP4 quantization of ``gemm_fp4`` / grouped FP4 GEMM operands.
+
+    Only one combination exists: E2M1_X2 values, MX_BLOCKWISE, DYNAMIC, E8M0 scales, blocks of 32.
+    ``use_gradient_sr``: stochastic rounding of ``grad_out``; ``use_preshuffle``: AITER
+    pre-shuffled layouts (weights and scales).
+    """
+
+    format: Format = Format.E2M1_X2
+    granularity: ScalingGranularity = ScalingGranularity.MX_BLOCKWISE
+    strategy: ScalingStrategy = ScalingStrategy.DYNAMIC
+    scale_dtype: ScaleDtype = ScaleDtype.E8M0
+    block_size: int = MXFP4_BLOCK_SIZE
+    use_gradient_sr: bool = False
+    use_preshuffle: bool = False
+
+    def __post_init__(self) -> None:
+        if as_format(self.format, "format") != Format.E2M1_X2:
+            raise ValueError(f"format: Float4QuantConfig needs E2M1_X2, got {self.format!r}")
+        if as_granularity(self.granularity, "granularity") != ScalingGranularity.MX_BLOCKWISE:
+            raise ValueError(f"granularity: Float4QuantConfig needs MX_BLOCKWISE, got {self.granularity!r}")
+        try:
+            strategy = ScalingStrategy(self.strategy)
+        except ValueError:
+            raise ValueError(f"strategy: only DYNAMIC scaling exists, got {self.strategy!r}") from None
+        try:
+            scale_dtype = ScaleDtype(self.scale_dtype)
+        except ValueError:
+            scale_dtype = None
+        if scale_dtype != ScaleDtype.E8M0:
+            raise ValueError(f"scale_dtype: Float4QuantConfig needs E8M0, got {self.scale_dtype!r}")
+        if self.block_size != MXFP4_BLOCK_SIZE or isinstance(self.block_size, bool):
+            raise ValueError(f"block_size: Float4QuantConfig needs {MXFP4_BLOCK_SIZE}, got {self.block_size!r}")
+        for attr in ("use_gradient_sr", "use_preshuffle"):
+            if not isinstance(getattr(self, attr), bool):
+                raise TypeError(f"{attr}: expected a bool, got {getattr(self, attr)!r}")
+        object.__setattr__(self, "format", Format.E2M1_X2)
+        object.__setattr__(self, "granularity", ScalingGranularity.MX_BLOCKWISE)
+        object.__setattr__(self, "strategy", strategy)
+        object.__setattr__(self, "scale_dtype", scale_dtype)
+
+    def dtype(self) -> torch.dtype:
+        """``torch.float4_e2m1fn_x2``."""
+        return float4_e2m1_dtype()
