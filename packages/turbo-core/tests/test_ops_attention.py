@@ -16,7 +16,7 @@ from turbo_core.dispatch import call
 from turbo_core.dispatch.specs.attention import ATTENTION_FWD, AttentionBwdArgs, AttentionFwdArgs
 from turbo_core.modules import Attention, TurboAttention
 from turbo_core.ops import flash_attn_fp8_func, flash_attn_func, flash_attn_varlen_func
-from turbo_core.testing.cases.attention import CASES, dense_reference, varlen_reference
+from turbo_core.testing.cases.attention import dense_reference, varlen_reference
 
 
 def _qkv(b=2, s_q=5, s_kv=7, h_q=4, h_kv=2, d_qk=8, d_v=8, dtype=torch.float32, seed=0, grad=False):
@@ -43,13 +43,7 @@ def _ref_grads(q, k, v, dout, sink=None, **kw):
     return out, lse, [t.grad for t in leaves], (s64.grad if s64 is not None else None)
 
 
-# -- conformance on the reference backend --------------------------------------------------------
-
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_conformance_torch(case):
-    with use_backend("TORCH"):
-        case.run()
-
+# The shared conformance cases run against TORCH in test_conformance.py.
 
 # -- validation ----------------------------------------------------------------------------------
 

@@ -5,18 +5,11 @@ import pytest
 import torch
 
 from turbo_core.dispatch import dispatcher
-from turbo_core.dispatch.manager import use_backend
 from turbo_core.dispatch.primitives import get_primitive
 from turbo_core.dispatch.specs.normalization import RmsNormBwdArgs, RmsNormFwdArgs
 from turbo_core.modules import RMSNorm
 from turbo_core.ops import rmsnorm, rmsnorm_residual
 from turbo_core.testing.cases.normalization import CASES
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_conformance_torch(case):
-    with use_backend("TORCH"):
-        case.run()
 
 
 def test_cases_catch_a_wrong_kernel(monkeypatch):

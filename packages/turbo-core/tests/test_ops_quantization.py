@@ -32,12 +32,6 @@ def _cd(a, b):
     return -(-a // b)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_conformance_on_torch(case):
-    with use_backend("TORCH"):
-        case.run()
-
-
 # -- the layout table, at odd sizes ------------------------------------------------------------------
 # Every granularity x axis on 1-D, 2-D (1x111, 7x333) and 3-D inputs: the shapes the table promises.
 

@@ -31,6 +31,13 @@ DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
     "attention_fp8_bwd": {"rocm": (B.TRITON,), "cuda": (B.TRITON,), **_CPU},
 }
 
+# Quantization: the reference kernels are plain, sync-free PyTorch, a sound default on a GPU until
+# a faster backend serves the call.
+_QUANT = ("quantize_fp8", "quantize_fp8_with_trans", "dequantize_fp8", "grouped_quantize_fp8",
+          "grouped_quantize_fp8_with_trans", "grouped_dequantize_fp8", "quantize_fp4", "quantize_fp4_with_trans",
+          "dequantize_fp4", "grouped_quantize_fp4", "grouped_quantize_fp4_with_trans", "grouped_dequantize_fp4")
+DEFAULTS.update({name: {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU} for name in _QUANT})
+
 
 def default_order(primitive: str, platform: Platform) -> tuple[str, ...]:
     table = DEFAULTS.get(primitive, _CPU)
