@@ -43,7 +43,7 @@ def _ref_grads(q, k, v, dout, sink=None, **kw):
     return out, lse, [t.grad for t in leaves], (s64.grad if s64 is not None else None)
 
 
-# The shared conformance cases run against TORCH in test_conformance.py.
+# The shared conformance cases run against TORCH in test_conformance_torch.py.
 
 # -- validation ----------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The public ``gemm`` op and ``Linear`` module: autograd, fused wgrad, torch.compile, opcheck,
 parity with torch.nn.Linear (values and state_dict). The gemm conformance cases run in
-test_conformance.py."""
+test_conformance_torch.py."""
 
 import pytest
 import torch

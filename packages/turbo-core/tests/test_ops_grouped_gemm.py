@@ -50,7 +50,7 @@ def _variable_k_ref(a, b, lens, trans_c=False):
     return torch.stack(out)
 
 
-# -- the shared conformance cases run against TORCH in test_conformance.py; here: they can fail --
+# -- the shared conformance cases run against TORCH in test_conformance_torch.py; here: they can fail --
 
 
 @pytest.mark.parametrize("primitive, what", [("grouped_gemm", "out"), ("grouped_gemm_variable_k", "grad_b")])
