@@ -3,6 +3,8 @@ accuracy column is real, and the JSON file holds the environment and a summary."
 
 import json
 
+import pytest
+
 from turbo_core.bench import report, timing
 from turbo_core.cli import main
 
@@ -38,3 +40,18 @@ def test_rotation_and_geomean():
     assert timing.copies_needed(1, max_sets=16) == 16
     assert abs(report.geomean([2.0, 8.0]) - 4.0) < 1e-12
     assert report.geomean([]) is None
+
+
+@pytest.mark.parametrize("suite", ["norm", "activation"])
+def test_quick_memory_bound_suite(tmp_path, suite):
+    out = tmp_path / "b.json"
+    assert main(["bench", suite, "--quick", "--include-reference", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    rows = data["rows"]
+    assert {r["provider"] for r in rows} == {"torch", "turbo:TORCH"}
+    assert {r["pass"] for r in rows} == {"fwd", "bwd"}
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["gbps"] > 0 and r["copy_gbps"] > 0 and r["copy_fraction"] > 0
+        assert r["bytes"] > 0 and r["max_rel_err"] < 1e-2
+    assert {s["provider"] for s in data["summary"]} == {"turbo:TORCH"}

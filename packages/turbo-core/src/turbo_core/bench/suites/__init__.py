@@ -1,3 +1,7 @@
-"""Benchmark suites by name."""
+"""Benchmark suites by name. Each module ``turbo_core.bench.suites.<name>`` has
+``run(*, quick, tokens, models, providers, include_reference, warmup, iters, device, progress)``
+returning JSON-ready rows, and may have ``print_table(rows, console)`` (else the TFLOP/s table of
+``turbo_core.bench.report`` is used). ``gemm``/``grouped_gemm`` are scored in TFLOP/s, ``norm`` and
+``activation`` (memory-bound) in GB/s and the fraction of the measured copy bandwidth."""
 
-SUITES = ("gemm",)
+SUITES = ("gemm", "norm", "activation")

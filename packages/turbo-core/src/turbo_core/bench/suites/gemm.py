@@ -71,3 +71,13 @@ def turbo_provider(backend: str):
 def reference(a, b, ta, tb) -> torch.Tensor:
     x, y = a.double(), b.double()
     return (x.t() if ta else x) @ (y.t() if tb else y)
+
+
+def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
+        include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
+    """Every provider on every case (see :func:`turbo_core.bench.runner.run_gemm`)."""
+    from turbo_core.bench.runner import run_gemm
+
+    return run_gemm(quick=quick, tokens=tokens or (32 if quick else 8192), models=models, providers=providers,
+                    include_reference=include_reference, warmup=warmup, iters=iters, device=device,
+                    progress=progress)

@@ -1,0 +1,129 @@
+"""SwiGLU / GeGLU with per-token probs (``turbo bench activation``), bf16, forward and backward.
+
+Shapes: ``x [T, 2F]`` for the dense FFN widths F of Llama-3.1 8B (14336) and 70B (28672).
+Bytes: forward reads ``x`` and ``probs`` and writes ``out [T, F]``; backward reads ``grad_out``,
+``x``, ``probs`` and writes ``grad_x`` and ``grad_probs``. Providers and the runner are those of
+the RMSNorm suite (:mod:`turbo_core.bench.suites.norm`): eager torch, ``torch.compile`` of the same
+expression (fp32 math, one rounding), and the turbo backends through the primitives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from turbo_core.bench.suites.norm import MemCase, print_table, run_bandwidth
+
+__all__ = ["cases", "print_table", "run"]
+
+#: FFN width F (the GLU half width) per model.
+FFN = {"llama3.1-8b": 14336, "llama3.1-70b": 28672}
+QUICK_FFN = {"tiny": 80}
+KINDS = ("swiglu", "geglu")
+DEFAULT_TOKENS = 16384
+
+
+def cases(tokens: int | None, quick: bool, models: list[str] | None) -> list[MemCase]:
+    table = QUICK_FFN if quick else FFN
+    tokens = tokens or (32 if quick else DEFAULT_TOKENS)
+    dtype = torch.bfloat16
+    e = torch.empty((), dtype=dtype).element_size()
+    out = []
+    for kind in KINDS:
+        for model, ffn in table.items():
+            if models and model not in models:
+                continue
+            th = tokens * ffn * e
+            out.append(MemCase("activation", kind, model, "fwd", tokens, ffn, dtype, 3 * th + 4 * tokens))
+            out.append(MemCase("activation", kind, model, "bwd", tokens, ffn, dtype, 5 * th + 8 * tokens))
+    return out
+
+
+def _act(kind: str, a: torch.Tensor) -> torch.Tensor:
+    return F.silu(a) if kind == "swiglu" else F.gelu(a, approximate="none")
+
+
+def _glu_expr(x: torch.Tensor, probs: torch.Tensor, kind: str) -> torch.Tensor:
+    a, b = x.float().chunk(2, dim=-1)
+    return (_act(kind, a) * b * probs.unsqueeze(-1)).to(x.dtype)
+
+
+def make_inputs(case: MemCase, device: str, gen: torch.Generator) -> tuple:
+    x = torch.randn(case.tokens, 2 * case.hidden, device=device, generator=gen).to(case.dtype)
+    probs = torch.rand(case.tokens, device=device, generator=gen)
+    grad = torch.randn(case.tokens, case.hidden, device=device, generator=gen).to(case.dtype)
+    return x, probs, grad
+
+
+def reference(case: MemCase, inputs: tuple) -> list[torch.Tensor]:
+    """float64: fwd ``[out]``; bwd ``[grad_x, grad_probs]``."""
+    x, probs, grad = inputs
+    a, b = x.double().chunk(2, dim=-1)
+    p = probs.double().unsqueeze(-1)
+    inv_sqrt2 = 1.0 / math.sqrt(2.0)
+    if case.op == "swiglu":
+        s = torch.sigmoid(a)
+        act, act_grad = a * s, s * (1.0 + a * (1.0 - s))
+    else:
+        cdf = 0.5 * (1.0 + torch.erf(a * inv_sqrt2))
+        act, act_grad = a * cdf, cdf + a * torch.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)
+    if case.pass_ == "fwd":
+        return [act * b * p]
+    g = grad.double()
+    return [torch.cat([g * b * p * act_grad, g * act * p], dim=-1), (g * act * b).sum(-1)]
+
+
+def torch_provider(case: MemCase, compiled: bool) -> Callable:
+    fn = _glu_expr
+    if compiled:
+        torch._dynamo.reset()
+        fn = torch.compile(_glu_expr, dynamic=False)
+
+    def prepare(inputs):
+        x, probs, grad = inputs
+        if case.pass_ == "fwd":
+            return lambda: [fn(x, probs, case.op)]
+        xg, pg = x.detach().requires_grad_(), probs.detach().requires_grad_()
+        out = fn(xg, pg, case.op)
+        return lambda: list(torch.autograd.grad(out, (xg, pg), grad, retain_graph=True))
+
+    return prepare
+
+
+def turbo_args(case: MemCase, inputs: tuple):
+    from turbo_core.dispatch.specs.activation import GluBwdArgs, GluFwdArgs
+
+    x, probs, grad = inputs
+    if case.pass_ == "fwd":
+        return f"{case.op}_fwd", GluFwdArgs(x, probs)
+    return f"{case.op}_bwd", GluBwdArgs(grad, x, probs)
+
+
+def turbo_provider(case: MemCase, backend: str) -> Callable:
+    from turbo_core.dispatch.dispatcher import call
+    from turbo_core.dispatch.manager import use_backend
+
+    def prepare(inputs):
+        name, args = turbo_args(case, inputs)
+
+        def run_once():
+            with use_backend(backend):
+                out = call(name, args)
+            return [out] if case.pass_ == "fwd" else list(out)
+
+        return run_once
+
+    return prepare
+
+
+def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
+        include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
+    """The GLU suite: rows as :func:`turbo_core.bench.suites.norm.run_bandwidth`'s."""
+    import sys
+
+    return run_bandwidth(sys.modules[__name__], cases(tokens, quick, models), providers=providers,
+                         include_reference=include_reference, compile_provider=device == "cuda",
+                         warmup=warmup, iters=iters, device=device, progress=progress)

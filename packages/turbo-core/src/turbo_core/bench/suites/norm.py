@@ -1,0 +1,305 @@
+"""RMSNorm suite (``turbo bench norm``), and the runner shared by the memory-bound suites.
+
+Memory-bound ops are scored in GB/s from an explicit byte count (every input read once, every
+output written once; the fp32 ``rstd`` row statistic, 1/H of the traffic, is left out), next to
+the device-to-device copy bandwidth measured in the same process (``copy_``: read + write of a
+large tensor), and the ratio to eager PyTorch.
+
+Providers: ``torch`` (eager PyTorch, the usual fp32 RMSNorm expression), ``torch.compile`` (the
+same function compiled, static shapes), and ``turbo:<BACKEND>`` for every available backend with a
+kernel for the primitive (the TORCH reference only with ``--include-reference``). The turbo
+providers call the primitive (``rmsnorm_fwd``/``rmsnorm_bwd``); the torch providers time the
+forward expression, or ``torch.autograd.grad`` of it over a graph built before timing.
+Accuracy: max relative error of every output against float64 math.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from turbo_core.bench import timing
+
+__all__ = ["MemCase", "cases", "copy_bandwidth", "print_table", "run", "run_bandwidth"]
+
+#: Model hidden sizes (Hugging Face configs): the RMSNorm width.
+HIDDEN = {"llama3.1-8b": 4096, "deepseek-v3": 7168, "llama3.1-70b": 8192, "llama3.1-405b": 16384}
+QUICK_HIDDEN = {"tiny": 96}
+DEFAULT_TOKENS = 16384
+EPS = 1e-6
+
+
+@dataclass
+class MemCase:
+    """One timed case of a memory-bound suite. ``hidden``: the row width (the GLU half width)."""
+
+    suite: str
+    op: str
+    model: str
+    pass_: str
+    tokens: int
+    hidden: int
+    dtype: torch.dtype
+    bytes: int
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.op}/{self.pass_} {self.model} {self.tokens}x{self.hidden}"
+
+
+def _size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def cases(tokens: int | None, quick: bool, models: list[str] | None) -> list[MemCase]:
+    table = QUICK_HIDDEN if quick else HIDDEN
+    tokens = tokens or (32 if quick else DEFAULT_TOKENS)
+    dtype = torch.bfloat16
+    e = _size(dtype)
+    out = []
+    for model, hidden in table.items():
+        if models and model not in models:
+            continue
+        th = tokens * hidden * e
+        out.append(MemCase("norm", "rmsnorm", model, "fwd", tokens, hidden, dtype, 2 * th + hidden * e))
+        out.append(MemCase("norm", "rmsnorm", model, "bwd", tokens, hidden, dtype, 3 * th + 2 * hidden * e))
+        out.append(MemCase("norm", "rmsnorm_residual", model, "fwd", tokens, hidden, dtype,
+                           4 * th + hidden * e))
+    return out
+
+
+# ---- the torch expressions (eager and compiled) ------------------------------------------------
+
+
+def _rmsnorm_expr(x, w, residual=None, eps=EPS):
+    if residual is not None:
+        x = (x.float() + residual.float()).to(x.dtype)
+        s = x.float()
+        return (s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype), x
+    s = x.float()
+    return (s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def make_inputs(case: MemCase, device: str, gen: torch.Generator) -> tuple:
+    shape = (case.tokens, case.hidden)
+    x = torch.randn(shape, device=device, generator=gen).to(case.dtype)
+    w = (1.0 + 0.1 * torch.randn(case.hidden, device=device, generator=gen)).to(case.dtype)
+    other = torch.randn(shape, device=device, generator=gen).to(case.dtype)  # residual or dy
+    return x, w, other
+
+
+def reference(case: MemCase, inputs: tuple) -> list[torch.Tensor]:
+    """float64 outputs: fwd ``[y]`` (+ ``x_plus_r``); bwd ``[dx, dgamma]``."""
+    x, w, other = inputs
+    if case.op == "rmsnorm_residual":
+        s = (x.double() + other.double()).to(x.dtype).double()
+    else:
+        s = x.double()
+    rstd = torch.rsqrt(s.square().mean(-1, keepdim=True) + EPS)
+    n = s * rstd
+    if case.pass_ == "fwd":
+        return [n * w.double()] + ([s] if case.op == "rmsnorm_residual" else [])
+    dy = other.double()
+    dn = dy * w.double()
+    dx = rstd * (dn - n * (dn * n).mean(-1, keepdim=True))
+    return [dx, (dy * n).sum(0)]
+
+
+def torch_provider(case: MemCase, compiled: bool) -> Callable:
+    """``prepare(inputs) -> zero-argument callable`` (the forward graph of a backward is built in
+    ``prepare``, outside the timed region)."""
+    fn = _rmsnorm_expr
+    if compiled:
+        torch._dynamo.reset()
+        fn = torch.compile(_rmsnorm_expr, dynamic=False)
+
+    def prepare(inputs):
+        x, w, other = inputs
+        if case.pass_ == "fwd":
+            if case.op == "rmsnorm_residual":
+                return lambda: list(fn(x, w, other))
+            return lambda: [fn(x, w)]
+        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+        y = fn(xg, wg)
+        return lambda: list(torch.autograd.grad(y, (xg, wg), other, retain_graph=True))
+
+    return prepare
+
+
+def turbo_args(case: MemCase, inputs: tuple):
+    """``(primitive name, args)`` of the case, for the capability check."""
+    from turbo_core.dispatch.specs.normalization import RmsNormBwdArgs, RmsNormFwdArgs
+
+    x, w, other = inputs
+    if case.pass_ == "fwd":
+        residual = other if case.op == "rmsnorm_residual" else None
+        return "rmsnorm_fwd", RmsNormFwdArgs(x, w, EPS, False, residual)
+    rstd = torch.rsqrt(x.float().square().mean(-1) + EPS)
+    return "rmsnorm_bwd", RmsNormBwdArgs(other, x, w, rstd)
+
+
+def turbo_provider(case: MemCase, backend: str) -> Callable:
+    from turbo_core.dispatch.dispatcher import call
+    from turbo_core.dispatch.manager import use_backend
+
+    def prepare(inputs):
+        name, args = turbo_args(case, inputs)
+        if case.pass_ == "bwd":  # rstd from the backend's own forward
+            from turbo_core.dispatch.specs.normalization import RmsNormBwdArgs, RmsNormFwdArgs
+
+            with use_backend(backend):
+                _, rstd, _ = call("rmsnorm_fwd", RmsNormFwdArgs(args.x, args.gamma, EPS))
+            args = RmsNormBwdArgs(args.dy, args.x, args.gamma, rstd)
+
+        def run_once():
+            with use_backend(backend):
+                out = call(name, args)
+            if case.pass_ == "bwd":
+                return list(out)
+            return [out[0], out[2]] if case.op == "rmsnorm_residual" else [out[0]]
+
+        return run_once
+
+    return prepare
+
+
+# ---- the runner shared by the memory-bound suites ----------------------------------------------
+
+
+def copy_bandwidth(device: str, *, nbytes: int = 2**30, warmup: int = 5, iters: int = 20) -> float:
+    """GB/s of ``dst.copy_(src)`` (bytes read + bytes written) on a ``nbytes`` tensor."""
+    if device != "cuda":
+        nbytes = min(nbytes, 2**26)
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).normal_()
+    dst = torch.empty_like(src)
+    t = timing.measure(lambda a, b: b.copy_(a), [(src, dst)], warmup=warmup, iters=iters)
+    return 2 * nbytes / t.median_ms / 1e6
+
+
+def _backends(primitive: str) -> list[str]:
+    from turbo_core.plugins.host import get_host
+
+    registry = get_host().registry
+    return [k.backend for k in registry.kernels_for(primitive)
+            if registry.backend(k.backend).unavailable_reason() is None]
+
+
+def _max_rel_err(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> float:
+    worst = 0.0
+    for out, ref in zip(outs, refs, strict=True):
+        scale = ref.abs().max().item() or 1.0
+        worst = max(worst, (out.double() - ref).abs().max().item() / scale)
+    return worst
+
+
+def run_bandwidth(suite, all_cases: list[MemCase], *, providers: list[str] | None, include_reference: bool,
+                  compile_provider: bool, warmup: int, iters: int, device: str, progress=None,
+                  copy_gbps: float | None = None) -> list[dict]:
+    """Time every provider on every case of ``suite`` (a module with ``make_inputs``, ``reference``,
+    ``torch_provider``, ``turbo_args``, ``turbo_provider``); JSON-ready rows."""
+    from turbo_core.dispatch.dispatcher import decline_reason
+    from turbo_core.dispatch.primitives import get_primitive
+    from turbo_core.platform import platform_of
+
+    if copy_gbps is None:
+        copy_gbps = copy_bandwidth(device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    task = progress.add_task(all_cases[0].suite if all_cases else "-", total=len(all_cases)) if progress else None
+    rows: list[dict] = []
+    for case in all_cases:
+        first = suite.make_inputs(case, device, gen)
+        per_set = sum(t.numel() * t.element_size() for t in first if isinstance(t, torch.Tensor))
+        sets = [first] + [suite.make_inputs(case, device, gen) for _ in range(timing.copies_needed(per_set) - 1)]
+        prim_name, prim_args = suite.turbo_args(case, first)
+        table: list[tuple[str, Callable | None]] = [("torch", suite.torch_provider(case, False))]
+        if compile_provider:
+            table.append(("torch.compile", None))  # compiled lazily: only when selected
+        table += [(f"turbo:{b}", None) for b in _backends(prim_name) if include_reference or b != "TORCH"]
+        if providers:
+            table = [(n, f) for n, f in table if n in providers]
+        refs = suite.reference(case, first)
+        base_ms = None
+        for name, prepare in table:
+            row = {"suite": case.suite, "case": case.label, "op": case.op, "model": case.model, "pass": case.pass_,
+                   "tokens": case.tokens, "hidden": case.hidden, "dtype": str(case.dtype).replace("torch.", ""),
+                   "bytes": case.bytes, "provider": name, "copy_gbps": copy_gbps}
+            try:
+                if name.startswith("turbo:"):
+                    backend = name.split(":", 1)[1]
+                    reason = decline_reason(get_primitive(prim_name), backend, prim_args, platform_of(first[0].device))
+                    if reason:
+                        rows.append({**row, "status": f"declined: {reason}"})
+                        continue
+                    prepare = suite.turbo_provider(case, backend)
+                elif name == "torch.compile":
+                    prepare = suite.torch_provider(case, True)
+                calls = [(prepare(s), s[0]) for s in sets]
+                err = _max_rel_err(calls[0][0](), refs)
+                t = timing.measure(lambda c, _anchor: c(), calls, warmup=warmup, iters=iters)
+                del calls
+            except Exception as exc:  # one failing provider is reported, the suite goes on
+                rows.append({**row, "status": f"error: {type(exc).__name__}: {str(exc)[:300]}"})
+                continue
+            gbps = case.bytes / t.median_ms / 1e6
+            if name == "torch":
+                base_ms = t.median_ms
+            rows.append({**row, "status": "ok", "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms,
+                         "gbps": gbps, "copy_fraction": gbps / copy_gbps,
+                         "ratio": (base_ms / t.median_ms) if base_ms else None, "max_rel_err": err})
+        if progress:
+            progress.advance(task)
+        del sets, refs
+    return rows
+
+
+def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
+        include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
+    """The RMSNorm suite: rows as :func:`run_bandwidth`'s (``torch.compile`` off for CPU runs)."""
+    import sys
+
+    return run_bandwidth(sys.modules[__name__], cases(tokens, quick, models), providers=providers,
+                         include_reference=include_reference, compile_provider=device == "cuda",
+                         warmup=warmup, iters=iters, device=device, progress=progress)
+
+
+def print_table(rows: list[dict], console) -> None:
+    """Per case: GB/s, the ratio to eager torch, the fraction of the copy bandwidth, the error."""
+    from collections import defaultdict
+
+    from rich.table import Table
+
+    from turbo_core.bench.report import summary
+
+    providers = list(dict.fromkeys(r["provider"] for r in rows))
+    copy = next((r["copy_gbps"] for r in rows if r.get("copy_gbps")), None)
+    title = "turbo bench: GB/s (ratio to torch) {fraction of copy bandwidth} [max rel err]"
+    table = Table(title=title + (f"; copy {copy:.0f} GB/s" if copy else ""))
+    table.add_column("case", overflow="fold")
+    for p in providers:
+        table.add_column(p, justify="right")
+    by_case: dict[str, dict[str, dict]] = defaultdict(dict)
+    for r in rows:
+        by_case[r["case"]][r["provider"]] = r
+    for case, cells in by_case.items():
+        out = []
+        for p in providers:
+            r = cells.get(p)
+            if r is None:
+                out.append("-")
+            elif r["status"] != "ok":
+                out.append(r["status"][:40])
+            else:
+                ratio = f" ({r['ratio']:.2f}x)" if r.get("ratio") and p != "torch" else ""
+                out.append(f"{r['gbps']:.4g}{ratio} {{{r['copy_fraction']:.0%}}} [{r['max_rel_err']:.1e}]")
+        table.add_row(case, *out)
+    console.print(table)
+    summ = Table(title="geomean ratio to torch")
+    for col in ("suite", "provider", "pass", "cases", "geomean ratio"):
+        summ.add_column(col)
+    for s in summary(rows):
+        g = s["geomean_ratio"]
+        summ.add_row(s["suite"], s["provider"], s["pass"], str(s["cases"]), f"{g:.3f}" if g else "-")
+    console.print(summ)
