@@ -119,7 +119,7 @@ def select(prim: Primitive | str, args: Any) -> Selection:
     platform = platform_of(tensor.device if tensor is not None else None)
     registry = get_host().registry
 
-    pinned = pinned_backend()
+    pinned = pinned_backend(prim.name)
     if pinned is not None:
         return _explicit(prim, pinned, "use_backend", f"use_backend({pinned!r})", args, platform)
 

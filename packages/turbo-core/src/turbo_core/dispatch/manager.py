@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from turbo_core.backend import (
     AUTOTUNE,
@@ -35,7 +35,8 @@ __all__ = ["FAMILIES", "GlobalBackendManager", "pinned_backend", "use_backend"]
 FAMILIES = ("gemm", "grouped_gemm", "attn", "moe_dispatch_combine")
 _UNTUNABLE_FAMILIES = {"moe_dispatch_combine"}
 
-_pinned: contextvars.ContextVar[str | None] = contextvars.ContextVar("turbo_use_backend", default=None)
+_pinned: contextvars.ContextVar[tuple[str, frozenset | None] | None] = contextvars.ContextVar(
+    "turbo_use_backend", default=None)
 
 
 def _known_backend_names() -> set[str]:
@@ -242,8 +243,10 @@ class GlobalBackendManager:
 
 
 @contextlib.contextmanager
-def use_backend(name: str) -> Iterator[str]:
-    """Pin every primitive called inside the block to one backend.
+def use_backend(name: str, primitives: Iterable[str] | None = None) -> Iterator[str]:
+    """Pin the primitives called inside the block to one backend: every primitive, or only those
+    named in ``primitives`` (the others keep the usual selection; conformance runs use this so a
+    GEMM backend is tested with whatever quantizer the platform selects).
 
     A call the backend cannot serve raises with the backend's reason (never a silent swap).
     Nested blocks override outer ones; the pin is per thread / asyncio task.
@@ -252,12 +255,24 @@ def use_backend(name: str) -> Iterator[str]:
     known = _known_backend_names()
     if backend not in known:
         raise ValueError(f"name: unknown backend {name!r}; known: {', '.join(sorted(known))}")
-    token = _pinned.set(backend)
+    only = None
+    if primitives is not None:
+        from turbo_core.dispatch.primitives import get_primitive
+
+        only = frozenset(get_primitive(p).name for p in primitives)
+    token = _pinned.set((backend, only))
     try:
         yield backend
     finally:
         _pinned.reset(token)
 
 
-def pinned_backend() -> str | None:
-    return _pinned.get()
+def pinned_backend(primitive: str | None = None) -> str | None:
+    """The backend ``use_backend`` pins ``primitive`` to (any pin when ``primitive`` is None)."""
+    pin = _pinned.get()
+    if pin is None:
+        return None
+    backend, only = pin
+    if only is not None and primitive is not None and primitive not in only:
+        return None
+    return backend

@@ -1,3 +1,77 @@
-"""float8_linear module (being written)."""
+"""``Float8Linear``: ``torch.nn.Linear`` whose matmul is turbo's ``gemm_fp8``."""
 
-__all__: list[str] = []
+from __future__ import annotations
+
+import torch
+
+from turbo_core.low_precision import Float8QuantConfig
+from turbo_core.ops.gemm_fp8 import fp8_config, gemm_fp8
+
+__all__ = ["Float8Linear"]
+
+
+class Float8Linear(torch.nn.Linear):
+    """``y = dequant(q(x)) @ dequant(q(W)).T + bias`` with ``W: [out_features, in_features]`` (NT).
+
+    Same parameters, initialisation and state_dict as ``torch.nn.Linear`` (the config is a plain
+    attribute, not state). ``x`` may have any number of leading dims; they are flattened to
+    ``[T, in_features]`` for ``gemm_fp8(x2d, W, trans_b=True, out_dtype=x.dtype, config=config)``;
+    the bias is added in high precision afterwards. A weight carrying ``main_grad`` gets
+    Megatron's fused wgrad accumulation.
+
+    Args:
+        in_features, out_features, bias, device, dtype: as ``torch.nn.Linear``.
+        config: :class:`Float8QuantConfig`; ``None`` means TENSORWISE E4M3.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 config: Float8QuantConfig | None = None, device=None, dtype=None) -> None:
+        config = fp8_config(config)
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.config = config
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"x: expected last dim {self.in_features}, got shape {tuple(x.shape)}")
+        x2d = x.reshape(-1, self.in_features)
+        pattern = "megatron" if hasattr(self.weight, "main_grad") else None
+        y = gemm_fp8(x2d, self.weight, trans_a=False, trans_b=True, out_dtype=x.dtype, config=self.config,
+                     fuse_bgrad_accum_pattern=pattern)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    @classmethod
+    def from_float(cls, mod: torch.nn.Linear, config: Float8QuantConfig | None = None,
+                   inplace: bool = True) -> Float8Linear:
+        """A ``Float8Linear`` from a ``torch.nn.Linear``.
+
+        ``inplace=True`` turns ``mod`` itself into a ``Float8Linear`` (its class is swapped; its
+        parameters, hooks and place in the parent module are kept) and returns it.
+        ``inplace=False`` returns a new module with copies of the weight and bias (same device and
+        dtype) and leaves ``mod`` untouched.
+        """
+        if not isinstance(mod, torch.nn.Linear):
+            raise TypeError(f"mod: expected a torch.nn.Linear, got {type(mod).__name__}")
+        if not isinstance(inplace, bool):
+            raise TypeError(f"inplace: expected a bool, got {inplace!r}")
+        config = fp8_config(config)
+        if inplace:
+            mod.__class__ = cls
+            mod.config = config
+            return mod
+        new = cls(mod.in_features, mod.out_features, bias=mod.bias is not None, config=config,
+                  device=mod.weight.device, dtype=mod.weight.dtype)
+        with torch.no_grad():
+            new.weight.copy_(mod.weight)
+            if mod.bias is not None:
+                new.bias.copy_(mod.bias)
+        new.weight.requires_grad_(mod.weight.requires_grad)
+        if mod.bias is not None:
+            new.bias.requires_grad_(mod.bias.requires_grad)
+        return new
+
+    def extra_repr(self) -> str:
+        cfg = self.config
+        block = f", block_size={cfg.block_size}" if cfg.block_size is not None else ""
+        return f"{super().extra_repr()}, format={cfg.format.value}, granularity={cfg.granularity.value}{block}"

@@ -36,7 +36,10 @@ def check_pattern(pattern: object, b: torch.Tensor) -> bool:
 
 
 def dummy_grad(b: torch.Tensor) -> torch.Tensor:
-    """A cached tensor of b's shape/dtype/device to return as b's gradient (never read)."""
+    """A cached tensor of b's shape/dtype/device to return as b's gradient (never read).
+    Inside a compiled graph a fresh one (the cache's lock cannot be traced)."""
+    if torch.compiler.is_compiling():
+        return torch.zeros(b.shape, dtype=b.dtype, device=b.device)
     key = (tuple(b.shape), b.dtype, b.device)
     with _lock:
         t = _dummies.get(key)

@@ -12,7 +12,8 @@ from turbo_core._version import __version__
 from turbo_core.backend import BackendType
 from turbo_core.plugins import BackendInfo, hookimpl
 
-FAMILIES = ("gemm", "grouped_gemm", "quantization", "attention", "normalization", "activation", "moe")
+FAMILIES = ("gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "quantization", "attention", "normalization",
+            "activation", "moe")
 
 
 @hookimpl

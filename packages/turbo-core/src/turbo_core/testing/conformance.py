@@ -5,7 +5,8 @@ One line in a backend package's tests::
     from turbo_core.testing.conformance import conformance_suite
     TestConformance = conformance_suite("FLYDSL")
 
-Each case runs a public op (forward and backward) pinned to the backend with ``use_backend`` and
+Each case runs a public op (forward and backward) with its primitives pinned to the backend
+(``use_backend(name, primitives=case.primitives)``) and
 compares with independent float64 math, within the tolerances of ``turbo_core.testing.numerics``.
 A case is skipped, with the reason, when the backend is not available here, has no kernel for the
 case's primitives, or declines the call (its capability check's own words): never counted as passed.
@@ -67,7 +68,8 @@ def conformance_suite(backend: str) -> type:
         reason = _unavailable(name, case.primitives)
         if reason is not None:
             pytest.skip(reason)
-        with use_backend(name):
+        # Pin only the case's primitives: helpers the op calls (quantizers, ...) are selected as usual.
+        with use_backend(name, primitives=case.primitives):
             try:
                 case.run()
             except BackendError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("gemm", "grouped_gemm", "quantization", "attention", "normalization", "activation", "moe")
+FAMILIES = ("gemm", "gemm_fp8", "grouped_gemm", "quantization", "attention", "normalization", "activation", "moe")
 
 
 def collect():
