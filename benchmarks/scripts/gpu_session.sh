@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One GPU-machine call that checks and measures everything at once (run from the repository root
+# of a clean snapshot; OUT is the folder results go to). Parts run one after another, each under its
+# own time limit, and a failing part does not stop the next.
+#   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
+# Parts: gputests fp8check normcheck normbench groupedcheck groupedbench
+set -u
+OUT=${OUT:?set OUT}
+ROOT=$(pwd)
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export PYTHONPATH=$ROOT/packages/turbo-core/src:$ROOT/packages/turbo-triton/src
+export TURBO_PLUGINS=turbo_core.reference.plugin,turbo_triton.plugin
+parts=${*:-gputests fp8check normcheck normbench groupedcheck groupedbench}
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+} > "$OUT/environment.txt" 2>&1
+for part in $parts; do
+  echo "=== $part $(date +%T)"
+  case $part in
+    gputests)  # GPU-marked tests of turbo-core, with the packages installed (entry points) from the carried wheels
+      (python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/bt .whl/*.whl \
+        && PYTHONPATH=/tmp/bt python3 -m pip install -q --no-build-isolation --no-deps --no-index -e packages/turbo-core \
+        && env -u TURBO_PLUGINS PYTHONPATH= timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider packages/turbo-core/tests \
+        ) > "$OUT/gputests.log" 2>&1; tail -5 "$OUT/gputests.log" ;;
+    fp8check) timeout 150 python3 benchmarks/scripts/gemm_fp8_gpu_check.py --out "$OUT/gemm_fp8_check.json" > "$OUT/gemm_fp8_check.log" 2>&1; tail -5 "$OUT/gemm_fp8_check.log" ;;
+    normcheck) timeout 180 python3 benchmarks/scripts/norm_act_h200.py --out "$OUT/norm_check.json" --parts check,graph > "$OUT/norm_check.log" 2>&1; tail -5 "$OUT/norm_check.log" ;;
+    normbench) timeout 200 python3 benchmarks/scripts/norm_act_h200.py --out "$OUT/norm_bench.json" --parts bench --tokens 16384 > "$OUT/norm_bench.log" 2>&1; tail -30 "$OUT/norm_bench.log" ;;
+    groupedcheck) timeout 150 python3 benchmarks/scripts/grouped_gemm_h200.py --out "$OUT/grouped_check.json" --check-only > "$OUT/grouped_check.log" 2>&1; tail -8 "$OUT/grouped_check.log" ;;
+    groupedbench) timeout 240 python3 benchmarks/scripts/grouped_gemm_h200.py --out "$OUT/grouped_bench.json" --skip-check --max-minutes 3.5 > "$OUT/grouped_bench.log" 2>&1; tail -30 "$OUT/grouped_bench.log" ;;
+    *) echo "unknown part $part" ;;
+  esac
+done
