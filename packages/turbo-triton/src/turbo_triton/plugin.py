@@ -19,7 +19,8 @@ def turbo_backend_info():
         archs=None,
         probe="turbo_triton.probe:probe",
         description="Triton kernels (portable: AMD and NVIDIA; the CPU through TRITON_INTERPRET=1)",
-        notes="dense gemm only so far; FP8/grouped GEMM, attention, norm and MoE kernels are not implemented yet",
+        notes="dense gemm, rmsnorm and swiglu/geglu (forward and backward) are implemented; grouped and FP8 GEMM, "
+              "attention, quantization and MoE kernels are not implemented yet",
     )
 
 
@@ -27,3 +28,9 @@ def turbo_backend_info():
 def turbo_register_kernels(register):
     register(Kernel("gemm", "TRITON", "turbo_triton.gemm.launch:gemm",
                     check="turbo_triton.gemm.launch:can_handle", variants=("bf16", "fp16", "fp32")))
+    for name in ("rmsnorm_fwd", "rmsnorm_bwd"):
+        register(Kernel(name, "TRITON", f"turbo_triton.normalization.launch:{name}",
+                        check="turbo_triton.normalization.launch:can_handle", variants=("bf16", "fp16", "fp32")))
+    for name in ("swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd"):
+        register(Kernel(name, "TRITON", f"turbo_triton.activation.launch:{name}",
+                        check="turbo_triton.activation.launch:can_handle", variants=("bf16", "fp16", "fp32")))

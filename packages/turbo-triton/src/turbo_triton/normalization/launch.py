@@ -1,0 +1,137 @@
+"""``rmsnorm_fwd`` / ``rmsnorm_bwd`` on Triton: capability check, tile heuristics and launchers.
+
+No host syncs: shapes decide everything (grid, tiles, whether a row is walked in chunks). The
+dgamma partials (``[programs, H]`` fp32) are reduced with one ``torch.sum`` on the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from turbo_core.dispatch.specs.normalization import RmsNormBwdArgs, RmsNormFwdArgs
+from turbo_triton import _runtime
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+#: Longest row (elements, power of two) kept whole in registers; longer rows are walked in chunks.
+FWD_WHOLE_ROW_MAX = 16384
+BWD_WHOLE_ROW_MAX = 8192
+#: Chunk width for rows longer than that.
+CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class RowConfig:
+    """Tile of one program: ``block_m`` rows x ``block_n`` columns (``block_n < H``: the row is
+    walked in chunks; the forward then takes one row a program, the backward ``block_m`` rows a
+    step). ``programs_per_sm`` sizes the persistent backward grid."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    programs_per_sm: int = 2
+
+
+def _warps(elements: int, lo: int = 1, hi: int = 16) -> int:
+    """About 16 elements per thread (two 16-byte vectors of bf16)."""
+    return max(lo, min(hi, triton.next_power_of_2(max(1, elements // 512))))
+
+
+def pick(hidden: int, backward: bool, interp: bool) -> RowConfig:
+    """Tile heuristic for rows of ``hidden`` elements."""
+    width = triton.next_power_of_2(hidden)
+    if interp:  # few, large programs: the interpreter's cost is per program and per op
+        return RowConfig(max(1, min(64, 16384 // width)), width, 4, 1)
+    limit = BWD_WHOLE_ROW_MAX if backward else FWD_WHOLE_ROW_MAX
+    if width > limit:
+        return RowConfig(1, CHUNK, _warps(CHUNK), 2)
+    block_m = max(1, 2048 // width)
+    warps = _warps(block_m * width, lo=4)
+    return RowConfig(block_m, width, warps, max(1, 32 // warps))
+
+
+def _tensors_reason(named: dict[str, torch.Tensor | None]) -> str | None:
+    for name, t in named.items():
+        if t is None:
+            continue
+        if t.dtype not in _DTYPES:
+            return f"TRITON rmsnorm serves fp16/bf16/fp32 {name}, not {t.dtype}"
+        if not t.is_contiguous():
+            return f"TRITON rmsnorm needs a contiguous {name}"
+    return None
+
+
+def can_handle(args: RmsNormFwdArgs | RmsNormBwdArgs) -> str | None:
+    reason = _runtime.device_reason(args.x)
+    if reason:
+        return reason
+    if isinstance(args, RmsNormFwdArgs):
+        named = {"x": args.x, "gamma": args.gamma, "residual": args.residual}
+    else:
+        named = {"x": args.x, "dy": args.dy, "gamma": args.gamma, "rstd": args.rstd}
+    return _tensors_reason(named)
+
+
+def _sms(t: torch.Tensor) -> int:
+    if _runtime.interpreting():
+        return 4
+    return _runtime.num_sms(t.device.index if t.device.index is not None else torch.cuda.current_device())
+
+
+def rmsnorm_fwd(args: RmsNormFwdArgs, config: RowConfig | None = None):
+    """``(y, rstd, x_plus_r or None)``; ``config`` overrides the tile heuristic (tests, tuning)."""
+    from turbo_triton.normalization import kernels
+
+    x, gamma, residual = args.x, args.gamma, args.residual
+    tokens, hidden = x.shape
+    interp = _runtime.interpreting()
+    y = torch.empty_like(x)
+    rstd = torch.empty(tokens, dtype=torch.float32, device=x.device)
+    s = torch.empty_like(x) if residual is not None else None
+    if tokens == 0:
+        return y, rstd, s
+    cfg = config or pick(hidden, False, interp)
+    flags = dict(HAS_RESIDUAL=residual is not None, HAS_GAMMA=gamma is not None,
+                 ZERO_CENTERED=bool(args.zero_centered), ROUND_BF16=interp and x.dtype == torch.bfloat16)
+    ptrs = (x, residual if residual is not None else x, gamma if gamma is not None else x, y,
+            s if s is not None else x, rstd, tokens, hidden, float(args.eps))
+    if cfg.block_n >= hidden:
+        kernels.rmsnorm_fwd_kernel[(triton.cdiv(tokens, cfg.block_m),)](
+            *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
+    else:
+        kernels.rmsnorm_fwd_chunked_kernel[(tokens,)](
+            *ptrs, **flags, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
+    return y, rstd, s
+
+
+def rmsnorm_bwd(args: RmsNormBwdArgs, config: RowConfig | None = None):
+    """``(dx, dgamma or None)``; dgamma from per-program fp32 partials summed on the device."""
+    from turbo_triton.normalization import kernels
+
+    dy, x, gamma, rstd = args.dy, args.x, args.gamma, args.rstd
+    tokens, hidden = x.shape
+    interp = _runtime.interpreting()
+    dx = torch.empty_like(x)
+    if tokens == 0:
+        return dx, (torch.zeros_like(gamma) if gamma is not None else None)
+    cfg = config or pick(hidden, True, interp)
+    chunked = cfg.block_n < hidden
+    blocks = triton.cdiv(tokens, cfg.block_m)
+    programs = max(1, min(blocks, _sms(x) * cfg.programs_per_sm))
+    partials = (torch.empty((programs, hidden), dtype=torch.float32, device=x.device)
+                if gamma is not None else rstd)
+    flags = dict(HAS_GAMMA=gamma is not None, ZERO_CENTERED=bool(args.zero_centered),
+                 ROUND_BF16=interp and x.dtype == torch.bfloat16)
+    ptrs = (dy, x, gamma if gamma is not None else x, rstd, dx, partials, tokens, hidden, programs)
+    if chunked:
+        kernels.rmsnorm_bwd_chunked_kernel[(programs,)](
+            *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
+    else:
+        kernels.rmsnorm_bwd_kernel[(programs,)](
+            *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
+    if gamma is None:
+        return dx, None
+    return dx, partials.sum(dim=0).to(gamma.dtype)
