@@ -55,3 +55,16 @@ def test_quick_memory_bound_suite(tmp_path, suite):
         assert r["gbps"] > 0 and r["copy_gbps"] > 0 and r["copy_fraction"] > 0
         assert r["bytes"] > 0 and r["max_rel_err"] < 1e-2
     assert {s["provider"] for s in data["summary"]} == {"turbo:TORCH"}
+
+
+def test_quick_grouped_gemm_suite(tmp_path):
+    out = tmp_path / "g.json"
+    assert main(["bench", "grouped_gemm", "--quick", "--include-reference", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["provider"] for r in rows} == {"torch", "turbo:TORCH"}
+    assert len(rows) == 2 * 2 * 3 * 2  # 2 tiny layers x balanced/skewed x 3 passes x 2 providers
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["max_rel_err"] < 1e-2 and r["m"] == sum(r["group_lens"])
+    assert {r["balance"] for r in rows} == {"balanced", "skewed"}
+    assert all(0 in r["group_lens"] for r in rows if r["balance"] == "skewed")

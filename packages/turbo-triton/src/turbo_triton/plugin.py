@@ -19,8 +19,8 @@ def turbo_backend_info():
         archs=None,
         probe="turbo_triton.probe:probe",
         description="Triton kernels (portable: AMD and NVIDIA; the CPU through TRITON_INTERPRET=1)",
-        notes="dense gemm, rmsnorm and swiglu/geglu (forward and backward) are implemented; grouped and FP8 GEMM, "
-              "attention, quantization and MoE kernels are not implemented yet",
+        notes="dense gemm, grouped gemm (forward/dgrad and the variable-K wgrad), rmsnorm and swiglu/geglu "
+              "(forward and backward) are implemented; FP8 GEMM, attention and MoE kernels are not implemented yet",
     )
 
 
@@ -28,6 +28,11 @@ def turbo_backend_info():
 def turbo_register_kernels(register):
     register(Kernel("gemm", "TRITON", "turbo_triton.gemm.launch:gemm",
                     check="turbo_triton.gemm.launch:can_handle", variants=("bf16", "fp16", "fp32")))
+    register(Kernel("grouped_gemm", "TRITON", "turbo_triton.grouped_gemm.launch:grouped_gemm",
+                    check="turbo_triton.grouped_gemm.launch:can_handle", variants=("bf16", "fp16", "fp32")))
+    register(Kernel("grouped_gemm_variable_k", "TRITON", "turbo_triton.grouped_gemm.launch:grouped_gemm_variable_k",
+                    check="turbo_triton.grouped_gemm.launch:can_handle_variable_k",
+                    variants=("bf16", "fp16", "fp32")))
     for name in ("rmsnorm_fwd", "rmsnorm_bwd"):
         register(Kernel(name, "TRITON", f"turbo_triton.normalization.launch:{name}",
                         check="turbo_triton.normalization.launch:can_handle", variants=("bf16", "fp16", "fp32")))

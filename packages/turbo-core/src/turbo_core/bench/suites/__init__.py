@@ -4,4 +4,4 @@ returning JSON-ready rows, and may have ``print_table(rows, console)`` (else the
 ``turbo_core.bench.report`` is used). ``gemm``/``grouped_gemm`` are scored in TFLOP/s, ``norm`` and
 ``activation`` (memory-bound) in GB/s and the fraction of the measured copy bandwidth."""
 
-SUITES = ("gemm", "norm", "activation")
+SUITES = ("gemm", "grouped_gemm", "norm", "activation")
