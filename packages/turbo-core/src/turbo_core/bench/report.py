@@ -23,11 +23,20 @@ def summary(rows: list[dict]) -> list[dict]:
             for (s, p, ps), v in sorted(groups.items())]
 
 
-def print_tables(rows: list[dict], console) -> None:
+def _tflops_cell(r: dict, provider: str) -> str:
+    ratio = f" ({r['ratio']:.2f}x)" if r.get("ratio") and provider != "torch" else ""
+    err = r.get("max_rel_err")
+    return f"{r['tflops']:.4g}{ratio}" + (f" [{err:.1e}]" if err is not None else "")
+
+
+def print_tables(rows: list[dict], console, *, title: str = "turbo bench: TFLOP/s (ratio to torch) [max rel err]",
+                 cell=_tflops_cell) -> None:
+    """A per-case table (one column per provider; ``cell(row, provider)`` formats a measured row)
+    and the geomean ratio per provider and pass."""
     from rich.table import Table
 
     providers = list(dict.fromkeys(r["provider"] for r in rows))
-    table = Table(title="turbo bench: TFLOP/s (ratio to torch) [max rel err]")
+    table = Table(title=title)
     table.add_column("case", overflow="fold")
     for p in providers:
         table.add_column(p, justify="right")
@@ -43,8 +52,7 @@ def print_tables(rows: list[dict], console) -> None:
             elif r["status"] != "ok":
                 out.append(r["status"][:40])
             else:
-                ratio = f" ({r['ratio']:.2f}x)" if r.get("ratio") and p != "torch" else ""
-                out.append(f"{r['tflops']:.4g}{ratio} [{r['max_rel_err']:.1e}]")
+                out.append(cell(r, p))
         table.add_row(case, *out)
     console.print(table)
     summ = Table(title="geomean ratio to torch")

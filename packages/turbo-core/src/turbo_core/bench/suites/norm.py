@@ -265,41 +265,15 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
                          warmup=warmup, iters=iters, device=device, progress=progress)
 
 
+def _gbps_cell(r: dict, provider: str) -> str:
+    ratio = f" ({r['ratio']:.2f}x)" if r.get("ratio") and provider != "torch" else ""
+    return f"{r['gbps']:.4g}{ratio} {{{r['copy_fraction']:.0%}}} [{r['max_rel_err']:.1e}]"
+
+
 def print_table(rows: list[dict], console) -> None:
     """Per case: GB/s, the ratio to eager torch, the fraction of the copy bandwidth, the error."""
-    from collections import defaultdict
+    from turbo_core.bench.report import print_tables
 
-    from rich.table import Table
-
-    from turbo_core.bench.report import summary
-
-    providers = list(dict.fromkeys(r["provider"] for r in rows))
     copy = next((r["copy_gbps"] for r in rows if r.get("copy_gbps")), None)
     title = "turbo bench: GB/s (ratio to torch) {fraction of copy bandwidth} [max rel err]"
-    table = Table(title=title + (f"; copy {copy:.0f} GB/s" if copy else ""))
-    table.add_column("case", overflow="fold")
-    for p in providers:
-        table.add_column(p, justify="right")
-    by_case: dict[str, dict[str, dict]] = defaultdict(dict)
-    for r in rows:
-        by_case[r["case"]][r["provider"]] = r
-    for case, cells in by_case.items():
-        out = []
-        for p in providers:
-            r = cells.get(p)
-            if r is None:
-                out.append("-")
-            elif r["status"] != "ok":
-                out.append(r["status"][:40])
-            else:
-                ratio = f" ({r['ratio']:.2f}x)" if r.get("ratio") and p != "torch" else ""
-                out.append(f"{r['gbps']:.4g}{ratio} {{{r['copy_fraction']:.0%}}} [{r['max_rel_err']:.1e}]")
-        table.add_row(case, *out)
-    console.print(table)
-    summ = Table(title="geomean ratio to torch")
-    for col in ("suite", "provider", "pass", "cases", "geomean ratio"):
-        summ.add_column(col)
-    for s in summary(rows):
-        g = s["geomean_ratio"]
-        summ.add_row(s["suite"], s["provider"], s["pass"], str(s["cases"]), f"{g:.3f}" if g else "-")
-    console.print(summ)
+    print_tables(rows, console, title=title + (f"; copy {copy:.0f} GB/s" if copy else ""), cell=_gbps_cell)
