@@ -19,8 +19,9 @@ def turbo_backend_info():
         archs=None,
         probe="turbo_triton.probe:probe",
         description="Triton kernels (portable: AMD and NVIDIA; the CPU through TRITON_INTERPRET=1)",
-        notes="dense gemm, grouped gemm (forward/dgrad and the variable-K wgrad), rmsnorm and swiglu/geglu "
-              "(forward and backward) are implemented; FP8 GEMM, attention and MoE kernels are not implemented yet",
+        notes="dense gemm, FP8 gemm (tensorwise, rowwise, blockwise, emulated MX), grouped gemm (forward/dgrad "
+              "and the variable-K wgrad), rmsnorm and swiglu/geglu (forward and backward) are implemented; "
+              "attention, quantization and MoE kernels are not implemented yet",
     )
 
 
@@ -28,6 +29,9 @@ def turbo_backend_info():
 def turbo_register_kernels(register):
     register(Kernel("gemm", "TRITON", "turbo_triton.gemm.launch:gemm",
                     check="turbo_triton.gemm.launch:can_handle", variants=("bf16", "fp16", "fp32")))
+    register(Kernel("gemm_fp8", "TRITON", "turbo_triton.gemm_fp8.launch:gemm_fp8",
+                    check="turbo_triton.gemm_fp8.launch:can_handle",
+                    variants=("TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE", "e4m3", "e5m2", "hybrid")))
     register(Kernel("grouped_gemm", "TRITON", "turbo_triton.grouped_gemm.launch:grouped_gemm",
                     check="turbo_triton.grouped_gemm.launch:can_handle", variants=("bf16", "fp16", "fp32")))
     register(Kernel("grouped_gemm_variable_k", "TRITON", "turbo_triton.grouped_gemm.launch:grouped_gemm_variable_k",

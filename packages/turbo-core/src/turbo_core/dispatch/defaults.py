@@ -21,6 +21,7 @@ _CPU = {"cpu": (B.TORCH,)}
 
 DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
     "gemm": {"rocm": (B.HIPBLASLT, B.TRITON), "cuda": (B.HIPBLASLT, B.TRITON), **_CPU},
+    "gemm_fp8": {"rocm": (B.HIPBLASLT, B.TRITON), "cuda": (B.HIPBLASLT, B.TRITON), **_CPU},
     "grouped_gemm": {"rocm": (B.TRITON, B.CK, B.HIPBLASLT), "cuda": (B.TRITON,), **_CPU},
     "grouped_gemm_variable_k": {"rocm": (B.TRITON, B.CK, B.HIPBLASLT), "cuda": (B.TRITON,), **_CPU},
     # attention_bwd / attention_fp8_bwd run on the forward's backend (the ops pin it); these

@@ -5,11 +5,12 @@ One line in a backend package's tests::
     from turbo_core.testing.conformance import conformance_suite
     TestConformance = conformance_suite("FLYDSL")
 
-Each case runs a public op (forward and backward) with its primitives pinned to the backend
-(``use_backend(name, primitives=case.primitives)``) and
-compares with independent float64 math, within the tolerances of ``turbo_core.testing.numerics``.
-A case is skipped, with the reason, when the backend is not available here, has no kernel for the
-case's primitives, or declines the call (its capability check's own words): never counted as passed.
+Each case runs a public op (forward and backward) with those of its primitives that the backend
+registers pinned to it (``use_backend(name, primitives=...)``; the others — a quantizer feeding an
+FP8 GEMM, say — are selected as usual) and compares with independent float64 math, within the
+tolerances of ``turbo_core.testing.numerics``. A case is skipped, with the reason, when the backend
+is not available here, has no kernel for any of the case's primitives, or declines the call (its
+capability check's own words): never counted as passed.
 """
 
 from __future__ import annotations
@@ -37,20 +38,21 @@ def all_cases() -> list[Case]:
     return collect()
 
 
-def _unavailable(backend: str, primitives: tuple[str, ...]) -> str | None:
+def _served(backend: str, primitives: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
+    """``(the case primitives the backend registers, None)``, or ``((), why the case cannot run)``."""
     from turbo_core.plugins.host import get_host
 
     registry = get_host().registry
     record = registry.backend(backend)
     if record is None:
-        return f"backend {backend} is not installed"
+        return (), f"backend {backend} is not installed"
     reason = record.unavailable_reason()
     if reason:
-        return f"{backend} unavailable here: {reason}"
-    missing = [p for p in primitives if registry.kernel(p, backend) is None]
-    if missing:
-        return f"{backend} has no kernel for {', '.join(missing)}"
-    return None
+        return (), f"{backend} unavailable here: {reason}"
+    served = tuple(p for p in primitives if registry.kernel(p, backend) is not None)
+    if not served:
+        return (), f"{backend} has no kernel for {', '.join(primitives)}"
+    return served, None
 
 
 def conformance_suite(backend: str) -> type:
@@ -65,11 +67,12 @@ def conformance_suite(backend: str) -> type:
         from turbo_core.dispatch.dispatcher import BackendError
         from turbo_core.dispatch.manager import use_backend
 
-        reason = _unavailable(name, case.primitives)
+        served, reason = _served(name, case.primitives)
         if reason is not None:
             pytest.skip(reason)
-        # Pin only the case's primitives: helpers the op calls (quantizers, ...) are selected as usual.
-        with use_backend(name, primitives=case.primitives):
+        # Pin only the case primitives the backend serves: the rest, and helpers the op calls, are
+        # selected as usual.
+        with use_backend(name, primitives=served):
             try:
                 case.run()
             except BackendError as exc:

@@ -1,0 +1,208 @@
+"""TRITON FP8 GEMM on the GPU: correctness sweep, then tile-config sweep side by side with cuBLAS.
+
+Parts (``--parts check,sweep``):
+
+* ``check``: every granularity (TENSORWISE, ROWWISE, BLOCKWISE 1x128 x 128x128, MX emulated) x
+  pairing (E4M3, E5M2, HYBRID) x layout (NT, NN, TN) at odd and model shapes, outputs poisoned with
+  NaN before each call (a freed NaN block the allocator hands back), against the reference's
+  dequantized math (fp32 on the GPU). Prints the kernel path (tma / pointer) per call.
+* ``sweep``: at 8192^3 and Llama shapes, NT, E4M3: each TRITON config against ``torch._scaled_mm``
+  (tensorwise, rowwise), ``torch.nn.functional.scaled_mm`` (BlockWise1x128 x BlockWise128x128) and
+  bf16 ``torch.matmul``, same quantized inputs, inputs rotated beyond L2 (turbo_core.bench.timing).
+
+  PYTHONPATH=packages/turbo-core/src:packages/turbo-triton/src \
+  TURBO_PLUGINS=turbo_core.reference.plugin,turbo_triton.plugin \
+  python3 benchmarks/scripts/gemm_fp8_triton_h200.py --out fp8_triton.json [--parts check,sweep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+
+import torch
+import triton
+
+from turbo_core.bench import timing
+from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args, cdiv
+from turbo_core.low_precision import E8M0_DTYPE
+from turbo_core.reference.gemm_fp8 import gemm_fp8 as reference
+from turbo_triton.gemm.configs import GemmConfig
+from turbo_triton.gemm_fp8.launch import gemm_fp8, kernel_path
+
+E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
+PAIRS = {"e4m3": (E4, E4), "e5m2": (E5, E5), "hybrid": (E4, E5)}
+DEV = "cuda"
+
+
+def operands(gran, m, n, k, ta, tb, pair, bs=128):
+    da, db = PAIRS[pair]
+    a = (torch.randn(*((k, m) if ta else (m, k)), device=DEV) * 2).to(da)
+    b = (torch.randn(*((n, k) if tb else (k, n)), device=DEV) * 2).to(db)
+    r = lambda *s: torch.rand(*s, device=DEV) + 0.5  # noqa: E731
+    if gran == "TENSORWISE":
+        return a, r(()).squeeze(), b, r(()).squeeze()
+    if gran == "ROWWISE":
+        return a, r(*((1, m) if ta else (m, 1))), b, r(*((n, 1) if tb else (1, n)))
+    if gran == "BLOCKWISE":  # activations 1 x bs along K, weights bs x bs tiles of the stored matrix
+        sa = r(*((cdiv(k, bs), m) if ta else (m, cdiv(k, bs))))
+        sb = r(cdiv(b.shape[0], bs), cdiv(b.shape[1], bs))
+        return a, sa, b, sb
+    sa = torch.randint(122, 132, (m, k // 32), device=DEV, dtype=torch.uint8).view(E8M0_DTYPE)
+    sb = torch.randint(122, 132, (n, k // 32), device=DEV, dtype=torch.uint8).view(E8M0_DTYPE)
+    return a, sa, b, sb
+
+
+def poison(shape, dtype):
+    torch.empty(shape, dtype=dtype, device=DEV).fill_(float("nan"))
+
+
+def check(rows):
+    shapes = [(37, 45, 160), (1, 4096, 4096), (8192, 4096, 4096), (4096, 14336, 4096), (777, 1000, 1024)]
+    failures = 0
+    for gran in ("TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE"):
+        for pair in ("e4m3", "e5m2", "hybrid"):
+            if gran == "MX_BLOCKWISE" and pair == "hybrid":
+                continue
+            for layout in (("NT",) if gran == "MX_BLOCKWISE" else ("NT", "NN", "TN")):
+                ta, tb = layout[0] == "T", layout[1] == "T"
+                for m, n, k in shapes:
+                    if pair != "e4m3" and m * n > 1e7:
+                        continue
+                    row = {"part": "check", "gran": gran, "pair": pair, "layout": layout, "m": m, "n": n, "k": k}
+                    try:
+                        a, sa, b, sb = operands(gran, m, n, k, ta, tb, pair)
+                        bs = 128 if gran == "BLOCKWISE" else None
+                        args = GemmFp8Args(a, sa, b, sb, ta, tb, torch.bfloat16, gran, bs)
+                        want = reference(GemmFp8Args(a, sa, b, sb, ta, tb, torch.float32, gran, bs))
+                        poison((m, n), torch.bfloat16)
+                        got = gemm_fp8(args)
+                        err = ((got.float() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+                        row.update(path=kernel_path(args), err=err, ok=bool(err < 1e-2))
+                    except Exception as exc:
+                        row.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[:300]}")
+                        traceback.print_exc()
+                    failures += not row["ok"]
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    # trans_c and accumulate-into-out (fused wgrad) at a model shape
+    for gran in ("TENSORWISE", "BLOCKWISE"):
+        a, sa, b, sb = operands(gran, 4096, 2048, 1024, True, False, "e4m3")
+        bs = 128 if gran == "BLOCKWISE" else None
+        base = torch.randn(2048, 4096, device=DEV)
+        out = base.clone()
+        gemm_fp8(GemmFp8Args(a, sa, b, sb, True, False, None, gran, bs, True, out))
+        want = base + reference(GemmFp8Args(a, sa, b, sb, True, False, torch.float32, gran, bs, True))
+        err = ((out - want).abs().max() / want.abs().max()).item()
+        row = {"part": "check", "gran": gran, "what": "trans_c+accumulate fp32", "err": err, "ok": err < 1e-4}
+        failures += not row["ok"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return failures
+
+
+SWEEP_SHAPES = [(8192, 8192, 8192), (8192, 4096, 4096), (8192, 28672, 4096), (8192, 4096, 14336),
+                (8192, 8192, 28672)]
+CONFIGS = [
+    GemmConfig(128, 256, 128, 8, 8, 3, flatten=True, subtile=True),
+    GemmConfig(128, 256, 128, 8, 8, 3, flatten=False, subtile=True),
+    GemmConfig(128, 256, 128, 8, 8, 3, flatten=True, subtile=False),
+    GemmConfig(128, 256, 128, 8, 8, 4, flatten=True, subtile=True),
+    GemmConfig(256, 128, 128, 8, 8, 3, flatten=True),
+    GemmConfig(128, 128, 128, 8, 4, 4, flatten=True),
+    GemmConfig(128, 128, 128, 8, 8, 5, flatten=True),
+]
+
+
+def baselines(gran, a, sa, b, sb):
+    """The cuBLAS call for the same quantized NT operands (a [M,K], b [N,K])."""
+    import torch.nn.functional as F
+
+    if gran == "TENSORWISE":
+        return lambda: torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16)
+    if gran == "ROWWISE":
+        return lambda: torch._scaled_mm(a, b.t(), sa, sb.t(), out_dtype=torch.bfloat16)
+    if gran == "BLOCKWISE":
+        sa_cm = sa.t().contiguous().t()
+        return lambda: F.scaled_mm(a, b.t(), sa_cm, F.ScalingType.BlockWise1x128, sb.t(),
+                                   F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
+    return None
+
+
+def sweep(rows, max_s):
+    t_end = time.time() + max_s
+    for m, n, k in SWEEP_SHAPES:
+        flops = 2 * m * n * k
+        bf = [(torch.randn(m, k, device=DEV).bfloat16(), torch.randn(n, k, device=DEV).bfloat16())
+              for _ in range(timing.copies_needed(2 * (m * k + n * k)))]
+        t_bf16 = timing.measure(lambda x, y: torch.matmul(x, y.t()), bf).median_ms
+        del bf
+        print(f"{m}x{n}x{k} bf16 torch.matmul {flops / t_bf16 / 1e9:.0f} TFLOP/s", flush=True)
+        rows.append({"part": "sweep", "m": m, "n": n, "k": k, "provider": "torch.matmul bf16", "ms": t_bf16})
+        for gran in ("TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE"):
+            if time.time() > t_end:
+                print("time budget reached", flush=True)
+                return
+            sets = [operands(gran, m, n, k, False, True, "e4m3") for _ in range(timing.copies_needed(m * k + n * k))]
+            bs = 128 if gran == "BLOCKWISE" else None
+            base_ms = None
+            try:
+                fns = [(baselines(gran, *s),) for s in sets]
+                if fns[0][0] is not None:
+                    ref = fns[0][0]().float()
+                    want = reference(GemmFp8Args(*sets[0], False, True, torch.float32, gran, bs))
+                    berr = ((ref - want).abs().max() / want.abs().max()).item()
+                    base_ms = timing.measure(lambda f: f(), fns).median_ms
+                    print(f"  {gran} cuBLAS {flops / base_ms / 1e9:.0f} TFLOP/s err {berr:.1e}", flush=True)
+                    rows.append({"part": "sweep", "m": m, "n": n, "k": k, "gran": gran, "provider": "cublas",
+                                 "ms": base_ms, "err": berr})
+            except Exception as exc:
+                print(f"  {gran} cuBLAS failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            want = reference(GemmFp8Args(*sets[0], False, True, torch.float32, gran, bs))
+            for cfg in CONFIGS:
+                try:
+                    got = gemm_fp8(GemmFp8Args(*sets[0], False, True, torch.bfloat16, gran, bs), cfg).float()
+                    err = ((got - want).abs().max() / want.abs().max()).item()
+                    t = timing.measure(lambda x, sx, y, sy, cfg=cfg: gemm_fp8(
+                        GemmFp8Args(x, sx, y, sy, False, True, torch.bfloat16, gran, bs), cfg), sets)
+                except Exception as exc:
+                    print(f"  {gran} {cfg}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}", flush=True)
+                    continue
+                ratio = base_ms / t.median_ms if base_ms else None
+                vs_bf16 = t_bf16 / t.median_ms
+                rows.append({"part": "sweep", "m": m, "n": n, "k": k, "gran": gran, "provider": "turbo:TRITON",
+                             "config": cfg.__dict__, "ms": t.median_ms, "p10": t.p10_ms, "p90": t.p90_ms,
+                             "ratio": ratio, "vs_bf16": vs_bf16, "err": err})
+                rs = f"{ratio:.3f}" if ratio else "-"
+                print(f"  {gran} {(cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages)} fl={cfg.flatten:d} "
+                      f"st={cfg.subtile:d}: {flops / t.median_ms / 1e9:.0f} TFLOP/s ratio {rs} x bf16 {vs_bf16:.2f} "
+                      f"err {err:.1e}", flush=True)
+            del sets
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--parts", default="check,sweep")
+    p.add_argument("--max-sweep-s", type=float, default=300)
+    args = p.parse_args()
+    rows: list[dict] = []
+    failures = 0
+    parts = args.parts.split(",")
+    if "check" in parts:
+        failures = check(rows)
+    if "sweep" in parts:
+        sweep(rows, args.max_sweep_s)
+    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+           "triton": triton.__version__, "argv": sys.argv}
+    with open(args.out, "w") as fh:
+        json.dump({"environment": env, "rows": rows, "failures": failures}, fh, indent=1)
+    print(f"failures: {failures}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""The ``gemm_fp8`` primitive on Triton: capability check, scale addressing and launcher.
+
+Every layout (NN, NT, TN, TT; trans_c; accumulate into ``out``) and every granularity runs without
+copying operands or scales: layouts become strides or descriptor block shapes, scale layouts become
+scale strides (see ``turbo_triton.gemm_fp8.kernels``). Compiled variants are cached by Triton.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args, blockwise_layout, gemm_fp8_dims
+from turbo_core.low_precision import ScalingGranularity
+from turbo_triton import _runtime
+from turbo_triton.gemm import configs as gemm_configs
+from turbo_triton.gemm.launch import _tma_ok
+from turbo_triton.gemm_fp8 import configs
+
+__all__ = ["can_handle", "gemm_fp8", "kernel_path"]
+
+G = ScalingGranularity
+_FNUZ = (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+_MODES = {G.TENSORWISE: 0, G.ROWWISE: 0, G.BLOCKWISE: 1, G.MX_BLOCKWISE: 2}
+
+
+def _arch(t: torch.Tensor) -> str:
+    if _runtime.interpreting():
+        return "interpreter"
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    return _runtime.arch_of(index)
+
+
+def can_handle(args: GemmFp8Args) -> str | None:
+    reason = _runtime.device_reason(args.a)
+    if reason:
+        return reason
+    arch = _arch(args.a)
+    fnuz = args.a.dtype in _FNUZ
+    if fnuz and arch not in ("gfx940", "gfx941", "gfx942"):
+        return f"FNUZ FP8 ({args.a.dtype}) runs on gfx942 only (Triton has no FNUZ dot on {arch})"
+    if arch.startswith("sm") and int(arch[2:]) < 89:
+        return f"FP8 tensor cores need sm89 or newer; this GPU is {arch}"
+    gran = G(args.granularity)
+    if gran == G.BLOCKWISE:
+        bs = args.block_size
+        smallest = 16 if arch == "interpreter" else 32
+        if bs & (bs - 1) or not smallest <= bs <= 256:
+            return f"TRITON BLOCKWISE FP8 GEMM needs a power-of-two block size in [{smallest}, 256], got {bs}"
+    return None
+
+
+@dataclass(frozen=True)
+class _Scales:
+    """Strides of the scales in (row of op(A), K block) and (K block, column of op(B)), and the
+    row / column divisors (the block edge for ``bs x bs`` tiles, else 1)."""
+
+    s_am: int
+    s_ak: int
+    s_bk: int
+    s_bn: int
+    a_div: int = 1
+    b_div: int = 1
+
+
+def scale_addressing(args: GemmFp8Args) -> _Scales:
+    gran = G(args.granularity)
+    sa, sb = args.a_scale_inv, args.b_scale_inv
+    if gran == G.TENSORWISE:
+        return _Scales(0, 0, 0, 0)
+    # The stored a is [M, K] ([K, M] when trans_a), b is [K, N] ([N, K] when trans_b): both
+    # ROWWISE and BLOCKWISE scales follow the stored operand's dim order.
+    a_m, a_k = (1, 0) if args.trans_a else (0, 1)
+    b_k, b_n = (1, 0) if args.trans_b else (0, 1)
+    if gran == G.ROWWISE:
+        return _Scales(sa.stride(a_m), 0, 0, sb.stride(b_n))
+    if gran == G.MX_BLOCKWISE:  # NT: a [M, K/32], b [N, K/32]
+        return _Scales(sa.stride(0), sa.stride(1), sb.stride(1), sb.stride(0))
+    bs = args.block_size
+    a_div = bs if blockwise_layout(tuple(args.a.shape), tuple(sa.shape), a_k - 2, bs) == "2d" else 1
+    b_div = bs if blockwise_layout(tuple(args.b.shape), tuple(sb.shape), b_k - 2, bs) == "2d" else 1
+    return _Scales(sa.stride(a_m), sa.stride(a_k), sb.stride(b_k), sb.stride(b_n), a_div, b_div)
+
+
+def _tma_eligible(arch: str, k: int, *tensors: torch.Tensor) -> bool:
+    return (arch.startswith("sm") and int(arch[2:]) >= 90 and k > 0
+            and _runtime.has_tensor_descriptors() and _tma_ok(*tensors))
+
+
+def kernel_path(args: GemmFp8Args) -> str:
+    """``"tma"`` or ``"pointer"``: which kernel :func:`gemm_fp8` launches for these arguments."""
+    if _runtime.interpreting() or args.a.device.type != "cuda":
+        return "pointer"
+    _, _, k = gemm_fp8_dims(args)
+    return "tma" if _tma_eligible(_arch(args.a), k, args.a, args.b) else "pointer"
+
+
+def _scale_arg(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.dtype not in (torch.float32, torch.uint8) else t
+
+
+def gemm_fp8(args: GemmFp8Args, config: gemm_configs.GemmConfig | None = None) -> torch.Tensor:
+    """Run the kernel; ``config`` overrides the heuristic table (tuning and benchmarks use it).
+    BLOCKWISE forces ``block_k`` to the block size."""
+    a, b = args.a, args.b
+    m, n, k = gemm_fp8_dims(args)
+    if args.out is not None:
+        c = args.out
+    else:
+        c = torch.empty((n, m) if args.trans_c else (m, n), dtype=args.result_dtype, device=a.device)
+    if m == 0 or n == 0:
+        return c
+    if k == 0:
+        if args.out is None:
+            c.zero_()
+        return c
+    gran = G(args.granularity)
+    arch = _arch(a)
+    sms = 4 if arch == "interpreter" else _runtime.num_sms(a.device.index if a.device.index is not None
+                                                            else torch.cuda.current_device())
+    tma = arch != "interpreter" and _tma_eligible(arch, k, a, b)
+    tma_store = tma and _tma_ok(c)
+    block_k = args.block_size if gran == G.BLOCKWISE else None
+    cfg = config or configs.pick(arch, m, n, k, sms, c.element_size(), block_k, tma_store)
+    if block_k is not None and cfg.block_k != block_k:
+        raise ValueError(f"config: BLOCKWISE needs block_k == block_size ({block_k}), got {cfg.block_k}")
+    scales = scale_addressing(args)
+    launch = _launch_tma if tma else _launch_pointer
+    _launch_fitted(launch, cfg, args, c, m, n, k, sms, gran, scales, tma_store)
+    return c
+
+
+_fitted: dict[tuple, gemm_configs.GemmConfig] = {}
+
+
+def _launch_fitted(launch, cfg, args, c, *rest) -> None:
+    """Launch; if the compiled kernel needs more shared memory than the device has, shrink the
+    config and retry (remembered per config, dtypes and layout, so it happens once)."""
+    from triton.runtime.errors import OutOfResources
+
+    key = (launch.__name__, cfg, args.a.dtype, args.b.dtype, c.dtype, args.trans_a, args.trans_b, args.trans_c,
+           args.out is not None, str(args.granularity))
+    cfg = _fitted.get(key, cfg)
+    while True:
+        try:
+            launch(cfg, args, c, *rest)
+            _fitted[key] = cfg
+            return
+        except OutOfResources:
+            smaller = gemm_configs.shrink(cfg)
+            if smaller is None:
+                raise
+            cfg = smaller
+
+
+def _common(cfg, args, m, n, sms, gran, scales):
+    import triton.language as tl
+
+    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    interp = _runtime.interpreting()
+    return dict(
+        s_am=scales.s_am, s_ak=scales.s_ak, s_bk=scales.s_bk, s_bn=scales.s_bn,
+        SCALING=_MODES[gran], A_ROW_DIV=scales.a_div, B_COL_DIV=scales.b_div,
+        ACCUMULATE=args.out is not None, DEQ=tl.float32 if interp else tl.bfloat16,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        NUM_PROGRAMS=max(1, min(sms, tiles)), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+
+
+def _launch_tma(cfg, args, c, m, n, k, sms, gran, scales, tma_store):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from turbo_triton.gemm_fp8 import kernels
+
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    a_desc = TensorDescriptor.from_tensor(args.a, [bk, bm] if args.trans_a else [bm, bk])
+    b_desc = TensorDescriptor.from_tensor(args.b, [bn, bk] if args.trans_b else [bk, bn])
+    subtile = tma_store and cfg.subtile and not args.trans_c
+    if tma_store:
+        c_arg = TensorDescriptor.from_tensor(c, [bn, bm] if args.trans_c else [bm, bn // 2 if subtile else bn])
+    else:
+        c_arg = c
+    scm, scn = (c.stride(1), c.stride(0)) if args.trans_c else (c.stride(0), c.stride(1))
+    common = _common(cfg, args, m, n, sms, gran, scales)
+    kernels.gemm_fp8_tma_persistent_kernel[(common["NUM_PROGRAMS"],)](
+        a_desc, b_desc, c_arg, _scale_arg(args.a_scale_inv), _scale_arg(args.b_scale_inv), m, n, k, scm, scn,
+        TRANS_A=args.trans_a, TRANS_B=args.trans_b, TRANS_C=args.trans_c, C_DESC=tma_store,
+        FLATTEN=cfg.flatten, SUBTILE=subtile, **common,
+    )
+
+
+def _launch_pointer(cfg, args, c, m, n, k, sms, gran, scales, tma_store):
+    from turbo_triton.gemm_fp8 import kernels
+
+    a, b = args.a, args.b
+    sam, sak = (a.stride(1), a.stride(0)) if args.trans_a else (a.stride(0), a.stride(1))
+    sbk, sbn = (b.stride(1), b.stride(0)) if args.trans_b else (b.stride(0), b.stride(1))
+    scm, scn = (c.stride(1), c.stride(0)) if args.trans_c else (c.stride(0), c.stride(1))
+    common = _common(cfg, args, m, n, sms, gran, scales)
+    kernels.gemm_fp8_persistent_kernel[(common["NUM_PROGRAMS"],)](
+        a, b, c, _scale_arg(args.a_scale_inv), _scale_arg(args.b_scale_inv), m, n, k,
+        sam, sak, sbk, sbn, scm, scn, UPCAST=_runtime.interpreting(), **common,
+    )
