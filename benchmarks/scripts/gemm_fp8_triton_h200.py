@@ -29,6 +29,8 @@ import triton
 from turbo_core.bench import timing
 from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args, cdiv
 from turbo_core.low_precision import E8M0_DTYPE
+from turbo_core.low_precision import ScalingGranularity as G
+from turbo_core.reference.gemm_fp8 import dequant_fp8
 from turbo_core.reference.gemm_fp8 import gemm_fp8 as reference
 from turbo_triton.gemm.configs import GemmConfig
 from turbo_triton.gemm_fp8.launch import gemm_fp8, kernel_path
@@ -95,44 +97,63 @@ def check(rows):
         base = torch.randn(2048, 4096, device=DEV)
         out = base.clone()
         gemm_fp8(GemmFp8Args(a, sa, b, sb, True, False, None, gran, bs, True, out))
-        want = base + reference(GemmFp8Args(a, sa, b, sb, True, False, torch.float32, gran, bs, True))
-        err = ((out - want).abs().max() / want.abs().max()).item()
-        row = {"part": "check", "gran": gran, "what": "trans_c+accumulate fp32", "err": err, "ok": err < 1e-4}
+        da = dequant_fp8(a, sa, G(gran), -2, bs, torch.float64)
+        db = dequant_fp8(b, sb, G(gran), -2, bs, torch.float64)
+        want = base.double() + (da.t() @ db).t()
+        err = ((out.double() - want).abs().max() / want.abs().max()).item()
+        row = {"part": "check", "gran": gran, "what": "trans_c+accumulate fp32 vs float64", "err": err,
+               "ok": err < 1e-5}
         failures += not row["ok"]
         rows.append(row)
         print(json.dumps(row), flush=True)
     return failures
 
 
-SWEEP_SHAPES = [(8192, 8192, 8192), (8192, 4096, 4096), (8192, 28672, 4096), (8192, 4096, 14336),
-                (8192, 8192, 28672)]
-CONFIGS = [
-    GemmConfig(128, 256, 128, 8, 8, 3, flatten=True, subtile=True),
-    GemmConfig(128, 256, 128, 8, 8, 3, flatten=False, subtile=True),
-    GemmConfig(128, 256, 128, 8, 8, 3, flatten=True, subtile=False),
-    GemmConfig(128, 256, 128, 8, 8, 4, flatten=True, subtile=True),
-    GemmConfig(256, 128, 128, 8, 8, 3, flatten=True),
-    GemmConfig(128, 128, 128, 8, 4, 4, flatten=True),
-    GemmConfig(128, 128, 128, 8, 8, 5, flatten=True),
-]
+SWEEP_SHAPES = [(8192, 8192, 8192), (8192, 28672, 4096), (8192, 4096, 14336), (8192, 4096, 4096)]
+_C = GemmConfig
+CONFIGS = {
+    "TENSORWISE": [_C(128, 256, 128, 8, 8, 3, flatten=True, subtile=True),
+                   _C(128, 256, 128, 8, 8, 3, flatten=False, warp_specialize=True, subtile=True),
+                   _C(128, 256, 128, 16, 8, 3, flatten=True, subtile=True)],
+    "BLOCKWISE": [_C(128, 128, 128, 8, 8, 5, flatten=True),
+                  _C(128, 128, 128, 8, 8, 5, flatten=True, defer_scale=True),
+                  _C(128, 128, 128, 8, 8, 4, flatten=True, defer_scale=True),
+                  _C(128, 128, 128, 8, 4, 5, flatten=True, defer_scale=True),
+                  _C(128, 256, 128, 8, 8, 3, flatten=False, subtile=True, defer_scale=True),
+                  _C(128, 128, 128, 8, 8, 5, warp_specialize=True),
+                  _C(128, 128, 128, 8, 8, 5, warp_specialize=True, defer_scale=True),
+                  _C(64, 256, 128, 8, 4, 4, flatten=True, defer_scale=True)],
+    "MX_BLOCKWISE": [_C(128, 256, 128, 8, 8, 3, flatten=True, subtile=True),
+                     _C(128, 128, 128, 8, 8, 4, flatten=True),
+                     _C(128, 128, 128, 8, 4, 4, flatten=True),
+                     _C(128, 128, 64, 8, 4, 4, flatten=True)],
+}
+CONFIGS["ROWWISE"] = CONFIGS["TENSORWISE"]
 
 
-def baselines(gran, a, sa, b, sb):
-    """The cuBLAS call for the same quantized NT operands (a [M,K], b [N,K])."""
+def baseline(gran):
+    """The cuBLAS call for the same quantized NT operands (a [M,K], b [N,K]); scale layouts
+    converted outside the timed region by ``prep``."""
     import torch.nn.functional as F
 
     if gran == "TENSORWISE":
-        return lambda: torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16)
+        return (lambda a, sa, b, sb: (a, sa, b, sb),
+                lambda a, sa, b, sb: torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16))
     if gran == "ROWWISE":
-        return lambda: torch._scaled_mm(a, b.t(), sa, sb.t(), out_dtype=torch.bfloat16)
+        return (lambda a, sa, b, sb: (a, sa, b, sb.t()),
+                lambda a, sa, b, sb: torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16))
     if gran == "BLOCKWISE":
-        sa_cm = sa.t().contiguous().t()
-        return lambda: F.scaled_mm(a, b.t(), sa_cm, F.ScalingType.BlockWise1x128, sb.t(),
-                                   F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
+        return (lambda a, sa, b, sb: (a, sa.t().contiguous().t(), b, sb.t()),
+                lambda a, sa, b, sb: F.scaled_mm(a, b.t(), sa, F.ScalingType.BlockWise1x128, sb,
+                                                 F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16))
     return None
 
 
-def sweep(rows, max_s):
+def _rel(got, want):
+    return ((got.float() - want).abs().max() / want.abs().max()).item()
+
+
+def sweep(rows, max_s, layouts):
     t_end = time.time() + max_s
     for m, n, k in SWEEP_SHAPES:
         flops = 2 * m * n * k
@@ -143,29 +164,28 @@ def sweep(rows, max_s):
         print(f"{m}x{n}x{k} bf16 torch.matmul {flops / t_bf16 / 1e9:.0f} TFLOP/s", flush=True)
         rows.append({"part": "sweep", "m": m, "n": n, "k": k, "provider": "torch.matmul bf16", "ms": t_bf16})
         for gran in ("TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE"):
-            if time.time() > t_end:
-                print("time budget reached", flush=True)
-                return
             sets = [operands(gran, m, n, k, False, True, "e4m3") for _ in range(timing.copies_needed(m * k + n * k))]
             bs = 128 if gran == "BLOCKWISE" else None
+            want = reference(GemmFp8Args(*sets[0], False, True, torch.float32, gran, bs))
             base_ms = None
-            try:
-                fns = [(baselines(gran, *s),) for s in sets]
-                if fns[0][0] is not None:
-                    ref = fns[0][0]().float()
-                    want = reference(GemmFp8Args(*sets[0], False, True, torch.float32, gran, bs))
-                    berr = ((ref - want).abs().max() / want.abs().max()).item()
-                    base_ms = timing.measure(lambda f: f(), fns).median_ms
+            if baseline(gran) is not None:
+                try:
+                    prep, fn = baseline(gran)
+                    bsets = [prep(*s) for s in sets]
+                    berr = _rel(fn(*bsets[0]), want)
+                    base_ms = timing.measure(fn, bsets).median_ms
+                    del bsets
                     print(f"  {gran} cuBLAS {flops / base_ms / 1e9:.0f} TFLOP/s err {berr:.1e}", flush=True)
                     rows.append({"part": "sweep", "m": m, "n": n, "k": k, "gran": gran, "provider": "cublas",
                                  "ms": base_ms, "err": berr})
-            except Exception as exc:
-                print(f"  {gran} cuBLAS failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
-            want = reference(GemmFp8Args(*sets[0], False, True, torch.float32, gran, bs))
-            for cfg in CONFIGS:
+                except Exception as exc:
+                    print(f"  {gran} cuBLAS failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            for cfg in CONFIGS[gran]:
+                if time.time() > t_end:
+                    print("time budget reached", flush=True)
+                    return
                 try:
-                    got = gemm_fp8(GemmFp8Args(*sets[0], False, True, torch.bfloat16, gran, bs), cfg).float()
-                    err = ((got - want).abs().max() / want.abs().max()).item()
+                    err = _rel(gemm_fp8(GemmFp8Args(*sets[0], False, True, torch.bfloat16, gran, bs), cfg), want)
                     t = timing.measure(lambda x, sx, y, sy, cfg=cfg: gemm_fp8(
                         GemmFp8Args(x, sx, y, sy, False, True, torch.bfloat16, gran, bs), cfg), sets)
                 except Exception as exc:
@@ -177,16 +197,29 @@ def sweep(rows, max_s):
                              "config": cfg.__dict__, "ms": t.median_ms, "p10": t.p10_ms, "p90": t.p90_ms,
                              "ratio": ratio, "vs_bf16": vs_bf16, "err": err})
                 rs = f"{ratio:.3f}" if ratio else "-"
-                print(f"  {gran} {(cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages)} fl={cfg.flatten:d} "
-                      f"st={cfg.subtile:d}: {flops / t.median_ms / 1e9:.0f} TFLOP/s ratio {rs} x bf16 {vs_bf16:.2f} "
-                      f"err {err:.1e}", flush=True)
+                print(f"  {gran} {(cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_warps, cfg.num_stages)} "
+                      f"fl={cfg.flatten:d} ws={cfg.warp_specialize:d} st={cfg.subtile:d} df={cfg.defer_scale:d}: "
+                      f"{flops / t.median_ms / 1e9:.0f} TFLOP/s ratio {rs} x bf16 {vs_bf16:.2f} err {err:.1e}",
+                      flush=True)
             del sets
+            if layouts and gran == "TENSORWISE":  # the dgrad (NN) and wgrad (TN) layouts, default config
+                for lay in ("NN", "TN"):
+                    ta, tb = lay[0] == "T", lay[1] == "T"
+                    ls = [operands(gran, m, n, k, ta, tb, "e4m3") for _ in range(timing.copies_needed(m * k + n * k))]
+                    t = timing.measure(lambda x, sx, y, sy: gemm_fp8(
+                        GemmFp8Args(x, sx, y, sy, ta, tb, torch.bfloat16, gran)), ls)
+                    rows.append({"part": "sweep", "m": m, "n": n, "k": k, "gran": gran, "layout": lay,
+                                 "provider": "turbo:TRITON", "ms": t.median_ms,
+                                 "ratio": base_ms / t.median_ms if base_ms else None})
+                    print(f"  {gran} {lay} default config: {flops / t.median_ms / 1e9:.0f} TFLOP/s "
+                          f"(NT cuBLAS ratio {base_ms / t.median_ms if base_ms else 0:.3f})", flush=True)
+                    del ls
 
 
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--parts", default="check,sweep")
+    p.add_argument("--parts", default="check,sweep", help="check, sweep, layouts (NN/TN in the sweep)")
     p.add_argument("--max-sweep-s", type=float, default=300)
     args = p.parse_args()
     rows: list[dict] = []
@@ -195,7 +228,7 @@ def main() -> int:
     if "check" in parts:
         failures = check(rows)
     if "sweep" in parts:
-        sweep(rows, args.max_sweep_s)
+        sweep(rows, args.max_sweep_s, "layouts" in parts)
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "triton": triton.__version__, "argv": sys.argv}
     with open(args.out, "w") as fh:

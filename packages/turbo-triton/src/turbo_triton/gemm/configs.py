@@ -23,6 +23,8 @@ class GemmConfig:
     flatten: bool = False
     warp_specialize: bool = False
     subtile: bool = False
+    # FP8 BLOCKWISE (TMA kernel): scale each K step's product one step later (turbo_triton.gemm_fp8)
+    defer_scale: bool = False
 
 
 _TABLE: dict[str, dict[str, GemmConfig]] = {

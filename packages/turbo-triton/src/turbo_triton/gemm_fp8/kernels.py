@@ -39,10 +39,24 @@ def _e8m0_to_fp32(byte):
 
 
 @triton.jit
-def _mx_dequant(x, s_ptrs, mask, DEQ: tl.constexpr):
-    """An FP8 tile times the E8M0 scale of each element's 1x32 block, rounded to ``DEQ``."""
+def _mx_dequant_a(x, s_ptrs, mask, DEQ: tl.constexpr):
+    """An FP8 ``[R, BLOCK_K]`` tile times its E8M0 scales ``[R, BLOCK_K // 32]`` (one per 1x32
+    block along K), rounded to ``DEQ``."""
+    R: tl.constexpr = x.shape[0]
+    KB: tl.constexpr = x.shape[1] // 32
     s = _e8m0_to_fp32(tl.load(s_ptrs, mask=mask, other=127))
-    return (x.to(tl.float32) * s).to(DEQ)
+    x3 = tl.reshape(x.to(tl.float32), (R, KB, 32)) * s[:, :, None]
+    return tl.reshape(x3, (R, KB * 32)).to(DEQ)
+
+
+@triton.jit
+def _mx_dequant_b(x, s_ptrs, mask, DEQ: tl.constexpr):
+    """An FP8 ``[BLOCK_K, C]`` tile times its E8M0 scales ``[BLOCK_K // 32, C]``, rounded to ``DEQ``."""
+    KB: tl.constexpr = x.shape[0] // 32
+    C: tl.constexpr = x.shape[1]
+    s = _e8m0_to_fp32(tl.load(s_ptrs, mask=mask, other=127))
+    x3 = tl.reshape(x.to(tl.float32), (KB, 32, C)) * s[:, None, :]
+    return tl.reshape(x3, (KB * 32, C)).to(DEQ)
 
 
 @triton.jit
@@ -119,9 +133,10 @@ def gemm_fp8_persistent_kernel(
             a = tl.load(a_ptrs, mask=a_mask, other=0.0)
             b = tl.load(b_ptrs, mask=b_mask, other=0.0)
             if SCALING == MX:
-                kb = (ki * BLOCK_K + offs_k) // 32
-                a = _mx_dequant(a, sa_rows[:, None] + kb[None, :] * s_ak, a_mask, DEQ)
-                b = _mx_dequant(b, sb_cols[None, :] + kb[:, None] * s_bk, b_mask, DEQ)
+                kb = ki * (BLOCK_K // 32) + tl.arange(0, BLOCK_K // 32)
+                kb_ok = kb < tl.cdiv(K, 32)
+                a = _mx_dequant_a(a, sa_rows[:, None] + kb[None, :] * s_ak, (offs_m[:, None] < M) & kb_ok[None, :], DEQ)
+                b = _mx_dequant_b(b, sb_cols[None, :] + kb[:, None] * s_bk, (offs_n[None, :] < N) & kb_ok[:, None], DEQ)
                 acc = tl.dot(a, b, acc)
             else:
                 if UPCAST:
@@ -149,17 +164,20 @@ def gemm_fp8_tma_persistent_kernel(
     ACCUMULATE: tl.constexpr, DEQ: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr = False,
-    SUBTILE: tl.constexpr = False,
+    SUBTILE: tl.constexpr = False, WARP_SPECIALIZE: tl.constexpr = False, DEFER_SCALE: tl.constexpr = False,
 ):
     """Hopper kernel: FP8 operands stream through TMA descriptors (out-of-bounds reads are zero).
     ``C_DESC``: ``c`` is a TMA descriptor of the output (block ``[BLOCK_M, BLOCK_N]``, half as
     wide with ``SUBTILE``, ``[BLOCK_N, BLOCK_M]`` with ``TRANS_C``); otherwise a pointer written
-    with masked stores (strides already swapped for ``trans_c``)."""
+    with masked stores (strides already swapped for ``trans_c``). ``DEFER_SCALE`` (BLOCKWISE):
+    each step's partial product is scaled one step later, so the tensor cores need not wait for
+    it; ``WARP_SPECIALIZE``: Triton's producer/consumer split of the persistent loop."""
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile_id in tl.range(start, num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=FLATTEN):
+    for tile_id in tl.range(start, num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=FLATTEN,
+                            warp_specialize=WARP_SPECIALIZE):
         pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -168,6 +186,10 @@ def gemm_fp8_tma_persistent_kernel(
         sa_rows = sa_ptr + (offs_m // A_ROW_DIV) * s_am
         sb_cols = sb_ptr + (offs_n // B_COL_DIV) * s_bn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if DEFER_SCALE:
+            prev = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            sa_prev = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            sb_prev = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for ki in range(k_tiles):
             off_k = ki * BLOCK_K
             if TRANS_A:
@@ -179,18 +201,25 @@ def gemm_fp8_tma_persistent_kernel(
             else:
                 b = b_desc.load([off_k, off_n])
             if SCALING == MX:
-                kk = off_k + tl.arange(0, BLOCK_K)
-                kb = kk // 32
-                a = _mx_dequant(a, sa_rows[:, None] + kb[None, :] * s_ak, (offs_m[:, None] < M) & (kk[None, :] < K), DEQ)
-                b = _mx_dequant(b, sb_cols[None, :] + kb[:, None] * s_bk, (offs_n[None, :] < N) & (kk[:, None] < K), DEQ)
+                kb = ki * (BLOCK_K // 32) + tl.arange(0, BLOCK_K // 32)
+                kb_ok = kb < tl.cdiv(K, 32)
+                a = _mx_dequant_a(a, sa_rows[:, None] + kb[None, :] * s_ak, (offs_m[:, None] < M) & kb_ok[None, :], DEQ)
+                b = _mx_dequant_b(b, sb_cols[None, :] + kb[:, None] * s_bk, (offs_n[None, :] < N) & kb_ok[:, None], DEQ)
                 acc = tl.dot(a, b, acc)
             elif SCALING == BLOCKWISE:
                 sa = tl.load(sa_rows + ki * s_ak, mask=offs_m < M, other=0.0)
                 sb = tl.load(sb_cols + ki * s_bk, mask=offs_n < N, other=0.0)
                 part = tl.dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
-                acc += part * sa[:, None] * sb[None, :]
+                if DEFER_SCALE:
+                    # scale the previous step's product while this step's runs on the tensor cores
+                    acc += prev * sa_prev[:, None] * sb_prev[None, :]
+                    prev, sa_prev, sb_prev = part, sa, sb
+                else:
+                    acc += part * sa[:, None] * sb[None, :]
             else:
                 acc = tl.dot(a, b, acc)
+        if DEFER_SCALE:
+            acc += prev * sa_prev[:, None] * sb_prev[None, :]
         acc = _apply_row_col_scales(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, s_am, s_bn, SCALING)
         if C_DESC:
             _store_tma(acc, c, off_m, off_n, BLOCK_N, TRANS_C, SUBTILE, ACCUMULATE)

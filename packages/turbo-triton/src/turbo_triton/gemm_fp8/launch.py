@@ -186,7 +186,8 @@ def _launch_tma(cfg, args, c, m, n, k, sms, gran, scales, tma_store):
     kernels.gemm_fp8_tma_persistent_kernel[(common["NUM_PROGRAMS"],)](
         a_desc, b_desc, c_arg, _scale_arg(args.a_scale_inv), _scale_arg(args.b_scale_inv), m, n, k, scm, scn,
         TRANS_A=args.trans_a, TRANS_B=args.trans_b, TRANS_C=args.trans_c, C_DESC=tma_store,
-        FLATTEN=cfg.flatten, SUBTILE=subtile, **common,
+        FLATTEN=cfg.flatten, SUBTILE=subtile, WARP_SPECIALIZE=cfg.warp_specialize,
+        DEFER_SCALE=cfg.defer_scale and gran == G.BLOCKWISE, **common,
     )
 
 
