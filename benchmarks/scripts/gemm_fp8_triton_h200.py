@@ -109,24 +109,21 @@ def check(rows):
     return failures
 
 
-SWEEP_SHAPES = [(8192, 8192, 8192), (8192, 28672, 4096), (8192, 4096, 14336), (8192, 4096, 4096)]
+SWEEP_SHAPES = [(8192, 8192, 8192), (8192, 4096, 14336), (8192, 28672, 4096), (8192, 4096, 4096)]
 _C = GemmConfig
 CONFIGS = {
     "TENSORWISE": [_C(128, 256, 128, 8, 8, 3, flatten=True, subtile=True),
-                   _C(128, 256, 128, 8, 8, 3, flatten=False, warp_specialize=True, subtile=True),
-                   _C(128, 256, 128, 16, 8, 3, flatten=True, subtile=True)],
-    "BLOCKWISE": [_C(128, 128, 128, 8, 8, 5, flatten=True),
-                  _C(128, 128, 128, 8, 8, 5, flatten=True, defer_scale=True),
-                  _C(128, 128, 128, 8, 8, 4, flatten=True, defer_scale=True),
-                  _C(128, 128, 128, 8, 4, 5, flatten=True, defer_scale=True),
-                  _C(128, 256, 128, 8, 8, 3, flatten=False, subtile=True, defer_scale=True),
-                  _C(128, 128, 128, 8, 8, 5, warp_specialize=True),
-                  _C(128, 128, 128, 8, 8, 5, warp_specialize=True, defer_scale=True),
-                  _C(64, 256, 128, 8, 4, 4, flatten=True, defer_scale=True)],
-    "MX_BLOCKWISE": [_C(128, 256, 128, 8, 8, 3, flatten=True, subtile=True),
-                     _C(128, 128, 128, 8, 8, 4, flatten=True),
-                     _C(128, 128, 128, 8, 4, 4, flatten=True),
-                     _C(128, 128, 64, 8, 4, 4, flatten=True)],
+                   _C(128, 256, 128, 8, 8, 3, flatten=True, subtile=True, imprecise_acc=32),
+                   _C(128, 256, 128, 8, 8, 3, flatten=True, subtile=True, imprecise_acc=128),
+                   _C(128, 256, 128, 8, 8, 3, warp_specialize=True, subtile=True, imprecise_acc=128)],
+    "BLOCKWISE": [_C(128, 128, 128, 8, 8, 5, warp_specialize=True),
+                  _C(128, 128, 128, 8, 8, 4, warp_specialize=True),
+                  _C(128, 128, 128, 8, 8, 6, warp_specialize=True),
+                  _C(128, 256, 128, 8, 16, 3, flatten=True),
+                  _C(128, 256, 128, 8, 16, 3, warp_specialize=True),
+                  _C(256, 128, 128, 8, 16, 3, warp_specialize=True),
+                  _C(64, 128, 128, 8, 4, 6, warp_specialize=True)],
+    "MX_BLOCKWISE": [_C(128, 256, 128, 8, 8, 3, flatten=True, subtile=True)],
 }
 CONFIGS["ROWWISE"] = CONFIGS["TENSORWISE"]
 
@@ -153,7 +150,7 @@ def _rel(got, want):
     return ((got.float() - want).abs().max() / want.abs().max()).item()
 
 
-def sweep(rows, max_s, layouts):
+def sweep(rows, max_s, layouts, grans=("TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE")):
     t_end = time.time() + max_s
     for m, n, k in SWEEP_SHAPES:
         flops = 2 * m * n * k
@@ -163,7 +160,7 @@ def sweep(rows, max_s, layouts):
         del bf
         print(f"{m}x{n}x{k} bf16 torch.matmul {flops / t_bf16 / 1e9:.0f} TFLOP/s", flush=True)
         rows.append({"part": "sweep", "m": m, "n": n, "k": k, "provider": "torch.matmul bf16", "ms": t_bf16})
-        for gran in ("TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE"):
+        for gran in grans:
             sets = [operands(gran, m, n, k, False, True, "e4m3") for _ in range(timing.copies_needed(m * k + n * k))]
             bs = 128 if gran == "BLOCKWISE" else None
             want = reference(GemmFp8Args(*sets[0], False, True, torch.float32, gran, bs))
@@ -221,6 +218,7 @@ def main() -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--parts", default="check,sweep", help="check, sweep, layouts (NN/TN in the sweep)")
     p.add_argument("--max-sweep-s", type=float, default=300)
+    p.add_argument("--grans", default="TENSORWISE,ROWWISE,BLOCKWISE,MX_BLOCKWISE")
     args = p.parse_args()
     rows: list[dict] = []
     failures = 0
@@ -228,7 +226,7 @@ def main() -> int:
     if "check" in parts:
         failures = check(rows)
     if "sweep" in parts:
-        sweep(rows, args.max_sweep_s, "layouts" in parts)
+        sweep(rows, args.max_sweep_s, "layouts" in parts, tuple(args.grans.split(",")))
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "triton": triton.__version__, "argv": sys.argv}
     with open(args.out, "w") as fh:

@@ -23,8 +23,9 @@ class GemmConfig:
     flatten: bool = False
     warp_specialize: bool = False
     subtile: bool = False
-    # FP8 BLOCKWISE (TMA kernel): scale each K step's product one step later (turbo_triton.gemm_fp8)
-    defer_scale: bool = False
+    # FP8 TENSORWISE/ROWWISE on Hopper (TMA kernel): promote the tensor cores' reduced-precision
+    # sum into fp32 every this many products along K (None: never); see turbo_triton.gemm_fp8
+    imprecise_acc: int | None = None
 
 
 _TABLE: dict[str, dict[str, GemmConfig]] = {

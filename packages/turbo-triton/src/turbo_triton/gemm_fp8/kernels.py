@@ -164,14 +164,15 @@ def gemm_fp8_tma_persistent_kernel(
     ACCUMULATE: tl.constexpr, DEQ: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr = False,
-    SUBTILE: tl.constexpr = False, WARP_SPECIALIZE: tl.constexpr = False, DEFER_SCALE: tl.constexpr = False,
+    SUBTILE: tl.constexpr = False, WARP_SPECIALIZE: tl.constexpr = False, IMPRECISE_ACC: tl.constexpr = None,
 ):
     """Hopper kernel: FP8 operands stream through TMA descriptors (out-of-bounds reads are zero).
     ``C_DESC``: ``c`` is a TMA descriptor of the output (block ``[BLOCK_M, BLOCK_N]``, half as
     wide with ``SUBTILE``, ``[BLOCK_N, BLOCK_M]`` with ``TRANS_C``); otherwise a pointer written
-    with masked stores (strides already swapped for ``trans_c``). ``DEFER_SCALE`` (BLOCKWISE):
-    each step's partial product is scaled one step later, so the tensor cores need not wait for
-    it; ``WARP_SPECIALIZE``: Triton's producer/consumer split of the persistent loop."""
+    with masked stores (strides already swapped for ``trans_c``). ``WARP_SPECIALIZE``: Triton's
+    producer/consumer split of the persistent loop. ``IMPRECISE_ACC`` (TENSORWISE/ROWWISE): Hopper's
+    FP8 tensor cores add products at reduced precision; Triton then promotes the running sum into
+    the fp32 accumulator every ``IMPRECISE_ACC`` products along K (``None``: never, the fastest)."""
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -186,10 +187,6 @@ def gemm_fp8_tma_persistent_kernel(
         sa_rows = sa_ptr + (offs_m // A_ROW_DIV) * s_am
         sb_cols = sb_ptr + (offs_n // B_COL_DIV) * s_bn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if DEFER_SCALE:
-            prev = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            sa_prev = tl.zeros((BLOCK_M,), dtype=tl.float32)
-            sb_prev = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for ki in range(k_tiles):
             off_k = ki * BLOCK_K
             if TRANS_A:
@@ -210,16 +207,9 @@ def gemm_fp8_tma_persistent_kernel(
                 sa = tl.load(sa_rows + ki * s_ak, mask=offs_m < M, other=0.0)
                 sb = tl.load(sb_cols + ki * s_bk, mask=offs_n < N, other=0.0)
                 part = tl.dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
-                if DEFER_SCALE:
-                    # scale the previous step's product while this step's runs on the tensor cores
-                    acc += prev * sa_prev[:, None] * sb_prev[None, :]
-                    prev, sa_prev, sb_prev = part, sa, sb
-                else:
-                    acc += part * sa[:, None] * sb[None, :]
+                acc += part * sa[:, None] * sb[None, :]
             else:
-                acc = tl.dot(a, b, acc)
-        if DEFER_SCALE:
-            acc += prev * sa_prev[:, None] * sb_prev[None, :]
+                acc = tl.dot(a, b, acc, max_num_imprecise_acc=IMPRECISE_ACC)
         acc = _apply_row_col_scales(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, s_am, s_bn, SCALING)
         if C_DESC:
             _store_tma(acc, c, off_m, off_n, BLOCK_N, TRANS_C, SUBTILE, ACCUMULATE)
