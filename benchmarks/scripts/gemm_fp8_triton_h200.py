@@ -195,7 +195,7 @@ def sweep(rows, max_s, layouts, grans=("TENSORWISE", "ROWWISE", "BLOCKWISE", "MX
                              "ratio": ratio, "vs_bf16": vs_bf16, "err": err})
                 rs = f"{ratio:.3f}" if ratio else "-"
                 print(f"  {gran} {(cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_warps, cfg.num_stages)} "
-                      f"fl={cfg.flatten:d} ws={cfg.warp_specialize:d} st={cfg.subtile:d} df={cfg.defer_scale:d}: "
+                      f"fl={cfg.flatten:d} ws={cfg.warp_specialize:d} st={cfg.subtile:d} ia={cfg.imprecise_acc}: "
                       f"{flops / t.median_ms / 1e9:.0f} TFLOP/s ratio {rs} x bf16 {vs_bf16:.2f} err {err:.1e}",
                       flush=True)
             del sets
