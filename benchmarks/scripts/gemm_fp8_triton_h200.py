@@ -32,7 +32,9 @@ from turbo_core.low_precision import E8M0_DTYPE
 from turbo_core.low_precision import ScalingGranularity as G
 from turbo_core.reference.gemm_fp8 import dequant_fp8
 from turbo_core.reference.gemm_fp8 import gemm_fp8 as reference
+from turbo_triton._runtime import arch_of, num_sms
 from turbo_triton.gemm.configs import GemmConfig
+from turbo_triton.gemm_fp8 import configs
 from turbo_triton.gemm_fp8.launch import gemm_fp8, kernel_path
 
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -112,18 +114,14 @@ def check(rows):
 SWEEP_SHAPES = [(8192, 8192, 8192), (8192, 4096, 14336), (8192, 28672, 4096), (8192, 4096, 4096)]
 _C = GemmConfig
 CONFIGS = {
-    "TENSORWISE": [_C(128, 256, 128, 8, 8, 3, flatten=True, subtile=True),
-                   _C(128, 256, 128, 8, 8, 3, flatten=True, subtile=True, imprecise_acc=32),
-                   _C(128, 256, 128, 8, 8, 3, flatten=True, subtile=True, imprecise_acc=128),
-                   _C(128, 256, 128, 8, 8, 3, warp_specialize=True, subtile=True, imprecise_acc=128)],
-    "BLOCKWISE": [_C(128, 128, 128, 8, 8, 5, warp_specialize=True),
-                  _C(128, 128, 128, 8, 8, 4, warp_specialize=True),
-                  _C(128, 128, 128, 8, 8, 6, warp_specialize=True),
-                  _C(128, 256, 128, 8, 16, 3, flatten=True),
-                  _C(128, 256, 128, 8, 16, 3, warp_specialize=True),
-                  _C(256, 128, 128, 8, 16, 3, warp_specialize=True),
-                  _C(64, 128, 128, 8, 4, 6, warp_specialize=True)],
-    "MX_BLOCKWISE": [_C(128, 256, 128, 8, 8, 3, flatten=True, subtile=True)],
+    "TENSORWISE": [None,  # the library's pick (configs.pick)
+                   _C(128, 256, 128, 8, 8, 3, flatten=True, subtile=True),
+                   _C(128, 256, 128, 8, 8, 4, warp_specialize=True, subtile=True, imprecise_acc=128),
+                   _C(256, 128, 128, 8, 8, 3, warp_specialize=True, imprecise_acc=128),
+                   _C(128, 128, 128, 8, 8, 5, warp_specialize=True, imprecise_acc=128),
+                   _C(128, 256, 64, 8, 8, 4, warp_specialize=True, subtile=True, imprecise_acc=64)],
+    "BLOCKWISE": [None],
+    "MX_BLOCKWISE": [None],
 }
 CONFIGS["ROWWISE"] = CONFIGS["TENSORWISE"]
 
@@ -171,8 +169,16 @@ def sweep(rows, max_s, layouts, grans=("TENSORWISE", "ROWWISE", "BLOCKWISE", "MX
                     bsets = [prep(*s) for s in sets]
                     berr = _rel(fn(*bsets[0]), want)
                     base_ms = timing.measure(fn, bsets).median_ms
-                    del bsets
                     print(f"  {gran} cuBLAS {flops / base_ms / 1e9:.0f} TFLOP/s err {berr:.1e}", flush=True)
+                    if gran in ("TENSORWISE", "ROWWISE"):
+                        fast = lambda a, sa, b, sb: torch._scaled_mm(  # noqa: E731
+                            a, b.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
+                        ferr = _rel(fast(*bsets[0]), want)
+                        fast_ms = timing.measure(fast, bsets).median_ms
+                        print(f"  {gran} cuBLAS use_fast_accum {flops / fast_ms / 1e9:.0f} TFLOP/s err {ferr:.1e}",
+                              flush=True)
+                        rows.append({"part": "sweep", "m": m, "n": n, "k": k, "gran": gran,
+                                     "provider": "cublas fast_accum", "ms": fast_ms, "err": ferr})
                     rows.append({"part": "sweep", "m": m, "n": n, "k": k, "gran": gran, "provider": "cublas",
                                  "ms": base_ms, "err": berr})
                 except Exception as exc:
@@ -182,6 +188,8 @@ def sweep(rows, max_s, layouts, grans=("TENSORWISE", "ROWWISE", "BLOCKWISE", "MX
                     print("time budget reached", flush=True)
                     return
                 try:
+                    if cfg is None:
+                        cfg = configs.pick(arch_of(0), m, n, k, num_sms(0), 2, bs, True, gran == "BLOCKWISE")
                     err = _rel(gemm_fp8(GemmFp8Args(*sets[0], False, True, torch.bfloat16, gran, bs), cfg), want)
                     t = timing.measure(lambda x, sx, y, sy, cfg=cfg: gemm_fp8(
                         GemmFp8Args(x, sx, y, sy, False, True, torch.bfloat16, gran, bs), cfg), sets)

@@ -8,15 +8,23 @@ operand buffers. gfx942/gfx950: MFMA FP8 (gfx942 FNUZ, gfx950 OCP), 64 / 160 KB 
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from turbo_triton.gemm.configs import GemmConfig, fit
 
 _TABLE: dict[str, dict[str, GemmConfig]] = {
+    # H200 sweeps (benchmarks/gemm-fp8-h200-2026-11-30.md, gemm_fp8_triton_h200.py): 128x256x128, 3 stages,
+    # warp-specialized, the sum promoted to fp32 every 128 products: 914-1062 TFLOP/s, the accuracy of
+    # torch._scaled_mm; never promoting (TURBO_TRITON_FP8_FAST_ACCUM=1, flattened loop): 1220-1472
+    # TFLOP/s, 2-3x the error. BLOCKWISE scales every 128-K step's product: 128x128 tiles, 8 warps,
+    # warp-specialized (128x256 tiles spill the second accumulator: 180-300 TFLOP/s).
     "sm90": {
-        "large": GemmConfig(128, 256, 128, 8, 8, 3, flatten=True, subtile=True),
-        "medium": GemmConfig(128, 128, 128, 8, 4, 4),
-        "small": GemmConfig(64, 128, 128, 4, 4, 4),
+        "large": GemmConfig(128, 256, 128, 8, 8, 3, warp_specialize=True, subtile=True, imprecise_acc=128),
+        "large_fast": GemmConfig(128, 256, 128, 8, 8, 3, flatten=True, subtile=True),
+        "blockwise": GemmConfig(128, 128, 128, 8, 8, 6, warp_specialize=True),
+        "medium": GemmConfig(128, 128, 128, 8, 4, 4, imprecise_acc=128),
+        "small": GemmConfig(64, 128, 128, 4, 4, 4, imprecise_acc=128),
     },
     "gfx942": {
         "large": GemmConfig(256, 256, 128, 8, 8, 2),
@@ -41,18 +49,31 @@ _TABLE: dict[str, dict[str, GemmConfig]] = {
 }
 
 
+def fast_accumulate() -> bool:
+    """``TURBO_TRITON_FP8_FAST_ACCUM=1``: never promote Hopper's reduced-precision FP8 sums (like
+    ``torch._scaled_mm(use_fast_accum=True)``): ~1.4x faster, 2-3x the rounding error."""
+    return os.environ.get("TURBO_TRITON_FP8_FAST_ACCUM", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
 def pick(arch: str, m: int, n: int, k: int, num_sms: int, out_bytes: int, block_k: int | None = None,
-         tma_store: bool = True) -> GemmConfig:
+         tma_store: bool = True, blockwise: bool = False) -> GemmConfig:
     """The config for an ``M x N x K`` FP8 problem. ``block_k`` forces the K tile (BLOCKWISE: the
     block size); ``tma_store``: the output tile is staged in shared memory (counted by ``fit``)."""
     table = _TABLE.get(arch, _TABLE["default"])
+    fast = fast_accumulate()
     cfg = table["small"]
     for size in ("large", "medium"):
+        if size == "large" and blockwise and "blockwise" in table:
+            size = "blockwise"
+        elif size == "large" and fast and "large_fast" in table:
+            size = "large_fast"
         cand = table[size]
         tiles = -(-m // cand.block_m) * -(-n // cand.block_n)
-        if tiles >= (num_sms if size == "large" else num_sms // 2):
+        if tiles >= (num_sms if size != "medium" else num_sms // 2):
             cfg = cand
             break
     if block_k is not None and block_k != cfg.block_k:
         cfg = replace(cfg, block_k=block_k)
+    if fast or blockwise:
+        cfg = replace(cfg, imprecise_acc=None)
     return fit(cfg, arch, 1, out_bytes if tma_store else 0)

@@ -108,10 +108,10 @@ def gemm_fp8_persistent_kernel(
     SCALING: tl.constexpr, A_ROW_DIV: tl.constexpr, B_COL_DIV: tl.constexpr,
     ACCUMULATE: tl.constexpr, UPCAST: tl.constexpr, DEQ: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, IMPRECISE_ACC: tl.constexpr = None,
 ):
     """Portable kernel: masked pointer loads, any strides. ``UPCAST`` multiplies FP8 tiles in
-    fp32 (exact products; the interpreter's path)."""
+    fp32 (exact products; the interpreter's path). ``IMPRECISE_ACC`` as in the TMA kernel."""
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -148,7 +148,7 @@ def gemm_fp8_persistent_kernel(
                     part = tl.dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
                     acc += part * sa[:, None] * sb[None, :]
                 else:
-                    acc = tl.dot(a, b, acc)
+                    acc = tl.dot(a, b, acc, max_num_imprecise_acc=IMPRECISE_ACC)
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
         acc = _apply_row_col_scales(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, s_am, s_bn, SCALING)

@@ -150,7 +150,7 @@ def gemm_fp8(args: GemmFp8Args, config: gemm_configs.GemmConfig | None = None) -
     tma = arch != "interpreter" and _tma_eligible(arch, k, a, b)
     tma_store = tma and _tma_ok(c)
     block_k = args.block_size if gran == G.BLOCKWISE else None
-    cfg = config or configs.pick(arch, m, n, k, sms, c.element_size(), block_k, tma_store)
+    cfg = config or configs.pick(arch, m, n, k, sms, c.element_size(), block_k, tma_store, gran == G.BLOCKWISE)
     if block_k is not None and cfg.block_k != block_k:
         raise ValueError(f"config: BLOCKWISE needs block_k == block_size ({block_k}), got {cfg.block_k}")
     launch = _launch_tma if tma else _launch_pointer
@@ -228,5 +228,6 @@ def _launch_pointer(cfg, args, c, m, n, k, sms, gran, scales, tma_store):
     common = _common(cfg, args, m, n, sms, gran, scales)
     kernels.gemm_fp8_persistent_kernel[(common["NUM_PROGRAMS"],)](
         a, b, c, _scale_arg(args.a_scale_inv), _scale_arg(args.b_scale_inv), m, n, k,
-        sam, sak, sbk, sbn, scm, scn, UPCAST=_runtime.interpreting(), **common,
+        sam, sak, sbk, sbn, scm, scn, UPCAST=_runtime.interpreting(),
+        IMPRECISE_ACC=None if _runtime.interpreting() else cfg.imprecise_acc, **common,
     )
