@@ -68,3 +68,26 @@ def test_quick_grouped_gemm_suite(tmp_path):
         assert r["max_rel_err"] < 1e-2 and r["m"] == sum(r["group_lens"])
     assert {r["balance"] for r in rows} == {"balanced", "skewed"}
     assert all(0 in r["group_lens"] for r in rows if r["balance"] == "skewed")
+
+
+def test_summary_scores_providers_not_their_baselines():
+    # Two FP8 cases of one granularity: the turbo rows are scored against the FP8 baseline and bf16;
+    # the baseline only against bf16; the bf16 reference not at all. Old rows (no role) keep "torch".
+    def row(provider, role, ratio, bf16, gran="ROWWISE"):
+        return {"suite": "s", "provider": provider, "pass": "fwd", "granularity": gran, "status": "ok",
+                "role": role, "ratio": ratio, "bf16_ratio": bf16}
+
+    rows = [row("bf16:torch.matmul", "bf16", None, 1.0), row("torch._scaled_mm", "baseline", 1.0, 1.5),
+            row("turbo:X", "turbo", 2.0, 3.0), row("turbo:X", "turbo", 0.5, 0.75),
+            {**row("turbo:X", "turbo", 9.0, 9.0), "status": "declined: no"},
+            {"suite": "g", "provider": "torch", "pass": "fwd", "status": "ok", "ratio": 1.0},
+            {"suite": "g", "provider": "turbo:X", "pass": "fwd", "status": "ok", "ratio": 4.0}]
+    got = {(s["suite"], s["provider"]): s for s in report.summary(rows)}
+    assert set(got) == {("s", "torch._scaled_mm"), ("s", "turbo:X"), ("g", "turbo:X")}
+    assert got[("s", "turbo:X")]["cases"] == 2 and got[("s", "turbo:X")]["granularity"] == "ROWWISE"
+    assert abs(got[("s", "turbo:X")]["geomean_ratio"] - 1.0) < 1e-12
+    assert abs(got[("s", "turbo:X")]["geomean_bf16_ratio"] - 1.5) < 1e-12
+    assert got[("s", "torch._scaled_mm")]["geomean_ratio"] is None
+    assert got[("s", "torch._scaled_mm")]["geomean_bf16_ratio"] == 1.5
+    assert got[("g", "turbo:X")] == {"suite": "g", "provider": "turbo:X", "pass": "fwd", "cases": 1,
+                                     "geomean_ratio": 4.0}

@@ -3,24 +3,60 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 
 from turbo_core.bench.suites import SUITES
 
+#: Suites named with a hyphen on the command line (module ``turbo_core.bench.suites.<name with _>``).
+FP8_SUITES = ("gemm-fp8", "grouped-gemm-fp8")
+#: Options only some suites take: (option dest, the suite's keyword argument).
+SUITE_OPTIONS = (("granularities", "granularities"), ("fp8_format", "fp8_format"), ("passes", "passes"))
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="benchmark suites: turbo backends beside the PyTorch baselines")
-    p.add_argument("suite", nargs="?", default="gemm", choices=list(SUITES), help="which suite (default gemm)")
+    p.add_argument("suite", nargs="?", default="gemm", choices=list(dict.fromkeys([*SUITES, *FP8_SUITES])),
+                   help="which suite (default gemm)")
     p.add_argument("--quick", action="store_true", help="tiny shapes; runs on the CPU for smoke tests")
     p.add_argument("--out", help="write JSON (environment + rows) to this file")
     p.add_argument("--tokens", type=int, default=None,
                    help="tokens per micro-batch (default: the suite's; 8192 for GEMMs, 16384 for norm/activation)")
     p.add_argument("--models", nargs="*", help="restrict to these models (default: all of the suite)")
-    p.add_argument("--providers", nargs="*", help="restrict to these providers, e.g. torch turbo:TRITON")
+    p.add_argument("--providers", nargs="*",
+                   help="restrict to these providers, e.g. torch turbo:TRITON (FP8 suites: bf16:torch.matmul, "
+                        "torch._scaled_mm, F.scaled_mm, bf16:torch._grouped_mm, torch._scaled_grouped_mm)")
     p.add_argument("--include-reference", action="store_true", help="also time the TORCH reference backend")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when present (cpu with --quick)")
+    p.add_argument("--granularities", nargs="*",
+                   help="FP8 suites: tensorwise rowwise blockwise mx (default: all that this torch supports)")
+    p.add_argument("--format", dest="fp8_format", choices=["E4M3", "E5M2", "HYBRID"],
+                   help="FP8 suites: operand format (default E4M3; HYBRID: gradients E5M2)")
+    p.add_argument("--passes", nargs="*", choices=["fwd", "dgrad", "wgrad"],
+                   help="FP8 suites: restrict to these passes (default all)")
+
+
+def suite_module(name: str):
+    return importlib.import_module(f"turbo_core.bench.suites.{name.replace('-', '_')}")
+
+
+def suite_options(args, suite) -> dict:
+    """The suite-specific options given on the command line; an error naming an option the suite lacks."""
+    params = inspect.signature(suite.run).parameters
+    extra = {}
+    for dest, kw in SUITE_OPTIONS:
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if kw not in params:
+            flag = "--format" if dest == "fp8_format" else f"--{dest}"
+            raise ValueError(f"{flag} applies to the FP8 suites ({', '.join(FP8_SUITES)}), not to {args.suite}")
+        if kw == "granularities":
+            suite.granularities_of(value)  # names checked before any case runs
+        extra[kw] = value
+    return extra
 
 
 def run(args) -> int:
@@ -37,11 +73,16 @@ def run(args) -> int:
     console = Console(stderr=True)
     env = runner.environment(device)
     env["argv"] = ["turbo", *sys.argv[1:]]
-    suite = importlib.import_module(f"turbo_core.bench.suites.{args.suite}")
+    suite = suite_module(args.suite)
+    try:
+        extra = suite_options(args, suite)
+    except ValueError as exc:
+        console.print(f"turbo bench: {exc}")
+        return 2
     with Progress(console=console, transient=True) as progress:
         rows = suite.run(quick=args.quick, tokens=args.tokens, models=args.models, providers=args.providers,
                          include_reference=args.include_reference, warmup=warmup, iters=iters,
-                         device=device, progress=progress)
+                         device=device, progress=progress, **extra)
     from turbo_core.bench.report import print_tables, summary
 
     getattr(suite, "print_table", print_tables)(rows, Console())

@@ -184,61 +184,30 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
     """Every provider on every case, side by side; rows as in ``turbo_core.bench.runner`` plus
     ``balance``, ``groups`` and ``group_lens``. ``tokens`` defaults to 8192 (32 with ``quick``)."""
-    from turbo_core.bench import timing
-    from turbo_core.bench.runner import peak_tflops
+    from turbo_core.bench.runner import Provider, run_cases, tensor_bytes
     from turbo_core.dispatch.dispatcher import decline_reason
     from turbo_core.dispatch.primitives import get_primitive
     from turbo_core.platform import platform_of
 
-    dtype = torch.bfloat16
-    names = ["torch"] + [f"turbo:{b}" for b in backends(include_reference)]
-    if providers:
-        names = [n for n in names if n in providers]
-    gen = torch.Generator(device=device).manual_seed(0)
-    peak = peak_tflops(torch.cuda.get_device_name()) if device == "cuda" else None
-    all_cases = list(cases(tokens or (32 if quick else 8192), quick, models))
-    task = progress.add_task("grouped_gemm", total=len(all_cases) * len(names)) if progress else None
-    rows: list[dict] = []
-    for case in all_cases:
-        first = make_inputs(case, device, dtype, gen)
-        per_set = sum(t.numel() * t.element_size() for t in first[:2])
-        sets = [first] + [make_inputs(case, device, dtype, gen) for _ in range(timing.copies_needed(per_set) - 1)]
-        ref = reference(case, first[0], first[1])
-        ref_scale = ref.abs().max().item() or 1.0
-        base_ms = None
-        for name in names:
-            row = {"suite": "grouped_gemm", "case": case.label, "model": case.model, "layer": case.layer,
-                   "pass": case.pass_, "balance": case.balance, "layout": case.layout, "groups": len(case.lens),
-                   "group_lens": list(case.lens), "m": case.m, "n": case.out_f, "k": case.in_f, "dtype": "bf16",
-                   "provider": name}
-            if name == "torch":
-                fn = torch_provider(case.pass_)
-            else:
-                backend = name.split(":", 1)[1]
-                prim = get_primitive(primitive_of(case.pass_))
-                reason = decline_reason(prim, backend, turbo_args(case.pass_, *first[:4]), platform_of(first[0].device))
-                if reason:
-                    rows.append({**row, "status": f"declined: {reason}"})
-                    if progress:
-                        progress.advance(task)
-                    continue
-                fn = turbo_provider(backend, case.pass_)
-            try:
-                out = fn(*first)
-                err = (out.double() - ref).abs().max().item() / ref_scale
-                t = timing.measure(fn, sets, warmup=warmup, iters=iters)
-            except Exception as exc:  # one failing provider is reported, the suite goes on
-                rows.append({**row, "status": f"error: {type(exc).__name__}: {str(exc)[:300]}"})
-                if progress:
-                    progress.advance(task)
-                continue
-            tflops = case.flops / t.median_ms / 1e9
-            if name == "torch":
-                base_ms = t.median_ms
-            rows.append({**row, "status": "ok", "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms,
-                         "tflops": tflops, "ratio": (base_ms / t.median_ms) if base_ms else None,
-                         "peak_fraction": (tflops / peak) if peak else None, "max_rel_err": err})
-            if progress:
-                progress.advance(task)
-        del sets, ref
-    return rows
+    names = backends(include_reference)
+
+    def case_providers(case, first):
+        fn = torch_provider(case.pass_)
+        out = [Provider("torch", lambda s: (lambda: fn(*s)), role="baseline")]
+        prim = get_primitive(primitive_of(case.pass_))
+        for b in names:
+            reason = decline_reason(prim, b, turbo_args(case.pass_, *first[:4]), platform_of(first[0].device))
+            tfn = turbo_provider(b, case.pass_)
+            out.append(Provider(f"turbo:{b}", status=f"declined: {reason}") if reason
+                       else Provider(f"turbo:{b}", lambda s, tfn=tfn: (lambda: tfn(*s))))
+        return out
+
+    return run_cases(
+        "grouped_gemm", list(cases(tokens or (32 if quick else 8192), quick, models)),
+        row=lambda c: {"case": c.label, "model": c.model, "layer": c.layer, "pass": c.pass_, "balance": c.balance,
+                       "layout": c.layout, "groups": len(c.lens), "group_lens": list(c.lens), "m": c.m,
+                       "n": c.out_f, "k": c.in_f, "dtype": "bf16"},
+        flops=lambda c: c.flops, make_inputs=lambda c, gen: make_inputs(c, device, torch.bfloat16, gen),
+        timed_bytes=lambda s: tensor_bytes(s[:2]), providers=case_providers,
+        reference=lambda c, s, oracle: reference(c, s[0], s[1]),
+        keep=providers, warmup=warmup, iters=iters, device=device, progress=progress)
