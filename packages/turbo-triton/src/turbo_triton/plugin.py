@@ -19,8 +19,9 @@ def turbo_backend_info():
         archs=None,
         probe="turbo_triton.probe:probe",
         description="Triton kernels (portable: AMD and NVIDIA; the CPU through TRITON_INTERPRET=1)",
-        notes="dense gemm, FP8 gemm (tensorwise, rowwise, blockwise, emulated MX), grouped gemm (forward/dgrad "
-              "and the variable-K wgrad), rmsnorm and swiglu/geglu (forward and backward) are implemented; "
+        notes="dense gemm, FP8 gemm (tensorwise, rowwise, blockwise, emulated MX), grouped gemm and grouped FP8 "
+              "gemm (tensorwise, rowwise, blockwise; forward/dgrad and the variable-K wgrad), rmsnorm and "
+              "swiglu/geglu (forward and backward) are implemented; grouped MX FP8, "
               "attention, quantization and MoE kernels are not implemented yet",
     )
 
@@ -32,6 +33,12 @@ def turbo_register_kernels(register):
     register(Kernel("gemm_fp8", "TRITON", "turbo_triton.gemm_fp8.launch:gemm_fp8",
                     check="turbo_triton.gemm_fp8.launch:can_handle",
                     variants=("TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE", "e4m3", "e5m2", "hybrid")))
+    grouped_fp8 = ("TENSORWISE", "ROWWISE", "BLOCKWISE", "e4m3", "e5m2", "hybrid", "fnuz")
+    register(Kernel("grouped_gemm_fp8", "TRITON", "turbo_triton.grouped_gemm_fp8.launch:grouped_gemm_fp8",
+                    check="turbo_triton.grouped_gemm_fp8.launch:can_handle", variants=grouped_fp8))
+    register(Kernel("grouped_gemm_fp8_variable_k", "TRITON",
+                    "turbo_triton.grouped_gemm_fp8.launch:grouped_gemm_fp8_variable_k",
+                    check="turbo_triton.grouped_gemm_fp8.launch:can_handle_variable_k", variants=grouped_fp8))
     register(Kernel("grouped_gemm", "TRITON", "turbo_triton.grouped_gemm.launch:grouped_gemm",
                     check="turbo_triton.grouped_gemm.launch:can_handle", variants=("bf16", "fp16", "fp32")))
     register(Kernel("grouped_gemm_variable_k", "TRITON", "turbo_triton.grouped_gemm.launch:grouped_gemm_variable_k",

@@ -24,6 +24,8 @@ DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
     "gemm_fp8": {"rocm": (B.HIPBLASLT, B.TRITON), "cuda": (B.HIPBLASLT, B.TRITON), **_CPU},
     "grouped_gemm": {"rocm": (B.TRITON, B.CK, B.HIPBLASLT), "cuda": (B.TRITON,), **_CPU},
     "grouped_gemm_variable_k": {"rocm": (B.TRITON, B.CK, B.HIPBLASLT), "cuda": (B.TRITON,), **_CPU},
+    "grouped_gemm_fp8": {"rocm": (B.TRITON, B.CK, B.HIPBLASLT), "cuda": (B.TRITON,), **_CPU},
+    "grouped_gemm_fp8_variable_k": {"rocm": (B.TRITON, B.CK, B.HIPBLASLT), "cuda": (B.TRITON,), **_CPU},
     # attention_bwd / attention_fp8_bwd run on the forward's backend (the ops pin it); these
     # entries serve direct primitive calls.
     "attention_fwd": {"gfx950": (B.FLYDSL, B.AITER, B.TRITON), "rocm": (B.AITER, B.TRITON), "cuda": (B.TRITON,), **_CPU},

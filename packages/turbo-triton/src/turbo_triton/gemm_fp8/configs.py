@@ -14,13 +14,13 @@ from dataclasses import replace
 from turbo_triton.gemm.configs import GemmConfig, fit
 
 _TABLE: dict[str, dict[str, GemmConfig]] = {
-    # H200 sweeps (benchmarks/gemm-fp8-h200-2026-11-30.md, gemm_fp8_triton_h200.py): 128x256x128, 3 stages,
-    # warp-specialized, the sum promoted to fp32 every 128 products: 914-1062 TFLOP/s, the accuracy of
-    # torch._scaled_mm; never promoting (TURBO_TRITON_FP8_FAST_ACCUM=1, flattened loop): 1220-1472
-    # TFLOP/s, 2-3x the error. BLOCKWISE scales every 128-K step's product: 128x128 tiles, 8 warps,
+    # H200 sweeps (benchmarks/gemm-fp8-h200-2026-11-30.md, gemm_fp8_triton_h200.py): 256x128x128, 3 stages,
+    # warp-specialized, the sum promoted to fp32 every 128 products: 958-1118 TFLOP/s (0.70-0.83x
+    # torch._scaled_mm), its accuracy; never promoting (TURBO_TRITON_FP8_FAST_ACCUM=1, 128x256, flattened
+    # loop): 1201-1493 TFLOP/s (0.94-1.09x), 2-3x the error, as _scaled_mm(use_fast_accum=True). BLOCKWISE scales every 128-K step's product: 128x128 tiles, 8 warps,
     # warp-specialized (128x256 tiles spill the second accumulator: 180-300 TFLOP/s).
     "sm90": {
-        "large": GemmConfig(128, 256, 128, 8, 8, 3, warp_specialize=True, subtile=True, imprecise_acc=128),
+        "large": GemmConfig(256, 128, 128, 8, 8, 3, warp_specialize=True, imprecise_acc=128),
         "large_fast": GemmConfig(128, 256, 128, 8, 8, 3, flatten=True, subtile=True),
         "blockwise": GemmConfig(128, 128, 128, 8, 8, 6, warp_specialize=True),
         "medium": GemmConfig(128, 128, 128, 8, 4, 4, imprecise_acc=128),

@@ -1,0 +1,363 @@
+"""The ``grouped_gemm_fp8`` and ``grouped_gemm_fp8_variable_k`` primitives on Triton: capability checks,
+scale addressing and launchers (TENSORWISE, ROWWISE and BLOCKWISE; E4M3, E5M2 and HYBRID pairs).
+
+No host sync, as in the bf16 grouped GEMM (``turbo_triton.grouped_gemm.launch``, whose helpers are
+reused): the group offsets stay on the device and the grid is sized from host-known shapes, so a call
+can be captured in a CUDA graph once its kernels are compiled. Operand and scale layouts become
+strides or descriptor block shapes: nothing is copied. ``num_cu`` caps the program count.
+
+Kernel paths: ``"tma"`` on sm90+ (Triton with host tensor descriptors) when the FP8 operands are
+16-byte aligned (K, and N for the wgrad, multiples of 16) and, for the NN forward (b ``[G, K, N]``), a
+K step divides K; ``"pointer"`` otherwise (AMD, other NVIDIA GPUs, the interpreter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from turbo_core.dispatch.specs.gemm_fp8 import blockwise_layout
+from turbo_core.dispatch.specs.grouped_gemm_fp8 import (
+    GroupedGemmFp8Args,
+    GroupedGemmFp8VariableKArgs,
+    grouped_lowp_dims,
+)
+from turbo_core.low_precision import ScalingGranularity, as_granularity
+from turbo_triton import _runtime
+from turbo_triton.grouped_gemm.launch import (
+    _INT32,
+    _aligned,
+    _block_g,
+    _c_strides,
+    _c_tma_ok,
+    _device_facts,
+    _launch_fitted,
+    _offsets,
+    _programs,
+    _tma_arch,
+)
+from turbo_triton.grouped_gemm_fp8 import configs
+
+__all__ = ["can_handle", "can_handle_variable_k", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k",
+           "kernel_path", "variable_k_kernel_path"]
+
+G = ScalingGranularity
+_FNUZ = (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2, *_FNUZ)
+#: Where Triton has FNUZ FP8 types: CDNA3 (the interpreter computes with them too).
+_FNUZ_ARCHS = ("gfx940", "gfx941", "gfx942", "interpreter")
+
+
+def _arch(a: torch.Tensor) -> str:
+    return _device_facts(a)[0]
+
+
+def _common_reason(args, what: str) -> str | None:
+    a, b = args.a, args.b
+    reason = _runtime.device_reason(a)
+    if reason:
+        return reason
+    gran = as_granularity(args.granularity)
+    if gran == G.MX_BLOCKWISE:
+        return (f"TRITON {what} does not implement MX_BLOCKWISE (E8M0 1x32 blocks: no MX instructions on "
+                "Hopper/gfx942 and no emulation written for the grouped layouts yet); it serves TENSORWISE, "
+                "ROWWISE and BLOCKWISE")
+    for name, t in (("a", a), ("b", b)):
+        if t.dtype not in _FP8:
+            return f"TRITON {what} multiplies FP8 operands; {name} is {t.dtype}"
+    arch = _arch(a)
+    fnuz = next((t.dtype for t in (a, b) if t.dtype in _FNUZ), None)
+    if fnuz is not None and arch not in _FNUZ_ARCHS:
+        return f"{fnuz} needs an AMD gfx942 GPU: Triton has no FNUZ FP8 types on {arch}"
+    if arch.startswith("sm") and arch[2:].isdigit() and int(arch[2:]) < 89:
+        return f"TRITON {what} needs FP8 tensor cores (sm89 or newer); this GPU is {arch}"
+    if gran == G.BLOCKWISE:
+        step = configs.min_block_k(arch)
+        if args.block_size % step:
+            return (f"TRITON {what} BLOCKWISE needs a block_size that is a multiple of {step} (a K step of "
+                    f"the FP8 dot must lie in one block), got {args.block_size}")
+    if a.shape[0] > _INT32:
+        return f"TRITON {what} indexes rows with int32: {a.shape[0]} rows are too many"
+    return None
+
+
+def can_handle(args: GroupedGemmFp8Args) -> str | None:
+    return _common_reason(args, "grouped_gemm_fp8")
+
+
+def can_handle_variable_k(args: GroupedGemmFp8VariableKArgs) -> str | None:
+    return _common_reason(args, "grouped_gemm_fp8_variable_k")
+
+
+# -- shared helpers -------------------------------------------------------------------------------
+
+
+def _block_size(args) -> int | None:
+    return args.block_size if as_granularity(args.granularity) == G.BLOCKWISE else None
+
+
+def _upcast(args, arch: str, upcast: bool | None) -> bool:
+    """Multiply in fp16: HYBRID pairs where Triton has no mixed FP8 dot (``upcast`` overrides)."""
+    if upcast is not None:
+        return upcast
+    return args.a.dtype != args.b.dtype and not configs.hybrid_native(arch)
+
+
+def _imprecise(cfg: configs.Fp8GroupedConfig, block_k: int, upcast: bool) -> int | None:
+    return block_k if cfg.precise_acc and not upcast else None
+
+
+def _check_block_k(cfg: configs.Fp8GroupedConfig, bs: int | None) -> None:
+    if bs is not None and bs % cfg.block_k:
+        raise ValueError(f"config: BLOCKWISE needs a block_k that divides block_size ({bs}), got {cfg.block_k}")
+
+
+# -- forward / dgrad ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _FwdScales:
+    """a's scale of (row m, K block kb) at ``m * s_am + kb * s_ak``; b's of (group g, K block kb,
+    column n) at ``g * s_bg + kb * s_bk + (n // b_div) * s_bn``."""
+
+    s_am: int = 0
+    s_ak: int = 0
+    s_bg: int = 0
+    s_bk: int = 0
+    s_bn: int = 0
+    b_div: int = 1
+
+
+def _fwd_scales(args: GroupedGemmFp8Args) -> _FwdScales:
+    gran = as_granularity(args.granularity)
+    sa, sb = args.a_scale_inv, args.b_scale_inv
+    if gran == G.TENSORWISE:
+        return _FwdScales()
+    if gran == G.ROWWISE:  # a [M, 1]; b [G, N, 1] (trans_b) or [G, 1, N]
+        return _FwdScales(s_am=sa.stride(0), s_bg=sb.stride(0), s_bn=sb.stride(1) if args.trans_b else sb.stride(2))
+    # BLOCKWISE: a [cdiv(K, bs), M] (transposed); b 1-D blocks [G, N, kb] / [G, kb, N] or bs x bs tiles
+    # [G, cdiv(N, bs), kb] / [G, kb, cdiv(N, bs)]: the same strides, the tiles with b_div = bs
+    bs = args.block_size
+    s_bk, s_bn = (sb.stride(2), sb.stride(1)) if args.trans_b else (sb.stride(1), sb.stride(2))
+    two_d = blockwise_layout(tuple(args.b.shape), tuple(sb.shape), -1 if args.trans_b else -2, bs) == "2d"
+    return _FwdScales(sa.stride(1), sa.stride(0), sb.stride(0), s_bk, s_bn, bs if two_d else 1)
+
+
+def _nn_block_k(block_k: int, k: int, arch: str, blockwise: bool) -> int | None:
+    """A K step that divides K (the NN TMA path reads b as ``[G*K, N]``); BLOCKWISE keeps its own."""
+    if blockwise:
+        return block_k if k % block_k == 0 else None
+    while block_k >= configs.min_block_k(arch):
+        if k % block_k == 0:
+            return block_k
+        block_k //= 2
+    return None
+
+
+def _tma_fwd_ok(args: GroupedGemmFp8Args, cfg: configs.Fp8GroupedConfig, arch: str) -> bool:
+    g, m, n, k = grouped_lowp_dims(args)
+    if m == 0 or n == 0 or k == 0 or g == 0 or g * max(n, k) > _INT32:
+        return False
+    if not (_aligned(args.a) and args.b.is_contiguous() and _aligned(args.b)):
+        return False
+    return args.trans_b or _nn_block_k(cfg.block_k, k, arch, _block_size(args) is not None) is not None
+
+
+def _fwd_config(args: GroupedGemmFp8Args, arch: str, sms: int) -> configs.Fp8GroupedConfig:
+    g, m, n, k = grouped_lowp_dims(args)
+    return configs.pick_fwd(arch, m, n, k, g, sms, args.out_dtype.itemsize, _block_size(args))
+
+
+def kernel_path(args: GroupedGemmFp8Args, config: configs.Fp8GroupedConfig | None = None) -> str:
+    """``"tma"`` or ``"pointer"``: which kernel :func:`grouped_gemm_fp8` launches for these arguments."""
+    if _runtime.interpreting() or args.a.device.type != "cuda":
+        return "pointer"
+    arch, sms = _device_facts(args.a)
+    cfg = config or _fwd_config(args, arch, sms)
+    return "tma" if _tma_arch(arch) and _tma_fwd_ok(args, cfg, arch) else "pointer"
+
+
+def grouped_gemm_fp8(args: GroupedGemmFp8Args, config: configs.Fp8GroupedConfig | None = None,
+                     path: str | None = None, upcast: bool | None = None) -> torch.Tensor:
+    """Run the forward kernel: ``out[rows of g] = dequant(A_g) @ dequant(op(B[g]))``, ``[M_total, N]``
+    in ``out_dtype``, rows past ``group_offs[-1]`` zero. ``config`` overrides the heuristic table,
+    ``path`` ("tma" or "pointer") the kernel choice ("tma" runs under the interpreter too, for tests)
+    and ``upcast`` whether the FP8 tiles are converted to fp16 before the dot (default: only HYBRID
+    pairs on a GPU without a mixed FP8 dot)."""
+    a = args.a
+    g, m, n, k = grouped_lowp_dims(args)
+    c = torch.empty((m, n), dtype=args.out_dtype, device=a.device)
+    if m == 0 or n == 0:
+        return c
+    if g == 0 or k == 0:
+        return c.zero_()  # every row is outside the groups, or every product is an empty sum
+    arch, sms = _device_facts(a)
+    cfg = config or _fwd_config(args, arch, sms)
+    _check_block_k(cfg, _block_size(args))
+    if path is None:
+        path = kernel_path(args, cfg)
+    elif path == "tma" and not _tma_fwd_ok(args, cfg, arch):
+        raise ValueError("path: these operands cannot use the TMA kernel (alignment, layout or K step)")
+    tiles = (-(-m // cfg.block_m) + g) * -(-n // cfg.block_n)  # an upper bound: the lengths are on the device
+    programs = _programs(tiles, sms, args.num_cu)
+    up = _upcast(args, arch, upcast)
+    key = (a.dtype, args.b.dtype, c.dtype, args.trans_b, str(args.granularity), up, programs)
+    launch = _launch_fp8_fwd_tma if path == "tma" else _launch_fp8_fwd_pointer
+    _launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, n, k, programs, arch, up)
+    return c
+
+
+def _fwd_constexprs(args, cfg, block_k: int, up: bool) -> dict:
+    bs = _block_size(args)
+    return dict(BLOCKWISE=bs is not None, BS=bs or 1, UPCAST=up, IMPRECISE=_imprecise(cfg, block_k, up),
+                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k, GROUP_M=cfg.group_m,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+def _launch_fp8_fwd_pointer(cfg, args, c, offs, g, m, n, k, programs, arch, up):
+    from turbo_triton.grouped_gemm_fp8 import kernels
+
+    a, b = args.a, args.b
+    s = _fwd_scales(args)
+    sbk, sbn = (b.stride(2), b.stride(1)) if args.trans_b else (b.stride(1), b.stride(2))
+    kernels.grouped_gemm_fp8_kernel[(programs,)](
+        a, b, c, args.a_scale_inv, args.b_scale_inv, offs, g, m, n, k,
+        a.stride(0), a.stride(1), b.stride(0), sbk, sbn, c.stride(0), c.stride(1),
+        s.s_am, s.s_ak, s.s_bg, s.s_bk, s.s_bn, B_DIV=s.b_div,
+        BLOCK_G=_block_g(g), NUM_PROGRAMS=programs, **_fwd_constexprs(args, cfg, cfg.block_k, up),
+    )
+
+
+def _launch_fp8_fwd_tma(cfg, args, c, offs, g, m, n, k, programs, arch, up):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from turbo_triton.grouped_gemm_fp8 import kernels
+
+    a, b = args.a, args.b
+    bm, bn = cfg.block_m, cfg.block_n
+    if args.trans_b:
+        bk = cfg.block_k
+        b_desc = TensorDescriptor.from_tensor(b.view(g * n, k), [bn, bk])
+    else:
+        bk = _nn_block_k(cfg.block_k, k, arch, _block_size(args) is not None)
+        b_desc = TensorDescriptor.from_tensor(b.view(g * k, n), [bk, bn])
+    a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
+    c_tma = _aligned(c)
+    subtile = cfg.subtile and c_tma
+    c_desc = TensorDescriptor.from_tensor(c, [bm, bn // 2 if subtile else bn]) if c_tma else None
+    s = _fwd_scales(args)
+    kernels.grouped_gemm_fp8_tma_kernel[(programs,)](
+        a_desc, b_desc, c_desc, c, args.a_scale_inv, args.b_scale_inv, offs, g, m, n, k,
+        c.stride(0), s.s_am, s.s_ak, s.s_bg, s.s_bk, s.s_bn,
+        TRANS_B=args.trans_b, C_TMA=c_tma, B_DIV=s.b_div, BLOCK_G=_block_g(g), NUM_PROGRAMS=programs,
+        FLATTEN=cfg.flatten, SUBTILE=subtile, DEFER_SCALE=cfg.defer_scale and _block_size(args) is not None,
+        **_fwd_constexprs(args, cfg, bk, up),
+    )
+
+
+# -- variable K (wgrad) ---------------------------------------------------------------------------
+
+
+def _variable_k_dims(args: GroupedGemmFp8VariableKArgs) -> tuple[int, int, int, int]:
+    """``(G, M_total, K, N)``."""
+    return int(args.group_lens.shape[0]), int(args.a.shape[0]), int(args.a.shape[1]), int(args.b.shape[1])
+
+
+def _variable_k_scales(args: GroupedGemmFp8VariableKArgs) -> tuple[int, int, int, int]:
+    """``(s_ar, s_ak, s_br, s_bn)``: a's scale of (row block rb, column k) at ``rb * s_ar + k * s_ak``,
+    b's of (rb, column n) at ``rb * s_br + n * s_bn`` (ROWWISE: ``[1, K]`` / ``[1, N]``; BLOCKWISE:
+    ``[cdiv(M, bs), K]`` / ``[cdiv(M, bs), N]``; TENSORWISE: all zero)."""
+    gran = as_granularity(args.granularity)
+    sa, sb = args.a_scale_inv, args.b_scale_inv
+    if gran == G.TENSORWISE:
+        return 0, 0, 0, 0
+    if gran == G.ROWWISE:
+        return 0, sa.stride(1), 0, sb.stride(1)
+    return sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1)
+
+
+def _tma_variable_k_ok(args: GroupedGemmFp8VariableKArgs) -> bool:
+    g, m, k, n = _variable_k_dims(args)
+    return m > 0 and g * max(k, n) <= _INT32 and _aligned(args.a) and _aligned(args.b)
+
+
+def variable_k_kernel_path(args: GroupedGemmFp8VariableKArgs) -> str:
+    """``"tma"`` or ``"pointer"``: which kernel :func:`grouped_gemm_fp8_variable_k` launches."""
+    if _runtime.interpreting() or args.a.device.type != "cuda":
+        return "pointer"
+    arch = _arch(args.a)
+    return "tma" if _tma_arch(arch) and _tma_variable_k_ok(args) else "pointer"
+
+
+def grouped_gemm_fp8_variable_k(args: GroupedGemmFp8VariableKArgs, config: configs.Fp8GroupedConfig | None = None,
+                                path: str | None = None, upcast: bool | None = None) -> torch.Tensor:
+    """Run the variable-K kernel: ``C[g] = dequant(A_g)^T @ dequant(B_g)``, ``[G, K, N]`` (``[G, N, K]``
+    with ``trans_c``) in ``out_dtype``, or accumulated into ``out`` (``out[g] += C[g]`` in fp32, rounded
+    once to out's dtype); an empty group gives zeros (leaves ``out[g]``). ``config``, ``path`` and
+    ``upcast`` as in :func:`grouped_gemm_fp8`."""
+    a = args.a
+    g, m, k, n = _variable_k_dims(args)
+    if args.out is not None:
+        c = args.out
+    else:
+        c = torch.empty((g, n, k) if args.trans_c else (g, k, n), dtype=args.out_dtype, device=a.device)
+    if g == 0 or k == 0 or n == 0:
+        return c
+    if m == 0:
+        return c if args.out is not None else c.zero_()  # every group is empty
+    arch, sms = _device_facts(a)
+    cfg = config or configs.pick_variable_k(arch, k, n, g, sms, c.element_size(), _block_size(args))
+    _check_block_k(cfg, _block_size(args))
+    if path is None:
+        path = variable_k_kernel_path(args)
+    elif path == "tma" and not _tma_variable_k_ok(args):
+        raise ValueError("path: these operands cannot use the TMA kernel (alignment or layout)")
+    tiles = g * -(-k // cfg.block_m) * -(-n // cfg.block_n)
+    programs = _programs(tiles, sms, args.num_cu)
+    up = _upcast(args, arch, upcast)
+    key = (a.dtype, args.b.dtype, c.dtype, args.trans_c, args.out is not None, str(args.granularity), up, programs)
+    launch = _launch_fp8_variable_k_tma if path == "tma" else _launch_fp8_variable_k_pointer
+    _launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, k, n, programs, up)
+    return c
+
+
+def _variable_k_constexprs(args, cfg, up: bool) -> dict:
+    bs = _block_size(args)
+    return dict(ACCUMULATE=args.out is not None, BLOCKWISE=bs is not None, BS=bs or 1, UPCAST=up,
+                IMPRECISE=_imprecise(cfg, cfg.block_k, up), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+def _launch_fp8_variable_k_pointer(cfg, args, c, offs, g, m, k, n, programs, up):
+    from turbo_triton.grouped_gemm_fp8 import kernels
+
+    a, b = args.a, args.b
+    kernels.grouped_gemm_fp8_variable_k_kernel[(programs,)](
+        a, b, c, args.a_scale_inv, args.b_scale_inv, offs, g, m, k, n,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), *_c_strides(c, args.trans_c),
+        *_variable_k_scales(args), NUM_PROGRAMS=programs, **_variable_k_constexprs(args, cfg, up),
+    )
+
+
+def _launch_fp8_variable_k_tma(cfg, args, c, offs, g, m, k, n, programs, up):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from turbo_triton.grouped_gemm_fp8 import kernels
+
+    a, b = args.a, args.b
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    a_desc = TensorDescriptor.from_tensor(a, [bk, bm])
+    b_desc = TensorDescriptor.from_tensor(b, [bk, bn])
+    c_tma = _c_tma_ok(c, args.trans_c, cfg, k, n)
+    subtile = cfg.subtile and c_tma
+    c_desc = None
+    if c_tma:
+        c_desc = (TensorDescriptor.from_tensor(c.view(g * n, k), [bn, bm // 2 if subtile else bm]) if args.trans_c
+                  else TensorDescriptor.from_tensor(c.view(g * k, n), [bm, bn // 2 if subtile else bn]))
+    kernels.grouped_gemm_fp8_variable_k_tma_kernel[(programs,)](
+        a_desc, b_desc, c_desc, c, args.a_scale_inv, args.b_scale_inv, offs, g, m, k, n,
+        *_c_strides(c, args.trans_c), *_variable_k_scales(args),
+        TRANS_C=args.trans_c, C_TMA=c_tma, NUM_PROGRAMS=programs, SUBTILE=subtile,
+        DEFER_SCALE=cfg.defer_scale and _block_size(args) is not None, **_variable_k_constexprs(args, cfg, up),
+    )
