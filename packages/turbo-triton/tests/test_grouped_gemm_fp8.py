@@ -474,3 +474,17 @@ def test_configs_pick_block_k_for_blockwise():
     assert configs.pick_variable_k("gfx942", 4096, 2048, 8, 304, 4, 128).block_k == 64
     assert configs.pick_fwd("sm90", 8192, 4096, 7168, 8, 132, 2, 96).block_k == 32  # 96 = 3 * 32
     assert configs.hybrid_native("sm90") and not configs.hybrid_native("sm80") and configs.hybrid_native("interpreter")
+
+
+@pytest.mark.usefixtures("poisoned_empty")
+@pytest.mark.parametrize("gran_id", list(GRANS))
+def test_forward_k_major_copy_of_b(gran_id, monkeypatch):
+    """On sm90 a ``[G, K, N]`` b is copied K-major and its scales read through a transposed view;
+    here the copy is forced (the interpreter then runs the pointer kernel on the copied operands)."""
+    monkeypatch.setattr(launch, "_tma_arch", lambda arch: True)
+    gran, bs, two_d = GRANS[gran_id]
+    args, want = _fwd_case(gran, bs, two_d, 40 if bs else 45, 33, False)
+    moved = launch._k_major_b(GroupedGemmFp8Args(**args, out_dtype=torch.float32), "sm90")
+    assert moved.trans_b and moved.b.shape == (3, 33, moved.b.shape[2])
+    c = _fwd(GroupedGemmFp8Args(**args, out_dtype=torch.float32))
+    _check_fwd(c, want, torch.float32)
