@@ -182,15 +182,12 @@ def _k_major_b(args: GroupedGemmFp8Args, arch: str) -> GroupedGemmFp8Args:
                    b_scale_inv=sb.transpose(1, 2) if sb.dim() == 3 else sb)
 
 
-def _tuned(cfg: configs.Fp8GroupedConfig, args, arch: str, forward: bool) -> configs.Fp8GroupedConfig:
+def _tuned(cfg: configs.Fp8GroupedConfig, arch: str) -> configs.Fp8GroupedConfig:
     """The table's config adjusted for the call: on sm90 the FP8 sum is promoted to fp32 once per K
     step (the accuracy of cuBLAS; ``TURBO_TRITON_FP8_FAST_ACCUM=1`` turns it off, as for the dense
-    kernel); HYBRID pairs do not flatten the persistent loop (Triton 3.6's nested-loop fusion fails
-    to compile the mixed E5M2 x E4M3 TMA kernel)."""
+    kernel)."""
     if arch.startswith("sm"):
         cfg = replace(cfg, precise_acc=not fast_accumulate())
-    if forward and args.a.dtype != args.b.dtype and cfg.flatten:
-        cfg = replace(cfg, flatten=False)
     return cfg
 
 
@@ -224,7 +221,7 @@ def grouped_gemm_fp8(args: GroupedGemmFp8Args, config: configs.Fp8GroupedConfig 
         return c.zero_()  # every row is outside the groups, or every product is an empty sum
     arch, sms = _device_facts(a)
     args = _k_major_b(args, arch)
-    cfg = config or _tuned(_fwd_config(args, arch, sms), args, arch, forward=True)
+    cfg = config or _tuned(_fwd_config(args, arch, sms), arch)
     _check_block_k(cfg, _block_size(args))
     if path is None:
         path = kernel_path(args, cfg)
@@ -339,7 +336,7 @@ def grouped_gemm_fp8_variable_k(args: GroupedGemmFp8VariableKArgs, config: confi
         return c if args.out is not None else c.zero_()  # every group is empty
     arch, sms = _device_facts(a)
     cfg = config or _tuned(configs.pick_variable_k(arch, k, n, g, sms, c.element_size(), _block_size(args)),
-                           args, arch, forward=False)
+                           arch)
     _check_block_k(cfg, _block_size(args))
     if path is None:
         path = variable_k_kernel_path(args)
