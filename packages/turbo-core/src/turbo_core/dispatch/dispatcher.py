@@ -10,6 +10,11 @@ Selection order (as Primus-Turbo's, made per key):
 5. fallback: the first capable registered backend, with a one-time warning
 
 A backend chosen in 0-2 that cannot serve the call raises :class:`BackendError` with its reason.
+
+``call()`` (the eager entry point) validates every call, then looks the answer up in a selection
+cache (``turbo_core.dispatch.selection_cache``) keyed by the call signature, the pin, the settings
+generation and the environment variables that matter: a repeated call skips the walk above.
+Auto-tune picks and errors are never cached; ``select()`` itself always walks the whole order.
 """
 
 from __future__ import annotations
@@ -23,11 +28,20 @@ from typing import Any
 from turbo_core.dispatch import autotune
 from turbo_core.dispatch.defaults import default_order
 from turbo_core.dispatch.manager import GlobalBackendManager, pinned_backend
-from turbo_core.dispatch.primitives import Primitive, get_primitive
+from turbo_core.dispatch.primitives import _PRIMITIVES, Primitive, get_primitive
+from turbo_core.dispatch.selection_cache import (
+    CachedSelection,
+    CacheInfo,
+    SelectionCache,
+    selection_key,
+    settings_unchanged,
+)
 from turbo_core.platform import Platform, platform_of
 from turbo_core.plugins.host import get_host
+from turbo_core.plugins.types import Kernel
 
-__all__ = ["BackendError", "Selection", "call", "clear_warnings", "decline_reason", "select", "stats"]
+__all__ = ["BackendError", "Selection", "cache_info", "cached_select", "call", "clear_selection_cache",
+           "clear_warnings", "decline_reason", "select", "stats"]
 
 log = logging.getLogger("turbo")
 
@@ -56,13 +70,27 @@ _warned: set[tuple] = set()
 _warn_lock = threading.Lock()
 _stats: collections.Counter = collections.Counter()
 _stats_lock = threading.Lock()
+_cache = SelectionCache()
 
 
 def clear_warnings() -> None:
+    """Forget the one-time warnings, the call statistics and the selection cache (whose hits
+    would otherwise skip a fallback warning that is due again)."""
     with _warn_lock:
         _warned.clear()
     with _stats_lock:
         _stats.clear()
+    _cache.clear()
+
+
+def clear_selection_cache() -> None:
+    """Forget every cached selection (``GlobalBackendManager.reset()`` does it too)."""
+    _cache.clear()
+
+
+def cache_info() -> CacheInfo:
+    """Hits, misses, stores, evictions and size of ``call()``'s selection cache since it was cleared."""
+    return _cache.info()
 
 
 def _warn_once(key: tuple, msg: str, *args: Any) -> None:
@@ -112,25 +140,35 @@ def _explicit(prim: Primitive, backend: str, how: str, source: str, args: Any, p
 
 
 def select(prim: Primitive | str, args: Any) -> Selection:
-    """Pick the backend for a call (the arguments must already be valid)."""
+    """Pick the backend for a call (the arguments must already be valid), walking the whole
+    selection order (no cache)."""
     if isinstance(prim, str):
         prim = get_primitive(prim)
+    return _resolve(prim, args)[0]
+
+
+def _resolve(prim: Primitive, args: Any) -> tuple[Selection, Platform, bool]:
+    """``(selection, platform, cacheable)``: cacheable unless auto-tune was consulted (its pick
+    depends on timings and on the tuner's cache; while capturing a CUDA graph it even declines)."""
     tensor = prim.first_tensor(args)
     platform = platform_of(tensor.device if tensor is not None else None)
     registry = get_host().registry
 
     pinned = pinned_backend(prim.name)
     if pinned is not None:
-        return _explicit(prim, pinned, "use_backend", f"use_backend({pinned!r})", args, platform)
+        chosen = _explicit(prim, pinned, "use_backend", f"use_backend({pinned!r})", args, platform)
+        return chosen, platform, True
 
     found = GlobalBackendManager.lookup(prim.name, prim.family, prim.precision)
     choice = None
     if found is not None:
         choice, source, layer = found
         if choice.backend is not None:
-            return _explicit(prim, choice.backend, layer, source, args, platform)
+            return _explicit(prim, choice.backend, layer, source, args, platform), platform, True
 
+    cacheable = True
     if prim.tunable and ((choice is not None and choice.auto_tune) or GlobalBackendManager.auto_tune_enabled()):
+        cacheable = False
         kernels = {k.backend: k for k in registry.kernels_for(prim.name)}
         versions = {name: registry.backend(name).info.version for name in kernels}
         picked = autotune.get_tuner().select(
@@ -138,13 +176,14 @@ def select(prim: Primitive | str, args: Any) -> Selection:
             lambda name: decline_reason(prim, name, args, platform), versions,
         )
         if picked is not None:
-            return Selection(prim.name, picked[0], picked[1], "auto-tune")
+            return Selection(prim.name, picked[0], picked[1], "auto-tune"), platform, False
 
     declined: list[str] = []
     for name in default_order(prim.name, platform):
         reason = decline_reason(prim, name, args, platform)
         if reason is None:
-            return Selection(prim.name, name, "default", f"default for {platform.arch or platform.kind}")
+            chosen = Selection(prim.name, name, "default", f"default for {platform.arch or platform.kind}")
+            return chosen, platform, cacheable
         declined.append(f"{name}: {reason}")
 
     others: list[str] = []
@@ -155,19 +194,51 @@ def select(prim: Primitive | str, args: Any) -> Selection:
             _warn_once((prim.name, platform.key, kernel.backend),
                        "turbo: %s on %s falls back to %s (%s)", prim.name,
                        platform.arch or platform.kind, kernel.backend, why)
-            return Selection(prim.name, kernel.backend, "fallback", why)
+            return Selection(prim.name, kernel.backend, "fallback", why), platform, cacheable
         others.append(f"{kernel.backend}: {reason}")
     reasons = declined + [o for o in others if o.split(":")[0] not in {d.split(":")[0] for d in declined}]
     detail = "; ".join(reasons) if reasons else "no installed backend registers it"
     raise BackendError(f"{prim.name}: no backend can run this call on {platform.arch or platform.kind} ({detail})")
 
 
+def _select_for_call(prim: Primitive, args: Any) -> tuple[Selection, Kernel]:
+    """The selection and kernel of a call: from the cache when an answer for this key is there and
+    its backend is still available, else from :func:`_resolve` (stored when deterministic)."""
+    registry = get_host().registry
+    key = selection_key(prim, args)
+    if key is not None:
+        hit = _cache.get(key, registry)
+        if hit is not None:
+            if (hit.prim is prim and hit.record.unavailable_reason() is None
+                    and (hit.defaults is None or default_order(prim.name, hit.platform) is hit.defaults)):
+                return hit.selection, hit.kernel
+            _cache.drop(key)
+    epoch = _cache.epoch
+    selection, platform, cacheable = _resolve(prim, args)
+    kernel = registry.kernel(prim.name, selection.backend)
+    if cacheable and key is not None and kernel is not None and settings_unchanged(key, prim):
+        # a default or fallback answer also rests on the defaults table (re-read on each hit)
+        defaults = default_order(prim.name, platform) if selection.how in ("default", "fallback") else None
+        record = registry.backend(selection.backend)
+        _cache.put(key, CachedSelection(prim, selection, kernel, record, platform, defaults), registry, epoch)
+    return selection, kernel
+
+
+def cached_select(prim: Primitive | str, args: Any) -> Selection:
+    """:func:`select` through ``call()``'s selection cache (the arguments must already be valid)."""
+    if isinstance(prim, str):
+        prim = get_primitive(prim)
+    return _select_for_call(prim, args)[0]
+
+
 def call(primitive: str, args: Any) -> Any:
-    """Validate, select and run: the one entry point ops use to reach a kernel."""
-    prim = get_primitive(primitive)
+    """Validate, select (through the selection cache) and run: the one entry point ops use to
+    reach a kernel. Validation runs on every call; so does the accounting in :func:`stats`."""
+    prim = _PRIMITIVES.get(primitive)  # the registered spec; get_primitive loads specs and explains misses
+    if prim is None:
+        prim = get_primitive(primitive)
     prim.check_args(args)
-    selection = select(prim, args)
-    kernel = get_host().registry.kernel(prim.name, selection.backend)
+    selection, kernel = _select_for_call(prim, args)
     with _stats_lock:
         _stats[(prim.name, selection.backend, selection.how)] += 1
     log.debug("turbo: %s -> %s (%s: %s)", prim.name, selection.backend, selection.how, selection.source)

@@ -88,6 +88,10 @@ class GlobalBackendManager:
     _lock = threading.RLock()
     _settings: dict[tuple[str, object], BackendChoice] = {}
     _auto_tune: bool | None = None
+    #: Bumped (under the lock, after the change) by every ``set_*``, ``set_auto_tune`` and
+    #: ``reset``: the dispatcher's selection cache keys on it, so a cached choice never outlives
+    #: the setting it came from.
+    generation: int = 0
 
     # -- generic API -----------------------------------------------------------------------------
     @classmethod
@@ -128,6 +132,7 @@ class GlobalBackendManager:
                     cls._settings.pop(key, None)
                 else:
                     cls._settings[key] = choice
+            cls.generation += 1
 
     @classmethod
     def get_backend(cls, primitive: str, precision: PrecisionType | str | None = None) -> BackendChoice | None:
@@ -179,6 +184,7 @@ class GlobalBackendManager:
             raise TypeError(f"enabled: expected a bool or None, got {enabled!r}")
         with cls._lock:
             cls._auto_tune = enabled
+            cls.generation += 1
 
     @classmethod
     def auto_tune_enabled(cls) -> bool:
@@ -194,6 +200,7 @@ class GlobalBackendManager:
         with cls._lock:
             cls._settings.clear()
             cls._auto_tune = None
+            cls.generation += 1
         _env.clear_cache()
         autotune.get_tuner().clear()
         dispatcher.clear_warnings()
