@@ -138,3 +138,21 @@ def test_declines_with_reasons(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert "TRITON_INTERPRET=1" in can_handle(GemmFp8Args(a, sa, b, sb, False, True, torch.float32,
                                                           "BLOCKWISE", 16))
+
+
+@pytest.mark.parametrize("gran", ["TENSORWISE", "ROWWISE", "BLOCKWISE"])
+def test_k_major_copy(gran, monkeypatch):
+    """On sm90 an NN/TN operand is first copied K-major (the scales keep their logical addressing);
+    here the copy is forced, and the interpreter runs the pointer kernel on the copies."""
+    from turbo_triton.gemm_fp8 import launch
+
+    monkeypatch.setattr(launch, "_k_major_needed", lambda arch, k: True)
+    gen = torch.Generator().manual_seed(17)
+    for ta, tb in [(False, False), (True, False), (True, True)]:
+        a, sa, b, sb = _operands(gran, 29, 35, 48, ta, tb, "e4m3", gen, a_2d=True)
+        args = GemmFp8Args(a, sa, b, sb, ta, tb, torch.float32, gran, 16 if gran == "BLOCKWISE" else None)
+        moved = launch._k_major(args, "sm90", 48)
+        assert not moved.trans_a and moved.trans_b
+        want = reference(GemmFp8Args(a, sa, b, sb, ta, tb, torch.float64, gran, args.block_size))
+        got = gemm_fp8(args)
+        torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())

@@ -17,6 +17,7 @@ from turbo_triton import _runtime
 from turbo_triton.gemm import configs as gemm_configs
 from turbo_triton.gemm.launch import _tma_ok
 from turbo_triton.gemm_fp8 import configs
+from turbo_triton.transpose import transpose_last2
 
 __all__ = ["can_handle", "gemm_fp8", "kernel_path"]
 
@@ -96,8 +97,8 @@ def kernel_path(args: GemmFp8Args) -> str:
     _, _, k = gemm_fp8_dims(args)
     arch = _arch(args.a)
     copied = _k_major_needed(arch, k) and (args.trans_a or not args.trans_b)
-    a = args.a.t().contiguous() if copied and args.trans_a else args.a
-    b = args.b.t().contiguous() if copied and not args.trans_b else args.b
+    a = args.a.new_empty(args.a.shape[::-1]) if copied and args.trans_a else args.a  # as the copy would be
+    b = args.b.new_empty(args.b.shape[::-1]) if copied and not args.trans_b else args.b
     path = "tma" if _tma_eligible(arch, k, a, b) else "pointer"
     return path + "+kmajor" if copied else path
 
@@ -110,14 +111,15 @@ def _k_major(args: GemmFp8Args, arch: str, k: int) -> GemmFp8Args:
     """Hopper's FP8 tensor cores read both operands K-major (the transposed-operand forms are
     16-bit only); a Triton dot on a non-K-major FP8 tile takes a path ~10x slower (measured on
     the H200: 90-107 TFLOP/s for NN/TN at 8192^3). So on sm90 an operand stored the other way
-    (``trans_a``, or not ``trans_b``) is copied K-major first: one pass over it, a few percent of
-    the GEMM. The ops avoid it where they can by quantizing straight into the K-major layout."""
+    (``trans_a``, or not ``trans_b``) is copied K-major first with a tiled transpose
+    (:func:`turbo_triton.transpose.transpose_last2`): one pass over it. The ops avoid it where they
+    can by quantizing straight into the K-major layout."""
     if not _k_major_needed(arch, k):
         return args
     if args.trans_a:
-        args = replace(args, a=args.a.t().contiguous(), trans_a=False)
+        args = replace(args, a=transpose_last2(args.a), trans_a=False)
     if not args.trans_b:
-        args = replace(args, b=args.b.t().contiguous(), trans_b=True)
+        args = replace(args, b=transpose_last2(args.b), trans_b=True)
     return args
 
 
