@@ -10,7 +10,7 @@ import os
 
 import torch
 
-__all__ = ["device_reason", "interpreting", "num_sms", "arch_of", "has_tensor_descriptors"]
+__all__ = ["arch_of", "device_reason", "has_tensor_descriptors", "interpreting", "launch_fitted", "num_sms"]
 
 
 def interpreting() -> bool:
@@ -49,3 +49,29 @@ def has_tensor_descriptors() -> bool:
     except ImportError:
         return False
     return True
+
+
+_fitted: dict[tuple, object] = {}
+
+
+def launch_fitted(launch, cfg, key: tuple, *rest) -> None:
+    """``launch(cfg, *rest)``; if the compiled kernel needs more shared memory than the device has,
+    shrink the config (``turbo_triton.gemm.configs.shrink``: fewer stages, then narrower N tiles) and
+    retry. The config that fitted is remembered per launcher, starting config and ``key`` (dtypes,
+    layout flags: what changes the kernel's footprint), so the retries happen once."""
+    from triton.runtime.errors import OutOfResources
+
+    from turbo_triton.gemm.configs import shrink
+
+    key = (launch.__name__, cfg, *key)
+    cfg = _fitted.get(key, cfg)
+    while True:
+        try:
+            launch(cfg, *rest)
+            _fitted[key] = cfg
+            return
+        except OutOfResources:
+            smaller = shrink(cfg)
+            if smaller is None:
+                raise
+            cfg = smaller

@@ -72,33 +72,10 @@ def gemm(args: GemmArgs, config: configs.GemmConfig | None = None) -> torch.Tens
     precision = "ieee" if (interp or not fp32) else "tf32x3"
     accumulate = args.out is not None
 
-    if not interp and _tma_eligible(arch, k, a, b, c):
-        _launch_fitted(_launch_tma, cfg, args, a, b, c, m, n, k, programs, accumulate, precision)
-        return c
-    _launch_fitted(_launch_pointer, cfg, args, a, b, c, m, n, k, programs, accumulate, precision)
+    launch = _launch_tma if not interp and _tma_eligible(arch, k, a, b, c) else _launch_pointer
+    key = (a.dtype, c.dtype, args.trans_a, args.trans_b, args.trans_c, accumulate)
+    _runtime.launch_fitted(launch, cfg, key, args, a, b, c, m, n, k, programs, accumulate, precision)
     return c
-
-
-_fitted: dict[tuple, configs.GemmConfig] = {}
-
-
-def _launch_fitted(launch, cfg, args, a, b, c, m, n, k, programs, accumulate, precision):
-    """Launch; if the compiled kernel needs more shared memory than the device has, shrink the
-    config and retry (remembered per config, dtype and layout, so it happens once)."""
-    from triton.runtime.errors import OutOfResources
-
-    key = (launch.__name__, cfg, a.dtype, c.dtype, args.trans_a, args.trans_b, args.trans_c, accumulate)
-    cfg = _fitted.get(key, cfg)
-    while True:
-        try:
-            launch(cfg, args, a, b, c, m, n, k, programs, accumulate, precision)
-            _fitted[key] = cfg
-            return
-        except OutOfResources:
-            smaller = configs.shrink(cfg)
-            if smaller is None:
-                raise
-            cfg = smaller
 
 
 def _launch_tma(cfg, args, a, b, c, m, n, k, programs, accumulate, precision):

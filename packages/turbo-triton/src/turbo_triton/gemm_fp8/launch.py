@@ -156,31 +156,10 @@ def gemm_fp8(args: GemmFp8Args, config: gemm_configs.GemmConfig | None = None) -
     if block_k is not None and cfg.block_k != block_k:
         raise ValueError(f"config: BLOCKWISE needs block_k == block_size ({block_k}), got {cfg.block_k}")
     launch = _launch_tma if tma else _launch_pointer
-    _launch_fitted(launch, cfg, args, c, m, n, k, sms, gran, scales, tma_store)
+    key = (args.a.dtype, args.b.dtype, c.dtype, args.trans_a, args.trans_b, args.trans_c, args.out is not None,
+           gran, tma_store)
+    _runtime.launch_fitted(launch, cfg, key, args, c, m, n, k, sms, gran, scales, tma_store)
     return c
-
-
-_fitted: dict[tuple, gemm_configs.GemmConfig] = {}
-
-
-def _launch_fitted(launch, cfg, args, c, *rest) -> None:
-    """Launch; if the compiled kernel needs more shared memory than the device has, shrink the
-    config and retry (remembered per config, dtypes and layout, so it happens once)."""
-    from triton.runtime.errors import OutOfResources
-
-    key = (launch.__name__, cfg, args.a.dtype, args.b.dtype, c.dtype, args.trans_a, args.trans_b, args.trans_c,
-           args.out is not None, str(args.granularity))
-    cfg = _fitted.get(key, cfg)
-    while True:
-        try:
-            launch(cfg, args, c, *rest)
-            _fitted[key] = cfg
-            return
-        except OutOfResources:
-            smaller = gemm_configs.shrink(cfg)
-            if smaller is None:
-                raise
-            cfg = smaller
 
 
 def _common(cfg, args, m, n, sms, gran, scales):

@@ -18,7 +18,6 @@ from turbo_core.dispatch.specs.grouped_gemm import (
     grouped_gemm_dims,
 )
 from turbo_triton import _runtime
-from turbo_triton.gemm import configs as gemm_configs
 from turbo_triton.grouped_gemm import configs
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -89,26 +88,6 @@ def _offsets(group_offs: torch.Tensor) -> torch.Tensor:
     return group_offs if group_offs.is_contiguous() else group_offs.contiguous()
 
 
-_fitted: dict[tuple, configs.GroupedConfig] = {}
-
-
-def _launch_fitted(launch, cfg: configs.GroupedConfig, key: tuple, *rest) -> None:
-    """Launch; if the compiled kernel needs more shared memory than the device has, shrink the config
-    and retry (remembered per key, so it happens once)."""
-    from triton.runtime.errors import OutOfResources
-
-    key = (launch.__name__, cfg, *key)
-    cfg = _fitted.get(key, cfg)
-    while True:
-        try:
-            launch(cfg, *rest)
-            _fitted[key] = cfg
-            return
-        except OutOfResources:
-            smaller = gemm_configs.shrink(cfg)
-            if smaller is None:
-                raise
-            cfg = smaller
 
 
 # -- forward / dgrad ------------------------------------------------------------------------------
@@ -164,7 +143,7 @@ def grouped_gemm(args: GroupedGemmArgs, config: configs.GroupedConfig | None = N
     programs = _programs(tiles, sms, args.num_cu)
     key = (a.dtype, args.trans_b, programs)
     launch = _launch_fwd_tma if path == "tma" else _launch_fwd_pointer
-    _launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, n, k, programs)
+    _runtime.launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, n, k, programs)
     return c
 
 
@@ -266,7 +245,7 @@ def grouped_gemm_variable_k(args: GroupedGemmVariableKArgs, config: configs.Grou
     programs = _programs(tiles, sms, args.num_cu)
     key = (a.dtype, c.dtype, args.trans_c, args.out is not None, programs)
     launch = _launch_variable_k_tma if path == "tma" else _launch_variable_k_pointer
-    _launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, k, n, programs)
+    _runtime.launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, k, n, programs)
     return c
 
 

@@ -33,7 +33,6 @@ from turbo_triton.grouped_gemm.launch import (
     _c_strides,
     _c_tma_ok,
     _device_facts,
-    _launch_fitted,
     _offsets,
     _programs,
     _tma_arch,
@@ -234,7 +233,7 @@ def grouped_gemm_fp8(args: GroupedGemmFp8Args, config: configs.Fp8GroupedConfig 
     up = _upcast(args, arch, upcast)
     key = (a.dtype, args.b.dtype, c.dtype, args.trans_b, str(args.granularity), up, programs)
     launch = _launch_fp8_fwd_tma if path == "tma" else _launch_fp8_fwd_pointer
-    _launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, n, k, programs, arch, up)
+    _runtime.launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, n, k, programs, arch, up)
     return c
 
 
@@ -349,7 +348,7 @@ def grouped_gemm_fp8_variable_k(args: GroupedGemmFp8VariableKArgs, config: confi
     up = _upcast(args, arch, upcast)
     key = (a.dtype, args.b.dtype, c.dtype, args.trans_c, args.out is not None, str(args.granularity), up, programs)
     launch = _launch_fp8_variable_k_tma if path == "tma" else _launch_fp8_variable_k_pointer
-    _launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, k, n, programs, up)
+    _runtime.launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, k, n, programs, up)
     return c
 
 

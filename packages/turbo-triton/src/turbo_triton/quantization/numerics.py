@@ -1,0 +1,180 @@
+"""Element and scale arithmetic of the FP8 quantization kernels (Triton ``@jit`` helpers).
+
+Everything is written to give the TORCH reference's bits (``turbo_core.reference.quantization``):
+
+* amax: the max of ``|x|`` taken on the int32 bits of ``|x|`` (for non-negative floats the integer
+  order is the float order, and every NaN sorts above +inf), so a NaN anywhere in a group gives a
+  NaN amax exactly as ``torch.amax`` does, with no float max whose NaN rule differs per target.
+  The same bits make the TENSORWISE/long-ROWWISE ``atomic_max`` exact and deterministic.
+* FP32 scales: ``scale = (1 / max(amax, eps)) * fp8_max`` and ``scale_inv = 1 / scale``, each
+  division correctly rounded (``div_rn``): torch evaluates ``fp8_max / t`` as
+  ``t.reciprocal() * fp8_max`` (``Tensor.__rtruediv__``), two roundings that are replicated here.
+  A NaN amax stays NaN (``torch.clamp_min`` propagates it).
+* E8M0 scales: from the amax's biased exponent ``e``: ``X = max(e - 127 - emax, -127)``
+  (``floor(log2(amax)) - emax`` for normal amax; subnormal and zero amax clamp to -127),
+  byte ``X + 127``, or 0xFF with ``X = 0`` when amax is NaN/Inf. ``2**-X`` is a normal fp32
+  (``-X`` lies in [-119, 127]) so ``x * 2**-X`` is the reference's exact float64 product
+  rounded once to fp32.
+* Saturation ``clamp(v, -max, max)`` keeps NaN (``torch.clamp`` does; a float min/max may not).
+* FP8 encoding: native ``.to(fp8, rtne)`` on GPUs; under the CPU interpreter (whose own float8
+  cast rounds half-up and mishandles NaN) a bit-exact software encoder of c10's conversion
+  (``Float8_e4m3fn.h`` ... ``Float8_e5m2fnuz.h``): round-to-nearest-even, NaN 0x7F|sign (OCP) or
+  0x80 (FNUZ, which has no negative zero). Decoding likewise (``SOFT``).
+
+Format constexprs: ``MB`` mantissa bits (3 E4M3, 2 E5M2), ``BIAS`` exponent bias (7/15 OCP,
+8/16 FNUZ), ``FNUZ``, ``FMAX`` the largest finite value, ``EMAX`` the OCP MX ``emax_elem``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def abs_bits(x):
+    """int32 bits of ``|x|`` (fp32 ``x``): ordered like the floats, NaN above +inf."""
+    return x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+
+
+@triton.jit
+def group_max(t, BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr):
+    """``[BM, BN]`` -> ``[BM // GM, BN // GN]``: the max over each ``GM x GN`` group."""
+    t = tl.reshape(t, (BM // GM, GM, BN // GN, GN))
+    return tl.max(tl.max(t, axis=3), axis=1)
+
+
+@triton.jit
+def expand(s, BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr):
+    """``[BM // GM, BN // GN]`` -> ``[BM, BN]``: each group's value on each of its elements."""
+    s = tl.broadcast_to(s[:, None, :, None], (BM // GM, GM, BN // GN, GN))
+    return tl.reshape(s, (BM, BN))
+
+
+@triton.jit
+def fp32_scale(amax_bits, eps, FMAX: tl.constexpr):
+    """``(scale, scale_inv)`` (fp32) of groups with amax bits ``amax_bits`` (see the module doc)."""
+    amax = amax_bits.to(tl.float32, bitcast=True)
+    amax = tl.where(amax != amax, amax, tl.maximum(amax, eps))
+    one = tl.full(amax.shape, 1.0, tl.float32)
+    scale = tl.math.div_rn(one, amax) * FMAX
+    return scale, tl.math.div_rn(one, scale)
+
+
+@triton.jit
+def mx_scale(amax_bits, EMAX: tl.constexpr):
+    """``(2**-X as fp32, E8M0 byte as int32)`` of groups with amax bits ``amax_bits``."""
+    e = amax_bits >> 23
+    finite = e < 255
+    x = tl.maximum(e - (127 + EMAX), -127)
+    byte = tl.where(finite, x + 127, 255)
+    x = tl.where(finite, x, 0)
+    return ((127 - x) << 23).to(tl.float32, bitcast=True), byte
+
+
+@triton.jit
+def saturate(v, FMAX: tl.constexpr):
+    """``clamp(v, -FMAX, FMAX)`` keeping NaN."""
+    c = tl.minimum(tl.maximum(v, -FMAX), FMAX)
+    return tl.where(v != v, v, c)
+
+
+@triton.jit
+def encode_fp8(v, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr):
+    """FP8 byte (int32) of fp32 ``v`` already within ``±max`` or NaN: c10's round-to-nearest-even."""
+    bits = v.to(tl.int32, bitcast=True)
+    sign = (bits >> 24) & 0x80
+    a = bits & 0x7FFFFFFF
+    # Below the smallest normal: adding 2**(24 - BIAS - MB) rounds (fp32 RNE) to the subnormal grid.
+    sub = (a.to(tl.float32, bitcast=True) + (1 << (24 - BIAS - MB))).to(tl.int32, bitcast=True)
+    sub = sub - ((151 - BIAS - MB) << 23)
+    odd = (a >> (23 - MB)) & 1
+    nrm = (a + (((BIAS - 127) << 23) + (1 << (22 - MB)) - 1) + odd) >> (23 - MB)
+    code = tl.where(a < ((128 - BIAS) << 23), sub, nrm)
+    is_nan = a > 0x7F800000
+    if FNUZ:
+        out = tl.where(code == 0, 0, code | sign)
+        out = tl.where(is_nan, 0x80, out)
+    else:
+        out = tl.where(is_nan, 0x7F, code) | sign
+    return out
+
+
+@triton.jit
+def decode_fp8(byte, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr):
+    """fp32 value of FP8 bytes (int32 0..255)."""
+    mag_bits = byte & 0x7F
+    e = mag_bits >> MB
+    m = mag_bits & ((1 << MB) - 1)
+    nrm = (((e + (127 - BIAS)) << 23) | (m << (23 - MB))).to(tl.float32, bitcast=True)
+    sub_unit = ((128 - BIAS - MB) << 23)  # bits of 2**(1 - BIAS - MB), the smallest subnormal
+    sub = m.to(tl.float32) * tl.full(byte.shape, sub_unit, tl.int32).to(tl.float32, bitcast=True)
+    mag = tl.where(e == 0, sub, nrm)
+    special = tl.full(byte.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)  # NaN
+    if FNUZ:
+        is_special = byte == 0x80
+    elif MB == 3:
+        is_special = mag_bits == 0x7F
+    else:
+        is_special = e == 31
+        special = tl.where(m == 0, tl.full(byte.shape, 0x7F800000, tl.int32).to(tl.float32, bitcast=True),
+                           special)
+    mag = tl.where(is_special, special, mag)
+    return tl.where((byte & 0x80) != 0, -mag, mag)
+
+
+@triton.jit
+def to_fp8(v, q_ptr, FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
+           SOFT: tl.constexpr):
+    """``v`` (fp32) saturated and rounded to the element type of ``q_ptr`` (uint8 bytes when SOFT)."""
+    v = saturate(v, FMAX)
+    if SOFT:
+        return encode_fp8(v, MB, BIAS, FNUZ).to(tl.uint8)
+    return v.to(q_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+
+
+@triton.jit
+def from_fp8(q, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr):
+    """fp32 value of loaded FP8 data (uint8 bytes when SOFT)."""
+    if SOFT:
+        return decode_fp8(q.to(tl.int32), MB, BIAS, FNUZ)
+    return q.to(tl.float32)
+
+
+@triton.jit
+def round_bf16(v):
+    """fp32 -> bf16 round-to-nearest-even by bit arithmetic (the interpreter's cast truncates)."""
+    bits = v.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(v != v, v, bits.to(tl.float32, bitcast=True)).to(tl.bfloat16)
+
+
+@triton.jit
+def to_out(v, out_ptr, ROUND_BF16: tl.constexpr):
+    """``v`` (fp32) rounded once to the element type of ``out_ptr``."""
+    if ROUND_BF16:
+        return round_bf16(v)
+    return v.to(out_ptr.dtype.element_ty)
+
+
+@triton.jit
+def e8m0_to_fp32(byte):
+    """``2**(byte - 127)`` (fp32; byte 0 is the subnormal 2**-127), NaN for the byte 0xFF."""
+    bits = tl.where(byte == 0, 0x00400000, byte << 23)
+    bits = tl.where(byte == 255, 0x7FC00000, bits)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def tile_of(pid, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    """``(b, tm, tn, rows, cols)`` of program ``pid`` over ``[B, M, N]`` in ``BM x BN`` tiles
+    (n fastest); ``b``, ``rows`` and ``cols`` are int64."""
+    tiles_n = tl.cdiv(N, BN)
+    tiles_m = tl.cdiv(M, BM)
+    tn = pid % tiles_n
+    t = pid // tiles_n
+    tm = t % tiles_m
+    b = (t // tiles_m).to(tl.int64)
+    rows = tm.to(tl.int64) * BM + tl.arange(0, BM)
+    cols = tn.to(tl.int64) * BN + tl.arange(0, BN)
+    return b, tm, tn, rows, cols

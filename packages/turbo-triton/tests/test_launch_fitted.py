@@ -1,0 +1,34 @@
+"""Shrink-and-retry on OutOfResources (the GPU compiler's shared-memory limit), without a GPU."""
+
+import pytest
+from triton.runtime.errors import OutOfResources
+
+from turbo_triton import _runtime
+from turbo_triton.gemm.configs import GemmConfig
+
+
+def test_shrinks_until_it_fits_and_remembers():
+    calls = []
+
+    def fake_launch(cfg, payload):
+        calls.append(cfg)
+        if cfg.num_stages > 2 or cfg.block_n > 128:
+            raise OutOfResources(300000, 232448, "shared memory")
+        payload.append(cfg)
+
+    start = GemmConfig(128, 256, 64, 8, 8, 4)
+    done = []
+    _runtime.launch_fitted(fake_launch, start, ("key-a",), done)
+    assert [(c.num_stages, c.block_n) for c in calls] == [(4, 256), (3, 256), (2, 256), (2, 128)]
+    assert done == [GemmConfig(128, 128, 64, 8, 8, 2)]
+    calls.clear()
+    _runtime.launch_fitted(fake_launch, start, ("key-a",), done)  # remembered: no retries
+    assert [(c.num_stages, c.block_n) for c in calls] == [(2, 128)]
+
+
+def test_gives_up_with_the_error_when_nothing_fits():
+    def never(cfg):
+        raise OutOfResources(1, 0, "shared memory")
+
+    with pytest.raises(OutOfResources):
+        _runtime.launch_fitted(never, GemmConfig(64, 64, 32, 4, 4, 2), ("key-b",))
