@@ -50,7 +50,8 @@ def _expected(kind, x2d, p1d, grad, active):
     return out, grad_x, grad_p
 
 
-def _run(kind, shape, dtype, *, masked=False, probs_2d=False):
+def _run(kind, shape, dtype, *, masked=False, probs_2d=False, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
     from turbo_core.ops import geglu_with_probs, swiglu_with_probs
 
     op = swiglu_with_probs if kind == "swiglu" else geglu_with_probs
@@ -71,20 +72,22 @@ def _run(kind, shape, dtype, *, masked=False, probs_2d=False):
         x.view(tokens, width)[~active] = float("nan")
         probs[~active] = float("nan")
         grad[~active] = float("nan")
+        row_mask = row_mask.to(device)
     out64, gx64, gp64 = _expected(kind, x.reshape(tokens, width), probs, grad, active)
 
-    xt = x.clone().requires_grad_()
-    pt = (probs.reshape(tokens, 1) if probs_2d else probs).clone().requires_grad_()
+    xt = x.to(device).clone().requires_grad_()
+    pt = (probs.reshape(tokens, 1) if probs_2d else probs).to(device).clone().requires_grad_()
     out = op(xt, pt, row_mask)
     assert out.dtype == dtype and out.shape == (tokens, width // 2), f"out: {out.dtype} {tuple(out.shape)}"
+    out_host = out.cpu()
     if masked:
-        assert torch.equal(out[~active], torch.zeros_like(out[~active])), "out: inactive rows are not zero"
-    assert_close_to_reference(out, out64, dtype=dtype, what="out")
-    out.backward(grad)
+        assert torch.equal(out_host[~active], torch.zeros_like(out_host[~active])), "out: inactive rows are not zero"
+    assert_close_to_reference(out_host, out64, dtype=dtype, what="out")
+    out.backward(grad.to(device))
     assert xt.grad.shape == x.shape and xt.grad.dtype == dtype
     assert pt.grad.shape == pt.shape and pt.grad.dtype == torch.float32
-    assert_close_to_reference(xt.grad.reshape(tokens, width), gx64, dtype=dtype, what="grad_x")
-    assert_close_to_reference(pt.grad.reshape(tokens), gp64, dtype=dtype, what="grad_probs")
+    assert_close_to_reference(xt.grad.cpu().reshape(tokens, width), gx64, dtype=dtype, what="grad_x")
+    assert_close_to_reference(pt.grad.cpu().reshape(tokens), gp64, dtype=dtype, what="grad_probs")
 
 
 def _case(label, kind, shape, dtype, **kw):

@@ -123,14 +123,15 @@ def _check_grads(dtype, pairs) -> None:
             continue
         assert got is not None, f"{what}: no gradient"
         assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
-        assert_close_to_reference(got, want, dtype=dtype, what=what)
+        assert_close_to_reference(got.cpu(), want, dtype=dtype, what=what)
 
 
 def _memory_order(t: torch.Tensor) -> list[int]:
     return sorted(range(t.dim()), key=lambda i: (-t.stride(i), i))
 
 
-def _run_dense(shape, mask, dtype, layout="bshd", seed=0):
+def _run_dense(shape, mask, dtype, layout="bshd", seed=0, *, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
     from turbo_core.ops import flash_attn_func
 
     b, s_q, s_kv, h_q, h_kv, d_qk, d_v = shape
@@ -148,16 +149,16 @@ def _run_dense(shape, mask, dtype, layout="bshd", seed=0):
                                    causal, window, sink64)
     out64.backward(dout.double())
 
-    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-    sink = sink.detach().requires_grad_() if sink is not None else None
+    q, k, v = (t.detach().to(device).requires_grad_() for t in (q, k, v))
+    sink = sink.detach().to(device).requires_grad_() if sink is not None else None
     out, lse = flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, window_size=window,
                                return_lse=True, sink=sink)
     assert out.dtype == dtype and lse.dtype == torch.float32, (out.dtype, lse.dtype)
     assert tuple(lse.shape) == (b, h_q, s_q), f"lse: shape {tuple(lse.shape)}"
     assert _memory_order(out) == _memory_order(q) or q.is_contiguous(), "out: not in q's memory order"
-    assert_close_to_reference(out, out64, dtype=dtype, what="out")
-    assert_close_to_reference(lse, lse64, dtype=dtype, what="lse")
-    out.backward(dout)
+    assert_close_to_reference(out.cpu(), out64, dtype=dtype, what="out")
+    assert_close_to_reference(lse.cpu(), lse64, dtype=dtype, what="lse")
+    out.backward(dout.to(device))
     _check_grads(dtype, [("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad),
                          ("dsink", sink.grad if sink is not None else None,
                           sink64.grad if sink64 is not None else None)])
@@ -167,7 +168,8 @@ def _cu(lengths):
     return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
 
 
-def _run_varlen(lens_q, lens_k, heads, mask, dtype, seed=0):
+def _run_varlen(lens_q, lens_k, heads, mask, dtype, seed=0, *, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
     from turbo_core.ops import flash_attn_varlen_func
 
     h_q, h_kv = heads
@@ -185,20 +187,22 @@ def _run_varlen(lens_q, lens_k, heads, mask, dtype, seed=0):
     out64, lse64 = varlen_reference(q64, k64, v64, lens_q, lens_k, d_qk ** -0.5, causal, window, sink64)
     out64.backward(dout.double())
 
-    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-    sink = sink.detach().requires_grad_() if sink is not None else None
-    out, lse = flash_attn_varlen_func(q, k, v, _cu(lens_q), _cu(lens_k), max(lens_q), max(lens_k),
+    q, k, v = (t.detach().to(device).requires_grad_() for t in (q, k, v))
+    sink = sink.detach().to(device).requires_grad_() if sink is not None else None
+    cu_q, cu_k = _cu(lens_q).to(device), _cu(lens_k).to(device)
+    out, lse = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
                                       causal=causal, window_size=window, return_lse=True, sink=sink)
     assert tuple(lse.shape) == (h_q, tq), f"lse: shape {tuple(lse.shape)}"
-    assert_close_to_reference(out, out64, dtype=dtype, what="out")
-    assert_close_to_reference(lse, lse64, dtype=dtype, what="lse")
-    out.backward(dout)
+    assert_close_to_reference(out.cpu(), out64, dtype=dtype, what="out")
+    assert_close_to_reference(lse.cpu(), lse64, dtype=dtype, what="lse")
+    out.backward(dout.to(device))
     _check_grads(dtype, [("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad),
                          ("dsink", sink.grad if sink is not None else None,
                           sink64.grad if sink64 is not None else None)])
 
 
-def _run_fp8(shape, mask, dtype, seed=0):
+def _run_fp8(shape, mask, dtype, seed=0, *, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
     from turbo_core.ops import flash_attn_fp8_func
 
     b, s_q, s_kv, h_q, h_kv, d_qk, d_v = shape
@@ -213,13 +217,13 @@ def _run_fp8(shape, mask, dtype, seed=0):
     out64, _ = dense_reference(q64, k64, v64, d_qk ** -0.5, causal, window, None)
     out64.backward(dout.double())
 
-    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    q, k, v = (t.detach().to(device).requires_grad_() for t in (q, k, v))
     out = flash_attn_fp8_func(q, k, v, causal=causal, window_size=window)
     assert out.dtype == dtype and out.shape == out64.shape
-    out.backward(dout)
+    out.backward(dout.to(device))
     for what, got, want in (("out", out, out64), ("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad),
                             ("dv", v.grad, v64.grad)):
-        snr = snr_db(want, got)
+        snr = snr_db(want, got.cpu())
         assert snr >= FP8_ATTENTION_SNR_DB, f"{what}: SNR {snr:.1f} dB < {FP8_ATTENTION_SNR_DB} dB"
 
 

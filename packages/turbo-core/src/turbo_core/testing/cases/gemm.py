@@ -26,7 +26,8 @@ def _operands(m, n, k, ta, tb, dtype, seed):
     return a, b
 
 
-def _run(m, n, k, ta, tb, dtype, fused):
+def _run(m, n, k, ta, tb, dtype, fused, *, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
     from turbo_core.ops import gemm
 
     a, b = _operands(m, n, k, ta, tb, dtype, seed=m * 7919 + n * 31 + k)
@@ -35,19 +36,19 @@ def _run(m, n, k, ta, tb, dtype, fused):
     grad = torch.randn(c64.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
     c64.backward(grad.double())
 
-    a, b = a.requires_grad_(), b.requires_grad_()
+    a, b = a.to(device).requires_grad_(), b.to(device).requires_grad_()
     if fused:
-        b.main_grad = torch.ones(b.shape, dtype=torch.float32)
+        b.main_grad = torch.ones(b.shape, dtype=torch.float32, device=device)
     c = gemm(a, b, ta, tb, fuse_bgrad_accum_pattern="megatron" if fused else None)
     assert c.dtype == dtype and c.shape == c64.shape
-    assert_close_to_reference(c, c64, dtype=dtype, what="out")
-    c.backward(grad)
-    assert_close_to_reference(a.grad, a64.grad, dtype=dtype, what="grad_a")
+    assert_close_to_reference(c.cpu(), c64, dtype=dtype, what="out")
+    c.backward(grad.to(device))
+    assert_close_to_reference(a.grad.cpu(), a64.grad, dtype=dtype, what="grad_a")
     if fused:
         assert b.grad_added_to_main_grad is True
-        assert_close_to_reference(b.main_grad, b64.grad + 1.0, dtype=dtype, what="main_grad")
+        assert_close_to_reference(b.main_grad.cpu(), b64.grad + 1.0, dtype=dtype, what="main_grad")
     else:
-        assert_close_to_reference(b.grad, b64.grad, dtype=dtype, what="grad_b")
+        assert_close_to_reference(b.grad.cpu(), b64.grad, dtype=dtype, what="grad_b")
 
 
 CASES = [

@@ -37,7 +37,7 @@ from turbo_core.low_precision import (
     ScalingRecipe,
     float4_e2m1_dtype,
 )
-from turbo_core.testing.conformance import Case
+from turbo_core.testing.conformance import Case, host_copy
 from turbo_core.testing.numerics import assert_close_to_reference, assert_snr
 
 G = ScalingGranularity
@@ -47,9 +47,11 @@ F64 = torch.float64
 # -- the documented recipe, replayed --------------------------------------------------------------------
 
 class _Recipe:
-    """Quantize-then-dequantize (float64) a tensor the way the op does for one role."""
+    """Quantize-then-dequantize (float64) a tensor the way the op does for one role: the public
+    quantize op on ``device`` (the backend under test), the reference dequantization on the CPU."""
 
-    def __init__(self, gran: str, fmt: str, block_size: int | None, device: torch.device):
+    def __init__(self, gran: str, fmt: str, block_size: int | None, device: torch.device | str):
+        self.device = torch.device(device)
         self.fp4 = gran == "FP4"
         self.gran = G.MX_BLOCKWISE if self.fp4 else G(gran)
         self.fmt = fmt
@@ -71,32 +73,34 @@ class _Recipe:
                                  if self.gran == G.BLOCKWISE else None)
 
     def deq(self, x: torch.Tensor, dim: int | None, role: str) -> torch.Tensor:
-        """float64 values of ``x`` after quantization for a GEMM contracting along its last-two
-        dim ``dim`` (0 or 1) in ``role`` (``input``/``weight``/``grad``)."""
+        """float64 values (CPU) of CPU tensor ``x`` after quantization for a GEMM contracting along
+        its last-two dim ``dim`` (0 or 1) in ``role`` (``input``/``weight``/``grad``)."""
         from turbo_core.ops import quantization as q
         from turbo_core.reference import quantization as qref
 
         dtype = self.bwd if role == "grad" else self.fwd
         weight = role == "weight"
+        xd = x.to(self.device)
         if self.gran == G.TENSORWISE or (self.gran == G.BLOCKWISE and weight):
             recipe = ScalingRecipe(use_2d_block=self.gran == G.BLOCKWISE)
-            data, s = q.quantize_fp8(x, dtype, self.gran, block_size=self.bs, scaling_recipe=recipe)
+            data, s = map(host_copy, q.quantize_fp8(xd, dtype, self.gran, block_size=self.bs, scaling_recipe=recipe))
             return qref.dequantize_fp8(DequantizeFp8Args(data, s, F64, self.gran, None, self.bs, recipe))
         axis = dim - 2
         recipe = ScalingRecipe(use_2d_block=weight and self.gran == G.MX_BLOCKWISE)
         if self.fp4:
-            data, s = q.quantize_fp4(x, dtype, self.gran, axis=axis, scaling_recipe=recipe)
+            data, s = map(host_copy, q.quantize_fp4(xd, dtype, self.gran, axis=axis, scaling_recipe=recipe))
             out = qref.dequantize_fp4(DequantizeFp4Args(data, s, F64, axis))
         else:
-            data, s = q.quantize_fp8(x, dtype, self.gran, axis=axis, block_size=self.bs, scaling_recipe=recipe)
+            data, s = map(host_copy, q.quantize_fp8(xd, dtype, self.gran, axis=axis, block_size=self.bs,
+                                                    scaling_recipe=recipe))
             out = qref.dequantize_fp8(DequantizeFp8Args(data, s, F64, self.gran, axis, self.bs, recipe))
         return out[..., :x.shape[-2], :x.shape[-1]]  # MX: drop the padding
 
 
 def _deq_cols(rec: _Recipe, x: torch.Tensor, lens: torch.Tensor, role: str) -> torch.Tensor:
-    """float64 values of token-packed ``x`` ``[M, D]`` quantized along each group's rows (the
-    variable-K wgrad operand): plain along M for TENSORWISE/ROWWISE, the per-group padded col-wise
-    layouts of the grouped quantizers for BLOCKWISE/MX/FP4 (padding removed)."""
+    """float64 values (CPU) of token-packed CPU tensor ``x`` ``[M, D]`` quantized along each group's
+    rows (the variable-K wgrad operand): plain along M for TENSORWISE/ROWWISE, the per-group padded
+    col-wise layouts of the grouped quantizers for BLOCKWISE/MX/FP4 (padding removed). ``lens``: CPU."""
     from turbo_core.ops import quantization as q
     from turbo_core.reference import quantization as qref
 
@@ -106,11 +110,14 @@ def _deq_cols(rec: _Recipe, x: torch.Tensor, lens: torch.Tensor, role: str) -> t
     offs = torch.zeros(lens.shape[0] + 1, dtype=torch.int64, device=lens.device)
     offs[1:] = torch.cumsum(lens, 0)
     m = x.shape[0]
+    xd, lens_d, offs_d = x.to(rec.device), lens.to(rec.device), offs.to(rec.device)
     if rec.fp4:
-        data, s, _, offs_pad = q.grouped_quantize_fp4(x, dtype, rec.gran, lens, offs, axis=0)
-        return qref.grouped_dequantize_fp4(GroupedDequantizeFp4Args(data, s, F64, 0, 32, offs, offs_pad, m))
-    data, s, _, offs_pad = q.grouped_quantize_fp8(x, dtype, rec.gran, lens, offs, axis=0, block_size=rec.bs)
-    out = qref.grouped_dequantize_fp8(GroupedDequantizeFp8Args(data, s, F64, rec.gran, offs, offs_pad, m, 0, rec.bs))
+        data, s, _, offs_pad = q.grouped_quantize_fp4(xd, dtype, rec.gran, lens_d, offs_d, axis=0)
+        return qref.grouped_dequantize_fp4(GroupedDequantizeFp4Args(host_copy(data), host_copy(s), F64, 0, 32, offs,
+                                                                    host_copy(offs_pad), m))
+    data, s, _, offs_pad = q.grouped_quantize_fp8(xd, dtype, rec.gran, lens_d, offs_d, axis=0, block_size=rec.bs)
+    out = qref.grouped_dequantize_fp8(GroupedDequantizeFp8Args(host_copy(data), host_copy(s), F64, rec.gran, offs,
+                                                               host_copy(offs_pad), m, 0, rec.bs))
     return out[:, :x.shape[1]]
 
 
@@ -119,6 +126,8 @@ def _t(x: torch.Tensor, flag: bool) -> torch.Tensor:
 
 
 def _check(actual: torch.Tensor, exact: torch.Tensor, ideal: torch.Tensor, rec: _Recipe, what: str) -> None:
+    """``actual`` (any device) against the CPU float64 ``exact`` and ``ideal`` results."""
+    actual = actual.cpu()
     assert actual.shape == exact.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(exact.shape)}"
     assert_close_to_reference(actual, exact, what=f"{what} (vs float64 math on the dequantized operands)")
     assert_snr(ideal, actual, rec.snr_fmt, what=f"{what} (vs the unquantized product)")
@@ -126,14 +135,15 @@ def _check(actual: torch.Tensor, exact: torch.Tensor, ideal: torch.Tensor, rec: 
 
 # -- dense ----------------------------------------------------------------------------------------------
 
-def _run_dense(gran, fmt, bs, m, n, k, ta, tb, dtype, fused):
+def _run_dense(gran, fmt, bs, m, n, k, ta, tb, dtype, fused, *, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
     from turbo_core.ops.gemm_fp8 import gemm_fp4, gemm_fp8
 
     gen = torch.Generator().manual_seed(m * 7919 + n * 31 + k + 3 * ta + 5 * tb)
     a = torch.randn(*((k, m) if ta else (m, k)), generator=gen).to(dtype)
     b = torch.randn(*((n, k) if tb else (k, n)), generator=gen).to(dtype)
     grad = torch.randn(m, n, generator=gen).to(dtype)
-    rec = _Recipe(gran, fmt, bs, a.device)
+    rec = _Recipe(gran, fmt, bs, device)
     a_k, b_k = (0 if ta else 1), (1 if tb else 0)  # the stored dims the forward contracts along
 
     # Ideal: unquantized float64.
@@ -145,19 +155,19 @@ def _run_dense(gran, fmt, bs, m, n, k, ta, tb, dtype, fused):
     da_exact = _t(rec.deq(grad, 1, "grad") @ _t(rec.deq(b, 1 - b_k, "weight"), tb).t(), ta)
     db_exact = _t(_t(rec.deq(a, 1 - a_k, "input"), ta).t() @ rec.deq(grad, 0, "grad"), tb)
 
-    a, b = a.requires_grad_(), b.requires_grad_()
+    a, b = a.to(device).requires_grad_(), b.to(device).requires_grad_()
     if fused:
-        b.main_grad = torch.ones(b.shape, dtype=torch.float32)
+        b.main_grad = torch.ones(b.shape, dtype=torch.float32, device=device)
     fn = gemm_fp4 if rec.fp4 else gemm_fp8
     c = fn(a, b, ta, tb, config=rec.config(), fuse_bgrad_accum_pattern="megatron" if fused else None)
     assert c.dtype == dtype, f"out: dtype {c.dtype}, expected {dtype}"
     _check(c, c_exact, c64, rec, "out")
-    c.backward(grad)
+    c.backward(grad.to(device))
     assert a.grad.dtype == dtype, f"grad_a: dtype {a.grad.dtype}"
     _check(a.grad, da_exact, a64.grad, rec, "grad_a")
     if fused:
         assert b.grad_added_to_main_grad is True
-        assert_close_to_reference(b.main_grad, db_exact + 1.0, dtype=torch.float32, what="main_grad")
+        assert_close_to_reference(b.main_grad.cpu(), db_exact + 1.0, dtype=torch.float32, what="main_grad")
     else:
         assert b.grad.dtype == dtype, f"grad_b: dtype {b.grad.dtype}"
         _check(b.grad, db_exact, b64.grad, rec, "grad_b")
@@ -217,7 +227,8 @@ def _per_group(fn, lens, *tensors):
     return out
 
 
-def _run_grouped(gran, fmt, bs, lens, k, n, tb, dtype, tail, fused):
+def _run_grouped(gran, fmt, bs, lens, k, n, tb, dtype, tail, fused, *, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
     from turbo_core.ops.grouped_gemm_fp8 import grouped_gemm_fp4, grouped_gemm_fp8
 
     groups = len(lens)
@@ -227,7 +238,7 @@ def _run_grouped(gran, fmt, bs, lens, k, n, tb, dtype, tail, fused):
     b = torch.randn(*((groups, n, k) if tb else (groups, k, n)), generator=gen).to(dtype)
     grad = torch.randn(m, n, generator=gen).to(dtype)
     group_lens = torch.tensor(lens, dtype=torch.int64)
-    rec = _Recipe(gran, fmt, bs, a.device)
+    rec = _Recipe(gran, fmt, bs, device)
     b_k = 1 if tb else 0
     used = sum(lens)
 
@@ -246,28 +257,30 @@ def _run_grouped(gran, fmt, bs, lens, k, n, tb, dtype, tail, fused):
     da_exact = torch.cat(pad(_per_group(lambda g, x: x @ _t(bq_n[g], tb).t(), lens, gq)))
     db_exact = torch.stack(_per_group(lambda g, x, y: _t(x.t() @ y, tb), lens, aq_m[:used], gq_m[:used]))
 
-    a, b = a.requires_grad_(), b.requires_grad_()
+    a, b = a.to(device).requires_grad_(), b.to(device).requires_grad_()
     if fused:
-        b.main_grad = torch.ones(b.shape, dtype=torch.float32)
+        b.main_grad = torch.ones(b.shape, dtype=torch.float32, device=device)
     fn = grouped_gemm_fp4 if rec.fp4 else grouped_gemm_fp8
-    c = fn(a, b, group_lens, trans_b=tb, config=rec.config(), fuse_bgrad_accum_pattern="megatron" if fused else None)
+    c = fn(a, b, group_lens.to(device), trans_b=tb, config=rec.config(),
+           fuse_bgrad_accum_pattern="megatron" if fused else None)
     assert c.dtype == dtype and c.shape == (m, n), f"out: {c.dtype} {tuple(c.shape)}"
     _check(c, c_exact, c64, rec, "out")
     if tail:
-        assert torch.count_nonzero(c[used:]) == 0, "out: the rows past sum(group_lens) must be zero"
-    c.backward(grad)
+        assert torch.count_nonzero(c.cpu()[used:]) == 0, "out: the rows past sum(group_lens) must be zero"
+    c.backward(grad.to(device))
     _check(a.grad, da_exact, a64.grad, rec, "grad_a")
     if tail:
-        assert torch.count_nonzero(a.grad[used:]) == 0, "grad_a: the rows past sum(group_lens) must be zero"
+        assert torch.count_nonzero(a.grad.cpu()[used:]) == 0, "grad_a: the rows past sum(group_lens) must be zero"
     if fused:
         assert b.grad_added_to_main_grad is True
-        assert_close_to_reference(b.main_grad, db_exact + 1.0, dtype=torch.float32, what="main_grad")
+        assert_close_to_reference(b.main_grad.cpu(), db_exact + 1.0, dtype=torch.float32, what="main_grad")
     else:
         assert b.grad.dtype == dtype and b.grad.shape == b.shape, f"grad_b: {b.grad.dtype} {tuple(b.grad.shape)}"
         _check(b.grad, db_exact, b64.grad, rec, "grad_b")
+        grad_b = b.grad.cpu()
         for g, length in enumerate(lens):
             if length == 0:
-                assert torch.count_nonzero(b.grad[g]) == 0, f"grad_b: empty group {g} must get a zero gradient"
+                assert torch.count_nonzero(grad_b[g]) == 0, f"grad_b: empty group {g} must get a zero gradient"
 
 
 def _grouped_prims(gran: str) -> tuple[str, ...]:

@@ -35,7 +35,8 @@ def reference_grouped_gemm(a64: torch.Tensor, b64: torch.Tensor, lens: tuple[int
     return torch.cat(pieces)
 
 
-def _run(lens, k, n, trans_b, dtype, tail, fused):
+def _run(lens, k, n, trans_b, dtype, tail, fused, *, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
     from turbo_core.ops import grouped_gemm
 
     g = len(lens)
@@ -44,31 +45,33 @@ def _run(lens, k, n, trans_b, dtype, tail, fused):
     a = torch.randn(m, k, generator=gen).to(dtype)
     b = torch.randn(*((g, n, k) if trans_b else (g, k, n)), generator=gen).to(dtype)
     grad = torch.randn(m, n, generator=gen).to(dtype)
-    group_lens = torch.tensor(lens, dtype=torch.int64)
+    group_lens = torch.tensor(lens, dtype=torch.int64, device=device)
 
     a64, b64 = a.double().requires_grad_(), b.double().requires_grad_()
     c64 = reference_grouped_gemm(a64, b64, lens, trans_b)
     c64.backward(grad.double())
 
-    a, b = a.requires_grad_(), b.requires_grad_()
+    a, b = a.to(device).requires_grad_(), b.to(device).requires_grad_()
     if fused:
-        b.main_grad = torch.ones(b.shape, dtype=torch.float32)
+        b.main_grad = torch.ones(b.shape, dtype=torch.float32, device=device)
     c = grouped_gemm(a, b, group_lens, trans_b=trans_b, fuse_bgrad_accum_pattern="megatron" if fused else None)
     assert c.dtype == dtype and c.shape == (m, n), f"out: {c.dtype} {tuple(c.shape)}"
-    assert_close_to_reference(c, c64, dtype=dtype, what="out")
+    c_host = c.cpu()
+    assert_close_to_reference(c_host, c64, dtype=dtype, what="out")
     if tail:
-        assert torch.count_nonzero(c[m - tail:]) == 0, "out: the rows past sum(group_lens) must be zero"
-    c.backward(grad)
+        assert torch.count_nonzero(c_host[m - tail:]) == 0, "out: the rows past sum(group_lens) must be zero"
+    c.backward(grad.to(device))
     assert a.grad.dtype == dtype and a.grad.shape == a.shape
-    assert_close_to_reference(a.grad, a64.grad, dtype=dtype, what="grad_a")
+    grad_a = a.grad.cpu()
+    assert_close_to_reference(grad_a, a64.grad, dtype=dtype, what="grad_a")
     if tail:
-        assert torch.count_nonzero(a.grad[m - tail:]) == 0, "grad_a: the rows past sum(group_lens) must be zero"
+        assert torch.count_nonzero(grad_a[m - tail:]) == 0, "grad_a: the rows past sum(group_lens) must be zero"
     if fused:
         assert b.grad_added_to_main_grad is True
-        assert_close_to_reference(b.main_grad, b64.grad + 1.0, dtype=dtype, what="main_grad")
+        assert_close_to_reference(b.main_grad.cpu(), b64.grad + 1.0, dtype=dtype, what="main_grad")
     else:
         assert b.grad.dtype == dtype and b.grad.shape == b.shape
-        assert_close_to_reference(b.grad, b64.grad, dtype=dtype, what="grad_b")
+        assert_close_to_reference(b.grad.cpu(), b64.grad, dtype=dtype, what="grad_b")
 
 
 def _id(lens, k, n, trans_b, dtype, tail=0, fused=False) -> str:

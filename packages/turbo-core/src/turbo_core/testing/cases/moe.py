@@ -32,15 +32,18 @@ def _gen(*key) -> torch.Generator:
 
 
 def _exact(actual: torch.Tensor, expected, what: str) -> None:
+    """``actual`` (any device) equals ``expected`` (CPU tensor or nested lists) exactly."""
+    actual = actual.cpu()
     expected = torch.as_tensor(expected, dtype=actual.dtype)
-    if actual.shape != expected.shape or not torch.equal(actual.cpu(), expected):
+    if actual.shape != expected.shape or not torch.equal(actual, expected):
         raise AssertionError(f"{what}: got {actual.tolist()}, expected {expected.tolist()}")
 
 
 def _close(actual, ref, dtype, what) -> None:
+    """``actual`` (any device) against the CPU float64 ``ref``."""
     if actual.shape != ref.shape:
         raise AssertionError(f"{what}: shape {tuple(actual.shape)} != expected {tuple(ref.shape)}")
-    assert_close_to_reference(actual, ref, dtype=dtype, what=what)
+    assert_close_to_reference(actual.cpu(), ref, dtype=dtype, what=what)
 
 
 # -- routing inputs -------------------------------------------------------------------------------
@@ -134,7 +137,8 @@ def _unpermute_expect(permuted, pprobs, copies, dest, t_count, width, merging=No
 
 # -- moe_permute / moe_unpermute ------------------------------------------------------------------
 
-def _run_moe_permute(t, e, k, pad, cap_mode, kind, dtype):
+def _run_moe_permute(t, e, k, pad, cap_mode, kind, dtype, *, device="cpu"):
+    """Inputs drawn on the CPU, the ops on ``device``, expectations and comparisons on the CPU."""
     from turbo_core.ops import moe_permute, moe_unpermute
 
     g = _gen("permute", t, e, k, pad, cap_mode, kind, str(dtype))
@@ -156,10 +160,11 @@ def _run_moe_permute(t, e, k, pad, cap_mode, kind, dtype):
     cap = {"none": -1, "roomy": full + 5, "tight": max(full - 3, 0)}[cap_mode]
     dest, n_rows, tpe, overflow, dispatched = _layout(copies, e, pad, cap)
 
-    tokens = torch.randn((t, H), generator=g).to(dtype).requires_grad_()
-    probs = probs.requires_grad_()
-    res = moe_permute(tokens, expert_map, num_local_experts=e, num_topk=k if topk_layout else 0, pad_multiple=pad,
-                      num_permuted_tokens=cap, probs=probs, probs_layout="topk" if topk_layout else "routing_map")
+    tokens = torch.randn((t, H), generator=g).to(dtype)
+    tokens_d, probs_d = tokens.to(device).requires_grad_(), probs.to(device).requires_grad_()
+    res = moe_permute(tokens_d, expert_map.to(device), num_local_experts=e, num_topk=k if topk_layout else 0,
+                      pad_multiple=pad, num_permuted_tokens=cap, probs=probs_d,
+                      probs_layout="topk" if topk_layout else "routing_map")
     want_out, want_pp = _permute_expect(tokens.detach(), probs.detach(), copies, dest, n_rows)
     _close(res.permuted_tokens, want_out, dtype, "permuted_tokens")
     _close(res.permuted_probs, want_pp, torch.float32, "permuted_probs")
@@ -171,30 +176,32 @@ def _run_moe_permute(t, e, k, pad, cap_mode, kind, dtype):
 
     g_out = torch.randn((n_rows, H), generator=g).to(dtype)
     g_pp = torch.randn((n_rows,), generator=g)
-    torch.autograd.backward([res.permuted_tokens, res.permuted_probs], [g_out, g_pp])
+    torch.autograd.backward([res.permuted_tokens, res.permuted_probs], [g_out.to(device), g_pp.to(device)])
     width = k if topk_layout else e
     want_gt, want_gp = _unpermute_expect(g_out, g_pp, copies, dest, t, width)
-    _close(tokens.grad, want_gt, dtype, "grad tokens")
-    _close(probs.grad, want_gp, torch.float32, "grad probs")
+    _close(tokens_d.grad, want_gt, dtype, "grad tokens")
+    _close(probs_d.grad, want_gp, torch.float32, "grad probs")
 
     # moe_unpermute on the row map just checked: forward and backward.
-    permuted = torch.randn((n_rows, H), generator=g).to(dtype).requires_grad_()
-    pprobs = torch.rand((n_rows,), generator=g).requires_grad_()
-    out, up = moe_unpermute(permuted, res.row_id_map, res.num_dispatched_tokens, restore_shape=(t, H),
-                            num_local_experts=e, permuted_probs=pprobs, probs_topk_stride=k if topk_layout else 0,
+    permuted = torch.randn((n_rows, H), generator=g).to(dtype)
+    pprobs = torch.rand((n_rows,), generator=g)
+    permuted_d, pprobs_d = permuted.to(device).requires_grad_(), pprobs.to(device).requires_grad_()
+    out, up = moe_unpermute(permuted_d, res.row_id_map, res.num_dispatched_tokens, restore_shape=(t, H),
+                            num_local_experts=e, permuted_probs=pprobs_d, probs_topk_stride=k if topk_layout else 0,
                             pad_multiple=pad)
     want_o, want_up = _unpermute_expect(permuted.detach(), pprobs.detach(), copies, dest, t, width)
     _close(out, want_o, dtype, "unpermuted tokens")
     _close(up, want_up, torch.float32, "unpermuted_probs")
     g_o = torch.randn((t, H), generator=g).to(dtype)
     g_up = torch.randn((t, width), generator=g)
-    torch.autograd.backward([out, up], [g_o, g_up])
+    torch.autograd.backward([out, up], [g_o.to(device), g_up.to(device)])
     want_gx, want_gpp = _permute_expect(g_o, g_up, copies, dest, n_rows)
-    _close(permuted.grad, want_gx, dtype, "grad permuted_tokens")
-    _close(pprobs.grad, want_gpp, torch.float32, "grad permuted_probs")
+    _close(permuted_d.grad, want_gx, dtype, "grad permuted_tokens")
+    _close(pprobs_d.grad, want_gpp, torch.float32, "grad permuted_probs")
 
 
-def _run_moe_permute_fp8(t, e, k):
+def _run_moe_permute_fp8(t, e, k, *, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, expectations and comparisons on the CPU."""
     from turbo_core.ops import moe_permute
 
     fp8 = getattr(torch, "float8_e4m3fn", None)
@@ -205,11 +212,12 @@ def _run_moe_permute_fp8(t, e, k):
     idx = torch.tensor(rows, dtype=torch.int64).reshape(t, k)
     tokens = torch.randn((t, H), generator=g).to(fp8)
     scales = torch.rand((t, 3), generator=g)
-    probs = torch.rand((t, k), generator=g).requires_grad_()
+    probs = torch.rand((t, k), generator=g)
+    probs_d = probs.to(device).requires_grad_()
     copies = _copies(rows, e, True)
     dest, n_rows, *_ = _layout(copies, e, 8, -1)
-    res = moe_permute(tokens, idx, num_local_experts=e, num_topk=k, pad_multiple=8, scaling_factor=scales,
-                      probs=probs, scales_per_token=3, use_fp8=True)
+    res = moe_permute(tokens.to(device), idx.to(device), num_local_experts=e, num_topk=k, pad_multiple=8,
+                      scaling_factor=scales.to(device), probs=probs_d, scales_per_token=3, use_fp8=True)
     want_out, want_pp = _permute_expect(tokens.float(), probs.detach(), copies, dest, n_rows)
     want_sc, _ = _permute_expect(scales, None, copies, dest, n_rows)
     assert res.permuted_tokens.dtype == fp8
@@ -217,14 +225,15 @@ def _run_moe_permute_fp8(t, e, k):
     _exact(res.permuted_scaling_factor, want_sc.float(), "permuted_scaling_factor")
     _close(res.permuted_probs, want_pp, torch.float32, "permuted_probs")
     g_pp = torch.randn((n_rows,), generator=g)
-    res.permuted_probs.backward(g_pp)
+    res.permuted_probs.backward(g_pp.to(device))
     _, want_gp = _unpermute_expect(torch.zeros((n_rows, 1)), g_pp, copies, dest, t, k)
-    _close(probs.grad, want_gp, torch.float32, "grad probs (fp8 tokens)")
+    _close(probs_d.grad, want_gp, torch.float32, "grad probs (fp8 tokens)")
 
 
 # -- token_permute / token_unpermute --------------------------------------------------------------
 
-def _run_token_permute(t, e, k, mode, merge, dtype):
+def _run_token_permute(t, e, k, mode, merge, dtype, *, device="cpu"):
+    """Inputs drawn on the CPU, the ops on ``device``, expectations and comparisons on the CPU."""
     from turbo_core.ops import token_permute, token_unpermute
 
     g = _gen("token", t, e, k, mode, merge, str(dtype))
@@ -242,36 +251,39 @@ def _run_token_permute(t, e, k, mode, merge, dtype):
     else:
         num_out = {"sync": -1, "exact": total, "tight": max(total - 2, 0)}[mode]
         dest, n_rows, tpe, _, _ = _layout(copies, e, 0, num_out)
-    inp = torch.randn((t, H), generator=g).to(dtype).requires_grad_()
-    probs = torch.rand((t, e), generator=g).requires_grad_()
-    res = token_permute(inp, num_out, probs=probs, routing_map=mask, drop_and_pad=mode == "drop_and_pad",
+    inp_h = torch.randn((t, H), generator=g).to(dtype)
+    probs_h = torch.rand((t, e), generator=g)
+    inp, probs, mask_d = inp_h.to(device).requires_grad_(), probs_h.to(device).requires_grad_(), mask.to(device)
+    res = token_permute(inp, num_out, probs=probs, routing_map=mask_d, drop_and_pad=mode == "drop_and_pad",
                         fused=True, return_tokens_per_expert=True)
-    want_out, want_pp = _permute_expect(inp.detach(), probs.detach(), copies, dest, n_rows)
+    want_out, want_pp = _permute_expect(inp_h.detach(), probs_h.detach(), copies, dest, n_rows)
     _close(res.permuted_tokens, want_out, dtype, "permuted_tokens")
     _close(res.permuted_probs, want_pp, torch.float32, "permuted_probs")
     _exact(res.tokens_per_expert, tpe, "tokens_per_expert")
     g_out = torch.randn((n_rows, H), generator=g).to(dtype)
     g_pp = torch.randn((n_rows,), generator=g)
-    torch.autograd.backward([res.permuted_tokens, res.permuted_probs], [g_out, g_pp])
+    torch.autograd.backward([res.permuted_tokens, res.permuted_probs], [g_out.to(device), g_pp.to(device)])
     want_gt, want_gp = _unpermute_expect(g_out, g_pp, copies, dest, t, e)
     _close(inp.grad, want_gt, dtype, "grad inp")
     _close(probs.grad, want_gp, torch.float32, "grad probs")
 
-    x = torch.randn((n_rows, H), generator=g).to(dtype).requires_grad_()
-    merging = torch.rand((t, e), generator=g).requires_grad_() if merge else None
-    out = token_unpermute(x, res.row_id_map, merging_probs=merging, restore_shape=(t, H), routing_map=mask,
+    x_h = torch.randn((n_rows, H), generator=g).to(dtype)
+    merging_h = torch.rand((t, e), generator=g) if merge else None
+    x = x_h.to(device).requires_grad_()
+    merging = merging_h.to(device).requires_grad_() if merge else None
+    out = token_unpermute(x, res.row_id_map, merging_probs=merging, restore_shape=(t, H), routing_map=mask_d,
                           drop_and_pad=mode == "drop_and_pad")
-    want, _ = _unpermute_expect(x.detach(), None, copies, dest, t, e,
-                                merging.detach() if merge else None)
+    want, _ = _unpermute_expect(x_h.detach(), None, copies, dest, t, e,
+                                merging_h.detach() if merge else None)
     _close(out, want, dtype, "token_unpermute")
     g_o = torch.randn((t, H), generator=g).to(dtype)
-    out.backward(g_o)
+    out.backward(g_o.to(device))
     want_gx = torch.zeros((n_rows, H), dtype=F64)
     want_gm = torch.zeros((t, e), dtype=F64)
     for (tok, ex), row in dest.items():
-        w = merging[tok, ex].double() if merge else 1.0
+        w = merging_h[tok, ex].double() if merge else 1.0
         want_gx[row] = g_o[tok].double() * w
-        want_gm[tok, ex] = (g_o[tok].double() * x[row].double()).sum()
+        want_gm[tok, ex] = (g_o[tok].double() * x_h[row].double()).sum()
     _close(x.grad, want_gx, dtype, "grad token_unpermute inp")
     if merge:
         _close(merging.grad, want_gm, dtype, "grad merging_probs")
@@ -309,40 +321,44 @@ def _routing_formula(logits64, mask, fn, scale):
     return scores, probs
 
 
-def _run_routing(t, e, topk, groups, sel, fn, dtype):
+def _run_routing(t, e, topk, groups, sel, fn, dtype, *, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, expectations and comparisons on the CPU."""
     from turbo_core.ops import fused_group_topk_routing_with_aux_score
 
     g = _gen("route", t, e, topk, groups, sel, fn, str(dtype))
     # Distinct logits in every row (a permutation), so no backend meets a tie.
     base = torch.stack([torch.randperm(e, generator=g) for _ in range(t)]) if t else torch.zeros((0, e))
-    logits = ((base.double() - e / 2) * 0.37 + 0.05).to(dtype).requires_grad_()
+    logits_h = ((base.double() - e / 2) * 0.37 + 0.05).to(dtype)
+    logits = logits_h.to(device).requires_grad_()
     scale = 2.5
     scores, probs, rmap = fused_group_topk_routing_with_aux_score(logits, topk, groups, sel, fn, scale)
     mask = torch.zeros((t, e), dtype=torch.bool)
     for i in range(t):
-        mask[i, _route_row(logits[i].double().tolist(), topk, groups, sel, fn, scale)] = True
+        mask[i, _route_row(logits_h[i].double().tolist(), topk, groups, sel, fn, scale)] = True
     _exact(rmap, mask, "routing_map")
-    l64 = logits.detach().double().requires_grad_()
+    l64 = logits_h.detach().double().requires_grad_()
     ws, wp = _routing_formula(l64, mask.double(), fn, scale)
     _close(scores, ws, dtype, "scores")
     _close(probs, wp, dtype, "probs")
     gs = torch.randn((t, e), generator=g).to(dtype)
     gp = torch.randn((t, e), generator=g).to(dtype)
-    torch.autograd.backward([scores, probs], [gs, gp])
+    torch.autograd.backward([scores, probs], [gs.to(device), gp.to(device)])
     torch.autograd.backward([ws, wp], [gs.double(), gp.double()])
     _close(logits.grad, l64.grad, dtype, "grad logits")
 
 
 # -- index conversions, dispatch/combine -----------------------------------------------------------
 
-def _run_multihot(t, e, k, dtype):
+def _run_multihot(t, e, k, dtype, *, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, expectations and comparisons on the CPU."""
     from turbo_core.ops import indices_to_multihot
 
     g = _gen("multihot", t, e, k, str(dtype))
     rows = _index_map(t, e, k, g)
     idx = torch.tensor(rows, dtype=torch.int64).reshape(t, k)
-    probs = torch.rand((t, k), generator=g).to(dtype).requires_grad_()
-    rmap, dense = indices_to_multihot(idx, probs, e, fused=True)
+    probs_h = torch.rand((t, k), generator=g).to(dtype)
+    probs = probs_h.to(device).requires_grad_()
+    rmap, dense = indices_to_multihot(idx.to(device), probs, e, fused=True)
     want_map = torch.zeros((t, e), dtype=torch.bool)
     want = torch.zeros((t, e), dtype=F64)
     first = torch.zeros((t, k), dtype=F64)
@@ -350,13 +366,13 @@ def _run_multihot(t, e, k, dtype):
         for slot, x in enumerate(row):
             if x >= 0 and not want_map[i, x]:
                 want_map[i, x] = True
-                want[i, x] = probs[i, slot].double()
+                want[i, x] = probs_h[i, slot].double()
                 first[i, slot] = 1.0
     _exact(rmap, want_map, "routing_map")
     assert dense.dtype == dtype
     _close(dense, want, dtype, "multihot probs")
     gd = torch.randn((t, e), generator=g).to(dtype)
-    dense.backward(gd)
+    dense.backward(gd.to(device))
     want_g = torch.zeros((t, k), dtype=F64)
     for i, row in enumerate(rows):
         for slot, x in enumerate(row):
@@ -365,52 +381,57 @@ def _run_multihot(t, e, k, dtype):
     _close(probs.grad, want_g, dtype, "grad probs_indices")
 
 
-def _run_tpe_mask(counts, num_tokens):
+def _run_tpe_mask(counts, num_tokens, *, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, expectations and comparisons on the CPU."""
     from turbo_core.ops import tokens_per_expert_to_mask
 
-    got = tokens_per_expert_to_mask(torch.tensor(counts, dtype=torch.int32), num_tokens)
+    got = tokens_per_expert_to_mask(torch.tensor(counts, dtype=torch.int32, device=device), num_tokens)
     total = sum(counts)
     _exact(got, [1 if i < total else 0 for i in range(num_tokens)], "mask")
     assert got.dtype == torch.int64
 
 
-def _run_dispatch_combine(t, e, k, worst, dtype):
+def _run_dispatch_combine(t, e, k, worst, dtype, *, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, expectations and comparisons on the CPU."""
     from turbo_core.ops import moe_combine, moe_dispatch
 
     g = _gen("dispatch", t, e, k, worst, str(dtype))
     rows = _index_map(t, e, k, g)
     idx = torch.tensor(rows, dtype=torch.int64).reshape(t, k)
-    x = torch.randn((t, H), generator=g).to(dtype).requires_grad_()
-    probs = torch.rand((t, k), generator=g).requires_grad_()
-    recv_x, recv_idx, recv_probs, tpe, handle = moe_dispatch(x, idx, probs, e, None, num_worst_tokens=worst)
+    x_h = torch.randn((t, H), generator=g).to(dtype)
+    probs_h = torch.rand((t, k), generator=g)
+    x, probs = x_h.to(device).requires_grad_(), probs_h.to(device).requires_grad_()
+    recv_x, recv_idx, recv_probs, tpe, handle = moe_dispatch(x, idx.to(device), probs, e, None,
+                                                             num_worst_tokens=worst)
     r = max(t, worst)
     want_x = torch.zeros((r, H), dtype=F64)
     want_idx = torch.full((r, k), -1, dtype=torch.int64)
     want_p = torch.zeros((r, k), dtype=F64)
     counts = [0] * e
     for i, row in enumerate(rows):
-        want_x[i] = x[i].double()
+        want_x[i] = x_h[i].double()
         for slot, ex in enumerate(row):
             if ex >= 0:
                 want_idx[i, slot] = ex
-                want_p[i, slot] = probs[i, slot].double()
+                want_p[i, slot] = probs_h[i, slot].double()
         for ex in set(v for v in row if v >= 0):
             counts[ex] += 1
     _close(recv_x, want_x, dtype, "recv_x")
     _exact(recv_idx, want_idx, "recv_token_indices")
     _close(recv_probs, want_p, torch.float32, "recv_token_probs")
     _exact(tpe, counts, "tokens_per_expert")
-    y = torch.randn((r, H), generator=g).to(dtype).requires_grad_()
+    y_h = torch.randn((r, H), generator=g).to(dtype)
+    y = y_h.to(device).requires_grad_()
     combined = moe_combine(y, None, handle)
-    _close(combined, y.detach()[:t].double(), dtype, "combined")
+    _close(combined, y_h.detach()[:t].double(), dtype, "combined")
     g_c = torch.randn((t, H), generator=g).to(dtype)
-    combined.backward(g_c)
+    combined.backward(g_c.to(device))
     want_gy = torch.zeros((r, H), dtype=F64)
     want_gy[:t] = g_c.double()
     _close(y.grad, want_gy, dtype, "grad combine input")
     g_x = torch.randn((r, H), generator=g).to(dtype)
     g_p = torch.randn((r, k), generator=g)
-    torch.autograd.backward([recv_x, recv_probs], [g_x, g_p])
+    torch.autograd.backward([recv_x, recv_probs], [g_x.to(device), g_p.to(device)])
     _close(x.grad, g_x[:t].double(), dtype, "grad x")
     _close(probs.grad, (g_p[:t] * (idx >= 0)).double(), torch.float32, "grad token_probs")
 

@@ -54,7 +54,8 @@ def _expected(x, residual, gamma, zero_centered, eps, dy, ds):
     return y64.detach(), s64.detach(), grads
 
 
-def _run(shape, dtype, *, affine="gamma", residual=False, gamma_dtype=None, eps=EPS):
+def _run(shape, dtype, *, affine="gamma", residual=False, gamma_dtype=None, eps=EPS, device="cpu"):
+    """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
     from turbo_core.ops import rmsnorm, rmsnorm_residual
 
     hidden = shape[-1]
@@ -70,26 +71,26 @@ def _run(shape, dtype, *, affine="gamma", residual=False, gamma_dtype=None, eps=
     ds = torch.randn(shape, generator=gen).to(dtype) if residual else None
     y64, s64, grads = _expected(x, r, gamma, zero_centered, eps, dy, ds)
 
-    xt = x.clone().requires_grad_()
-    rt = r.clone().requires_grad_() if residual else None
-    gt = gamma.clone().requires_grad_() if gamma is not None else None
+    xt = x.to(device).clone().requires_grad_()
+    rt = r.to(device).clone().requires_grad_() if residual else None
+    gt = gamma.to(device).clone().requires_grad_() if gamma is not None else None
     if residual:
         y, s = rmsnorm_residual(xt, rt, gt, eps, zero_centered)
         assert s.dtype == dtype and s.shape == x.shape, f"x_plus_r: {s.dtype} {tuple(s.shape)}"
-        assert_close_to_reference(s, s64, dtype=dtype, what="x_plus_r")
-        torch.autograd.backward([y, s], [dy, ds])
+        assert_close_to_reference(s.cpu(), s64, dtype=dtype, what="x_plus_r")
+        torch.autograd.backward([y, s], [dy.to(device), ds.to(device)])
     else:
         y = rmsnorm(xt, gt, eps, zero_centered)
-        y.backward(dy)
+        y.backward(dy.to(device))
     assert y.dtype == dtype and y.shape == x.shape, f"y: {y.dtype} {tuple(y.shape)}"
-    assert_close_to_reference(y, y64, dtype=dtype, what="y")
+    assert_close_to_reference(y.cpu(), y64, dtype=dtype, what="y")
     assert xt.grad.dtype == dtype
-    assert_close_to_reference(xt.grad, grads["x"], dtype=dtype, what="grad_x")
+    assert_close_to_reference(xt.grad.cpu(), grads["x"], dtype=dtype, what="grad_x")
     if residual:
-        assert_close_to_reference(rt.grad, grads["residual"], dtype=dtype, what="grad_residual")
+        assert_close_to_reference(rt.grad.cpu(), grads["residual"], dtype=dtype, what="grad_residual")
     if gamma is not None:
         assert gt.grad.dtype == gamma.dtype and gt.grad.shape == gamma.shape
-        assert_close_to_reference(gt.grad, grads["gamma"], dtype=dtype, what="grad_gamma")
+        assert_close_to_reference(gt.grad.cpu(), grads["gamma"], dtype=dtype, what="grad_gamma")
 
 
 _PRIMS = ("rmsnorm_fwd", "rmsnorm_bwd")

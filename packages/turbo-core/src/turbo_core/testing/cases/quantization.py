@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from turbo_core.testing.conformance import Case
+from turbo_core.testing.conformance import Case, host_copy
 from turbo_core.testing.numerics import assert_snr
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -29,6 +29,11 @@ SHAPE_3D = (3, 5, 67)
 def _x(shape, seed, dtype=torch.bfloat16):
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(shape, generator=g) * 3).to(dtype)
+
+
+def _host(tensors) -> tuple[torch.Tensor, ...]:
+    """CPU copies of an op's outputs, for the oracle (which works on the CPU)."""
+    return tuple(host_copy(t) for t in tensors)
 
 
 def _cdiv(a, b):
@@ -194,43 +199,51 @@ FP8_CONFIGS = [  # (id, granularity, axis, block_size, 2-D blocks)
 ]
 
 
-def _fp8_round_trip(gran, axis, bs, two_d, dtype, shape, in_dtype):
+def _fp8_round_trip(gran, axis, bs, two_d, dtype, shape, in_dtype, *, device="cpu"):
+    """Inputs drawn on the CPU, the ops on ``device``, the oracle on the CPU."""
     from turbo_core.low_precision import ScalingRecipe
     from turbo_core.ops import dequantize_fp8, quantize_fp8
 
     x = _x(shape, seed=sum(shape) + len(gran), dtype=in_dtype)
     recipe = ScalingRecipe(use_2d_block=two_d)
-    q, s = quantize_fp8(x, dtype, gran, block_size=bs, axis=axis, scaling_recipe=recipe)
+    qd, sd = quantize_fp8(x.to(device), dtype, gran, block_size=bs, axis=axis, scaling_recipe=recipe)
+    q, s = _host((qd, sd))
     if gran == "MX_BLOCKWISE":
         deq64 = _check_mx(x, q, s, dtype, axis, two_d)
     else:
         deq64 = _check_fp32_scaled(x, q, s, dtype, gran, axis, bs, two_d)
     assert_snr(x.to(torch.float64), deq64, FMT[dtype], what=f"{gran} round trip")
     # The backend's dequantization equals q * scale_inv rounded once to the output dtype.
-    d = dequantize_fp8(q, torch.float32, gran, block_size=bs, axis=axis, scale_inv=s, scaling_recipe=recipe)
+    d = dequantize_fp8(qd, torch.float32, gran, block_size=bs, axis=axis, scale_inv=sd, scaling_recipe=recipe)
+    d = d.cpu()
     if gran == "MX_BLOCKWISE":
         d = d[..., : x.shape[-2], : x.shape[-1]]
     _check(tuple(d.shape) == tuple(x.shape) and d.dtype == torch.float32, f"dequantize: shape {tuple(d.shape)}")
     torch.testing.assert_close(d.to(torch.float64), deq64, rtol=2**-23, atol=0, msg=lambda m: f"dequantize: {m}")
 
 
-def _fp4_round_trip(axis, two_d, shape):
+def _fp4_round_trip(axis, two_d, shape, *, device="cpu"):
+    """Inputs drawn on the CPU, the ops on ``device``, the oracle on the CPU."""
     from turbo_core.low_precision import ScalingRecipe
     from turbo_core.ops import dequantize_fp4, quantize_fp4
 
     x = _x(shape, seed=7 * sum(shape))
-    q, s = quantize_fp4(x, FP4, "MX_BLOCKWISE", axis=axis, scaling_recipe=ScalingRecipe(use_2d_block=two_d))
+    recipe = ScalingRecipe(use_2d_block=two_d)
+    qd, sd = quantize_fp4(x.to(device), FP4, "MX_BLOCKWISE", axis=axis, scaling_recipe=recipe)
+    q, s = _host((qd, sd))
     deq64 = _check_mx(x, q, s, FP4, axis, two_d)
     assert_snr(x.to(torch.float64), deq64, "FP4", what="MXFP4 round trip")
-    d = dequantize_fp4(q, torch.float32, "MX_BLOCKWISE", axis=axis, scale_inv=s)[..., : x.shape[-2], : x.shape[-1]]
+    d = dequantize_fp4(qd, torch.float32, "MX_BLOCKWISE", axis=axis, scale_inv=sd).cpu()
+    d = d[..., : x.shape[-2], : x.shape[-1]]
     torch.testing.assert_close(d.to(torch.float64), deq64, rtol=0, atol=0, msg=lambda m: f"dequantize_fp4: {m}")
 
 
-def _all_zero(gran, axis, bs, two_d, fp4):
+def _all_zero(gran, axis, bs, two_d, fp4, *, device="cpu"):
+    """The ops on ``device``, the checks on the CPU."""
     from turbo_core.low_precision import ScalingRecipe
     from turbo_core.ops import dequantize_fp4, dequantize_fp8, quantize_fp4, quantize_fp8
 
-    x = torch.zeros(9, 70, dtype=torch.bfloat16)
+    x = torch.zeros(9, 70, dtype=torch.bfloat16, device=device)
     recipe = ScalingRecipe(use_2d_block=two_d)
     if fp4:
         q, s = quantize_fp4(x, FP4, gran, axis=axis, scaling_recipe=recipe)
@@ -238,23 +251,27 @@ def _all_zero(gran, axis, bs, two_d, fp4):
     else:
         q, s = quantize_fp8(x, E4M3, gran, block_size=bs, axis=axis, scaling_recipe=recipe)
         d = dequantize_fp8(q, torch.bfloat16, gran, block_size=bs, axis=axis, scale_inv=s, scaling_recipe=recipe)
+    q, s, d = _host((q, s, d))
     scale = torch.pow(2.0, _e8m0(s) - 127.0) if gran == "MX_BLOCKWISE" else s.to(torch.float64)
     _check(bool(torch.isfinite(scale).all()), "scale_inv: an all-zero input must give finite scales")
     _check(bool((_values(q) == 0).all()) and bool((d == 0).all()), "all-zero input: data and dequantization must be 0")
 
 
-def _with_trans(gran, fp4, shape):
+def _with_trans(gran, fp4, shape, *, device="cpu"):
+    """Inputs drawn on the CPU, the ops on ``device``, the checks on the CPU."""
     from turbo_core.ops import quantize_fp4, quantize_fp4_with_trans, quantize_fp8, quantize_fp8_with_trans
 
     x = _x(shape, seed=11)
+    xd = x.to(device)
     if fp4:
-        out = quantize_fp4_with_trans(x, FP4, gran)
-        singles = [quantize_fp4(x, FP4, gran, axis=a) for a in (-1, -2)]
+        out = quantize_fp4_with_trans(xd, FP4, gran)
+        singles = [quantize_fp4(xd, FP4, gran, axis=a) for a in (-1, -2)]
     else:
         bs = 32 if gran == "MX_BLOCKWISE" else 16
-        out = quantize_fp8_with_trans(x, E4M3, gran, block_size=bs)
-        singles = [quantize_fp8(x, E4M3, gran, block_size=bs, axis=a) for a in (-1, -2)]
-    want = [t for pair in singles for t in pair]
+        out = quantize_fp8_with_trans(xd, E4M3, gran, block_size=bs)
+        singles = [quantize_fp8(xd, E4M3, gran, block_size=bs, axis=a) for a in (-1, -2)]
+    out = _host(out)
+    want = [t for pair in singles for t in _host(pair)]
     for i, (a, b) in enumerate(zip(out, want, strict=True)):
         _check(a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b)),
                f"with_trans output {i} differs from the single-direction quantization")
@@ -262,8 +279,9 @@ def _with_trans(gran, fp4, shape):
         _check_mx(x, out[2], out[3], FP4 if fp4 else E4M3, -2)
 
 
-def _grouped(kind, axis):
-    """Grouped layouts: padded lens/offs, rows of each group in place, zero padding, round trip."""
+def _grouped(kind, axis, *, device="cpu"):
+    """Grouped layouts: padded lens/offs, rows of each group in place, zero padding, round trip.
+    Inputs drawn on the CPU, the ops on ``device``, the checks on the CPU."""
     from turbo_core.ops import (
         grouped_dequantize_fp4,
         grouped_dequantize_fp8,
@@ -277,15 +295,17 @@ def _grouped(kind, axis):
     lens = torch.tensor(lens_list, dtype=torch.int64)
     offs = torch.tensor([0, *torch.tensor(lens_list).cumsum(0).tolist()], dtype=torch.int64)
     rowwise = axis % 2 == 1
+    xd, lens_d, offs_d = x.to(device), lens.to(device), offs.to(device)
     if kind == "fp4":
         dtype, align = FP4, (1 if rowwise else 512)
-        q, s, lp, op = grouped_quantize_fp4(x, FP4, "MX_BLOCKWISE", lens, offs, axis=axis)
+        qd, sd, lp, op_d = grouped_quantize_fp4(xd, FP4, "MX_BLOCKWISE", lens_d, offs_d, axis=axis)
     elif kind == "mx":
         dtype, align = E4M3, (32 if rowwise else 128)
-        q, s, lp, op = grouped_quantize_fp8(x, E4M3, "MX_BLOCKWISE", lens, offs, axis=axis)
+        qd, sd, lp, op_d = grouped_quantize_fp8(xd, E4M3, "MX_BLOCKWISE", lens_d, offs_d, axis=axis)
     else:
         dtype, align = E4M3, (1 if rowwise else 16)
-        q, s, lp, op = grouped_quantize_fp8(x, E4M3, "BLOCKWISE", lens, offs, axis=axis, block_size=16)
+        qd, sd, lp, op_d = grouped_quantize_fp8(xd, E4M3, "BLOCKWISE", lens_d, offs_d, axis=axis, block_size=16)
+    q, s, lp, op = _host((qd, sd, lp, op_d))
     want_lens = [_cdiv(v, align) * align for v in lens_list]
     want_offs = [0, *torch.tensor(want_lens).cumsum(0).tolist()]
     _check(lp.tolist() == want_lens and op.tolist() == want_offs,
@@ -318,12 +338,13 @@ def _grouped(kind, axis):
         _check(bool((deq[~used] == 0).all()), "grouped: padding rows must be zero")
     total = int(offs[-1])
     if kind == "fp4":
-        out = grouped_dequantize_fp4(q, torch.float32, "MX_BLOCKWISE", axis=axis, scale_inv=s, group_offs=offs,
-                                     group_offs_padded=op, total_M=None if rowwise else total)
+        out = grouped_dequantize_fp4(qd, torch.float32, "MX_BLOCKWISE", axis=axis, scale_inv=sd, group_offs=offs_d,
+                                     group_offs_padded=op_d, total_M=None if rowwise else total)
     else:
-        out = grouped_dequantize_fp8(q, torch.float32, "MX_BLOCKWISE" if kind == "mx" else "BLOCKWISE", offs, op,
-                                     axis=axis, scale_inv=s, block_size=None if kind == "mx" else 16,
+        out = grouped_dequantize_fp8(qd, torch.float32, "MX_BLOCKWISE" if kind == "mx" else "BLOCKWISE", offs_d, op_d,
+                                     axis=axis, scale_inv=sd, block_size=None if kind == "mx" else 16,
                                      total_M=m if (rowwise and kind == "blockwise") else total)
+    out = out.cpu()
     rows = out.shape[0]
     out = out[:total, :n].to(torch.float64)
     fmt = "FP4" if kind == "fp4" else "E4M3"
@@ -331,17 +352,19 @@ def _grouped(kind, axis):
     _check(rows in (total, m), f"grouped dequantize: {rows} rows")
 
 
-def _nan_inf():
+def _nan_inf(*, device="cpu"):
+    """Inputs drawn on the CPU, the ops on ``device``, the checks on the CPU."""
     from turbo_core.ops import dequantize_fp8, quantize_fp8
 
     x = _x((4, 64), seed=3, dtype=torch.float32)
     x[1, 3] = float("nan")
     x[2, 40] = float("inf")
+    x = x.to(device)
     q, s = quantize_fp8(x, E4M3, "ROWWISE", axis=-1)
-    d = dequantize_fp8(q, torch.float32, "ROWWISE", axis=-1, scale_inv=s)
+    d = dequantize_fp8(q, torch.float32, "ROWWISE", axis=-1, scale_inv=s).cpu()
     _check(bool(torch.isnan(d[1]).all()) and bool(torch.isnan(d[2]).all()), "rows with NaN/Inf must dequantize to NaN")
     _check(bool(torch.isfinite(d[0]).all()) and bool(torch.isfinite(d[3]).all()), "clean rows must stay finite")
-    q, s = quantize_fp8(x, E4M3, "MX_BLOCKWISE", axis=-1)
+    s = host_copy(quantize_fp8(x, E4M3, "MX_BLOCKWISE", axis=-1)[1])
     _check(_e8m0(s)[1, 0] == 255 and _e8m0(s)[2, 1] == 255, "MX blocks with NaN/Inf must get the NaN scale 0xFF")
     _check(bool((_e8m0(s)[0] != 255).all()), "clean MX blocks must have finite scales")
 

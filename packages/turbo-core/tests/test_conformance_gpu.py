@@ -1,0 +1,13 @@
+"""The shared conformance suite on the GPU: the reference backend TORCH with every case's inputs on
+``cuda`` (the reference runs on GPUs too), against the same float64 math as the CPU run. Other
+backends run it the same way (``conformance_suite("TRITON", device="cuda")``; on the GPU machine
+``benchmarks/scripts/conformance_gpu.py`` runs TRITON and TORCH and writes a summary)."""
+
+import pytest
+import torch
+
+from turbo_core.testing.conformance import conformance_suite
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here")]
+
+TestConformanceTorchCuda = conformance_suite("TORCH", device="cuda")
