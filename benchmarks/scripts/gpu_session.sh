@@ -4,6 +4,7 @@
 # own time limit, and a failing part does not stop the next.
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normbench groupedcheck groupedbench
+#        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck
 set -u
 OUT=${OUT:?set OUT}
 ROOT=$(pwd)
@@ -27,6 +28,13 @@ for part in $parts; do
     normbench) timeout 200 python3 benchmarks/scripts/norm_act_h200.py --out "$OUT/norm_bench.json" --parts bench --tokens 16384 > "$OUT/norm_bench.log" 2>&1; tail -30 "$OUT/norm_bench.log" ;;
     groupedcheck) timeout 150 python3 benchmarks/scripts/grouped_gemm_h200.py --out "$OUT/grouped_check.json" --check-only > "$OUT/grouped_check.log" 2>&1; tail -8 "$OUT/grouped_check.log" ;;
     groupedbench) timeout 240 python3 benchmarks/scripts/grouped_gemm_h200.py --out "$OUT/grouped_bench.json" --skip-check --max-minutes 3.5 > "$OUT/grouped_bench.log" 2>&1; tail -30 "$OUT/grouped_bench.log" ;;
+    tritonfp8check) timeout 200 python3 benchmarks/scripts/gemm_fp8_triton_h200.py --out "$OUT/gemm_fp8_triton_check.json" --parts check > "$OUT/gemm_fp8_triton_check.log" 2>&1; tail -3 "$OUT/gemm_fp8_triton_check.log" ;;
+    fp8bench) timeout 400 python3 benchmarks/scripts/fp8_bench_h200.py --out "$OUT/fp8_bench.json" --max-minutes 6 > "$OUT/fp8_bench.log" 2>&1; tail -30 "$OUT/fp8_bench.log" ;;
+    gg8check) timeout 240 python3 benchmarks/scripts/grouped_gemm_fp8_gpu_check.py --out "$OUT/gg8_check.json" --check-only > "$OUT/gg8_check.log" 2>&1; tail -5 "$OUT/gg8_check.log" ;;
+    gg8bench) timeout 300 python3 benchmarks/scripts/grouped_gemm_fp8_gpu_check.py --out "$OUT/gg8_bench.json" --skip-check --max-minutes 4 > "$OUT/gg8_bench.log" 2>&1; tail -40 "$OUT/gg8_bench.log" ;;
+    conformance) timeout 580 python3 benchmarks/scripts/conformance_gpu.py --out "$OUT/conformance_gpu.json" > "$OUT/conformance_gpu.log" 2>&1; tail -20 "$OUT/conformance_gpu.log" ;;
+    dispatch) timeout 60 python3 benchmarks/scripts/dispatch_overhead.py --device cuda --prims gemm,grouped_gemm --out "$OUT/dispatch_overhead.json" > "$OUT/dispatch.log" 2>&1; tail -30 "$OUT/dispatch.log" ;;
+    quantcheck) timeout 240 python3 benchmarks/scripts/quant_fp8_gpu_check.py --out "$OUT/quant_fp8.json" > "$OUT/quant_fp8.log" 2>&1; tail -30 "$OUT/quant_fp8.log" ;;
     *) echo "unknown part $part" ;;
   esac
 done
