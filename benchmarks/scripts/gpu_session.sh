@@ -4,7 +4,7 @@
 # own time limit, and a failing part does not stop the next.
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normbench groupedcheck groupedbench
-#        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck
+#        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench
 set -u
 OUT=${OUT:?set OUT}
 ROOT=$(pwd)
@@ -34,7 +34,9 @@ for part in $parts; do
     gg8bench) timeout 300 python3 benchmarks/scripts/grouped_gemm_fp8_gpu_check.py --out "$OUT/gg8_bench.json" --skip-check --max-minutes 4 > "$OUT/gg8_bench.log" 2>&1; tail -40 "$OUT/gg8_bench.log" ;;
     conformance) timeout 580 python3 benchmarks/scripts/conformance_gpu.py --out "$OUT/conformance_gpu.json" > "$OUT/conformance_gpu.log" 2>&1; tail -20 "$OUT/conformance_gpu.log" ;;
     dispatch) timeout 60 python3 benchmarks/scripts/dispatch_overhead.py --device cuda --prims gemm,grouped_gemm --out "$OUT/dispatch_overhead.json" > "$OUT/dispatch.log" 2>&1; tail -30 "$OUT/dispatch.log" ;;
-    quantcheck) timeout 240 python3 benchmarks/scripts/quant_fp8_gpu_check.py --out "$OUT/quant_fp8.json" > "$OUT/quant_fp8.log" 2>&1; tail -30 "$OUT/quant_fp8.log" ;;
+    quantcheck) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts check,graph --out "$OUT/quant_fp8.json" > "$OUT/quant_fp8.log" 2>&1; tail -30 "$OUT/quant_fp8.log" ;;
+    quantsweep) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts sweep --out "$OUT/quant_sweep.json" > "$OUT/quant_sweep.log" 2>&1; tail -30 "$OUT/quant_sweep.log" ;;
+    quantbench) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts bench --shapes 16384x8192 --out "$OUT/quant_bench.json" > "$OUT/quant_bench.log" 2>&1; tail -40 "$OUT/quant_bench.log" ;;
     *) echo "unknown part $part" ;;
   esac
 done

@@ -19,19 +19,25 @@ def test_listed_through_entry_point(row):
 
 
 # Exactly the primitives with a kernel in this package; the listing must not advertise others.
-SERVED = {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
+QUANT = {"quantize_fp8", "quantize_fp8_with_trans", "dequantize_fp8"}
+SERVED = QUANT | {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
           "swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd"}
 
 
 def test_registers_only_what_it_can_run(row):
     assert set(row["primitives"]) == SERVED
-    for name in SERVED - {"gemm_fp8", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"}:
+    for name in SERVED - {"gemm_fp8", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"} - QUANT:
         assert row["primitives"][name]["variants"] == ["bf16", "fp16", "fp32"]
     assert row["primitives"]["gemm_fp8"]["variants"] == ["TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE",
                                                          "e4m3", "e5m2", "hybrid"]
     for name in ("grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"):
         assert row["primitives"][name]["variants"] == ["TENSORWISE", "ROWWISE", "BLOCKWISE", "e4m3", "e5m2",
                                                        "hybrid", "fnuz"]
+    for name in ("quantize_fp8", "dequantize_fp8"):
+        assert row["primitives"][name]["variants"] == ["TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE",
+                                                       "e4m3", "e5m2", "fnuz"]
+    assert row["primitives"]["quantize_fp8_with_trans"]["variants"] == ["BLOCKWISE", "MX_BLOCKWISE", "e4m3",
+                                                                        "e5m2", "fnuz"]
     assert "not implemented yet" in row["notes"]
 
 

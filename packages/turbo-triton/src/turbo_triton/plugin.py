@@ -21,7 +21,9 @@ def turbo_backend_info():
         description="Triton kernels (portable: AMD and NVIDIA; the CPU through TRITON_INTERPRET=1)",
         notes="dense gemm, FP8 gemm (tensorwise, rowwise, blockwise, emulated MX), grouped gemm and grouped FP8 "
               "gemm (tensorwise, rowwise, blockwise; forward/dgrad and the variable-K wgrad), rmsnorm and "
-              "swiglu/geglu (forward and backward) are implemented; grouped MX FP8, "
+              "swiglu/geglu (forward and backward) and FP8 quantize/dequantize (every granularity, fused "
+              "row+column with_trans; not yet the GPU default) are implemented; grouped MX FP8, grouped and "
+              "FP4 quantization, "
               "attention, quantization and MoE kernels are not implemented yet",
     )
 
@@ -44,6 +46,15 @@ def turbo_register_kernels(register):
     register(Kernel("grouped_gemm_variable_k", "TRITON", "turbo_triton.grouped_gemm.launch:grouped_gemm_variable_k",
                     check="turbo_triton.grouped_gemm.launch:can_handle_variable_k",
                     variants=("bf16", "fp16", "fp32")))
+    fp8_quant = ("TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE", "e4m3", "e5m2", "fnuz")
+    register(Kernel("quantize_fp8", "TRITON", "turbo_triton.quantization.quantize:quantize_fp8",
+                    check="turbo_triton.quantization.quantize:can_handle", variants=fp8_quant))
+    register(Kernel("quantize_fp8_with_trans", "TRITON",
+                    "turbo_triton.quantization.quantize_with_trans:quantize_fp8_with_trans",
+                    check="turbo_triton.quantization.quantize_with_trans:can_handle",
+                    variants=("BLOCKWISE", "MX_BLOCKWISE", "e4m3", "e5m2", "fnuz")))
+    register(Kernel("dequantize_fp8", "TRITON", "turbo_triton.quantization.dequantize:dequantize_fp8",
+                    check="turbo_triton.quantization.dequantize:can_handle", variants=fp8_quant))
     for name in ("rmsnorm_fwd", "rmsnorm_bwd"):
         register(Kernel(name, "TRITON", f"turbo_triton.normalization.launch:{name}",
                         check="turbo_triton.normalization.launch:can_handle", variants=("bf16", "fp16", "fp32")))

@@ -19,7 +19,8 @@ Everything is written to give the TORCH reference's bits (``turbo_core.reference
 * FP8 encoding: native ``.to(fp8, rtne)`` on GPUs; under the CPU interpreter (whose own float8
   cast rounds half-up and mishandles NaN) a bit-exact software encoder of c10's conversion
   (``Float8_e4m3fn.h`` ... ``Float8_e5m2fnuz.h``): round-to-nearest-even, NaN 0x7F|sign (OCP) or
-  0x80 (FNUZ, which has no negative zero). Decoding likewise (``SOFT``).
+  0x80 (FNUZ, which has no negative zero). Decoding likewise (``SOFT``), and bf16 is read as
+  bits and written through ``bf16_bits`` there, the interpreter's bf16 casts being inexact.
 
 Format constexprs: ``MB`` mantissa bits (3 E4M3, 2 E5M2), ``BIAS`` exponent bias (7/15 OCP,
 8/16 FNUZ), ``FNUZ``, ``FMAX`` the largest finite value, ``EMAX`` the OCP MX ``emax_elem``.
@@ -142,18 +143,20 @@ def from_fp8(q, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: 
 
 
 @triton.jit
-def round_bf16(v):
-    """fp32 -> bf16 round-to-nearest-even by bit arithmetic (the interpreter's cast truncates)."""
+def bf16_bits(v):
+    """fp32 -> bf16 round-to-nearest-even, as the int16 bits (stored through an int16 view: the
+    interpreter's own fp32 -> bf16 cast truncates and flushes subnormals)."""
     bits = v.to(tl.uint32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return tl.where(v != v, v, bits.to(tl.float32, bitcast=True)).to(tl.bfloat16)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    bits = tl.where(v != v, bits >> 16, rounded)
+    return bits.to(tl.int16)
 
 
 @triton.jit
 def to_out(v, out_ptr, ROUND_BF16: tl.constexpr):
-    """``v`` (fp32) rounded once to the element type of ``out_ptr``."""
+    """``v`` (fp32) rounded once to the element type of ``out_ptr`` (bf16 bits when ROUND_BF16)."""
     if ROUND_BF16:
-        return round_bf16(v)
+        return bf16_bits(v)
     return v.to(out_ptr.dtype.element_ty)
 
 
@@ -163,6 +166,16 @@ def e8m0_to_fp32(byte):
     bits = tl.where(byte == 0, 0x00400000, byte << 23)
     bits = tl.where(byte == 255, 0x7FC00000, bits)
     return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def load_f32(ptrs, mask, BF16_BITS: tl.constexpr):
+    """Masked load (0 outside) as fp32; ``BF16_BITS``: bf16 read as int16 bits and widened by a
+    shift (the interpreter's bf16 -> fp32 cast loses subnormals)."""
+    if BF16_BITS:
+        bits = tl.load(ptrs, mask=mask, other=0).to(tl.int32) << 16
+        return bits.to(tl.float32, bitcast=True)
+    return tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
 
 
 @triton.jit

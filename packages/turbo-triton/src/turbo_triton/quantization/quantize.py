@@ -1,0 +1,174 @@
+"""``quantize_fp8`` on Triton: capability check and launcher.
+
+Each granularity becomes a strided 3-D view ``[B, M, N]`` of ``x`` (no copy when its strides
+allow) with a scale group shape:
+
+==========================  =========================  ==============================================
+granularity                 view                       kernels
+==========================  =========================  ==============================================
+BLOCKWISE, last axis        ``[1, rows, n]``           ``quant_groups_kernel``, groups ``1 x bs``
+BLOCKWISE, other axis       ``[before, n, after]``     ``quant_groups_kernel``, groups ``bs x 1``
+BLOCKWISE 2-D               ``[B, M, N]``              ``quant_groups_kernel``, groups ``bs x bs``
+ROWWISE, short reduction    as BLOCKWISE               ``quant_groups_kernel``, one group a row/column
+ROWWISE, long reduction     as BLOCKWISE               ``amax_kernel`` + ``cast_kernel``
+TENSORWISE                  ``[1, 1, numel]``          ``amax_kernel`` + ``cast_kernel``
+MX_BLOCKWISE                ``[B, M, N]``              ``quant_mx_kernel`` (row-wise or transposed)
+==========================  =========================  ==============================================
+
+A reduction is "short" when one tile holds it: up to ``ROW_FUSED_MAX`` elements along the last
+dim, ``COL_FUSED_MAX`` along another. Results are bit-identical to the TORCH reference
+(``turbo_core.reference.quantization``); NaN payloads aside.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from turbo_core.dispatch.specs.quantization import QuantizeFp8Args, mx_is_rowwise, mx_shapes, normalize_axis
+from turbo_core.low_precision import E8M0_DTYPE, MXFP8_BLOCK_SIZE, ScalingGranularity
+from turbo_triton.quantization import common
+from turbo_triton.quantization.common import Tile
+
+__all__ = ["can_handle", "quantize_fp8", "ROW_FUSED_MAX", "COL_FUSED_MAX"]
+
+G = ScalingGranularity
+#: Longest ROWWISE reduction quantized from one read: along the last dim / along another dim.
+ROW_FUSED_MAX = 16384
+COL_FUSED_MAX = 256
+
+
+def can_handle(args: QuantizeFp8Args) -> str | None:
+    reason = common.device_reason(args.x, args.out_dtype) or common.recipe_reason(args.recipe)
+    if reason:
+        return reason
+    if G(args.granularity) == G.BLOCKWISE:
+        return common.block_size_reason(args.block_size, square=args.recipe.use_2d_block)
+    return None
+
+
+def _launch_groups(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, gm: int, gn: int, dtype: torch.dtype,
+                   tile: Tile | None) -> None:
+    from turbo_triton.quantization import kernels
+
+    b, m, n = x3.shape
+    tile = tile or common.pick(m, n, gm, gn, cap_n=max(gn, 1024))
+    common.check_tile(tile, gm, gn)
+    xa, x_bits = common.x_arg(x3)
+    kernels.quant_groups_kernel[common.grid(b, m, n, tile)](
+        xa, common.data_arg(q), s3, m, n, *x3.stride(), *s3.stride(), common.eps(),
+        BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, **common.fmt_constexprs(dtype), X_BITS=x_bits,
+        num_warps=tile.num_warps)
+
+
+def _launch_amax_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, red_m: bool, red_n: bool,
+                      dtype: torch.dtype, tile: Tile | None) -> None:
+    """Two passes: amax of each reduced group into an int32 buffer shaped like ``s3``, then the cast."""
+    from turbo_triton.quantization import kernels
+
+    b, m, n = x3.shape
+    tile = tile or common.pick(m, n, 1, 1, cap_n=4096 if m == 1 else 1024)
+    common.check_tile(tile, 1, 1)
+    amax = torch.zeros(s3.shape, dtype=torch.int32, device=x3.device)
+    sa = amax.stride()
+    g = common.grid(b, m, n, tile)
+    xa, x_bits = common.x_arg(x3)
+    flags = dict(BM=tile.block_m, BN=tile.block_n, RED_M=red_m, RED_N=red_n, X_BITS=x_bits, num_warps=tile.num_warps)
+    kernels.amax_kernel[g](xa, amax, m, n, *x3.stride(), *sa, **flags)
+    kernels.cast_kernel[g](xa, amax, common.data_arg(q), s3, m, n, *x3.stride(), *sa, common.eps(), **flags,
+                           **common.fmt_constexprs(dtype))
+
+
+def _tensorwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None):
+    q = torch.empty(x.shape, dtype=dtype, device=x.device)
+    s = torch.empty((), dtype=torch.float32, device=x.device)
+    if x.numel() == 0:
+        common.fill_zero_block(s, dtype)
+        return q, s
+    if x.is_contiguous() or x.dim() < 2:
+        x3 = common.view3(x, 1, 1, x.numel())
+    else:
+        x3 = common.view3(x, 1, x.numel() // x.shape[-1], x.shape[-1])
+    _launch_amax_cast(x3, q.view(x3.shape), s.view(1, 1, 1), True, True, dtype, tile)
+    return q, s
+
+
+def _along_axis(x: torch.Tensor, dtype: torch.dtype, ax: int, bs: int | None, tile: Tile | None):
+    """ROWWISE (``bs`` None) or BLOCKWISE 1-D along dim ``ax``."""
+    shape3, along_n = common.around_axis(tuple(x.shape), ax)
+    size = x.shape[ax]
+    s_shape = list(x.shape)
+    s_shape[ax] = 1 if bs is None else triton.cdiv(size, bs)
+    q = torch.empty(x.shape, dtype=dtype, device=x.device)
+    s = torch.empty(s_shape, dtype=torch.float32, device=x.device)
+    if x.numel() == 0:
+        common.fill_zero_block(s, dtype)
+        return q, s
+    b3, m3, n3 = shape3
+    x3 = common.view3(x, *shape3)
+    if along_n:
+        s3 = s.view(1, m3, s_shape[ax])
+    else:
+        s3 = s.view(b3, s_shape[ax], n3)
+    q3 = q.view(shape3)
+    if bs is not None:
+        _launch_groups(x3, q3, s3, 1 if along_n else bs, bs if along_n else 1, dtype, tile)
+    elif along_n and size <= ROW_FUSED_MAX:
+        _launch_groups(x3, q3, s3, 1, triton.next_power_of_2(size), dtype, tile)
+    elif not along_n and size <= COL_FUSED_MAX:
+        _launch_groups(x3, q3, s3, triton.next_power_of_2(size), 1, dtype, tile)
+    else:
+        _launch_amax_cast(x3, q3, s3, not along_n, along_n, dtype, tile)
+    return q, s
+
+
+def _blockwise_2d(x: torch.Tensor, dtype: torch.dtype, bs: int, tile: Tile | None):
+    s_shape = (*x.shape[:-2], triton.cdiv(x.shape[-2], bs), triton.cdiv(x.shape[-1], bs))
+    q = torch.empty(x.shape, dtype=dtype, device=x.device)
+    s = torch.empty(s_shape, dtype=torch.float32, device=x.device)
+    if x.numel() == 0:
+        return q, s
+    b, m, n = (x.shape[0] if x.dim() == 3 else 1), x.shape[-2], x.shape[-1]
+    _launch_groups(common.view3(x, b, m, n), q.view(b, m, n), s.view(b, *s_shape[-2:]), bs, bs, dtype, tile)
+    return q, s
+
+
+def _mx(x: torch.Tensor, dtype: torch.dtype, axis: int, use_2d: bool, tile: Tile | None):
+    from turbo_triton.quantization import kernels
+
+    data_shape, scale_shape = mx_shapes(tuple(x.shape), axis)
+    q = torch.empty(data_shape, dtype=dtype, device=x.device)
+    s = torch.empty(scale_shape, dtype=E8M0_DTYPE, device=x.device)
+    if q.numel() == 0:
+        return q, s
+    x3 = x if x.dim() == 3 else x.unsqueeze(0)
+    b, m, n = x3.shape
+    row = mx_is_rowwise(x.dim(), axis)
+    pad = data_shape[-1]
+    m_ext, n_ext = (m, pad) if row else (pad, n)
+    gm, gn = ((32 if use_2d else 1), 32) if row else (32, (32 if use_2d else 1))
+    tile = tile or common.pick(m_ext, n_ext, gm, gn)
+    common.check_tile(tile, gm, gn)
+    rows_out = data_shape[-2]
+    xa, x_bits = common.x_arg(x3)
+    kernels.quant_mx_kernel[common.grid(b, m_ext, n_ext, tile)](
+        xa, common.data_arg(q), s.view(torch.uint8), m, n, m_ext, n_ext, *x3.stride(),
+        rows_out * pad, pad, rows_out * (pad // MXFP8_BLOCK_SIZE), pad // MXFP8_BLOCK_SIZE,
+        BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, ROW=row, **common.fmt_constexprs(dtype),
+        EMAX=common.mx_emax_of(dtype), X_BITS=x_bits, num_warps=tile.num_warps)
+    return q, s
+
+
+def quantize_fp8(args: QuantizeFp8Args, tile: Tile | None = None):
+    """``(q, scale_inv)`` as the spec's layout table gives; ``tile`` overrides the heuristic
+    (tests, tuning)."""
+    x, dtype = args.x, args.out_dtype
+    gran = G(args.granularity)
+    if gran == G.TENSORWISE:
+        return _tensorwise(x, dtype, tile)
+    if gran == G.MX_BLOCKWISE:
+        return _mx(x, dtype, args.axis, args.recipe.use_2d_block, tile)
+    if gran == G.BLOCKWISE and args.recipe.use_2d_block:
+        return _blockwise_2d(x, dtype, args.block_size, tile)
+    bs = args.block_size if gran == G.BLOCKWISE else None
+    return _along_axis(x, dtype, normalize_axis(args.axis, x.dim()), bs, tile)
