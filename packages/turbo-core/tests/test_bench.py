@@ -4,6 +4,7 @@ accuracy column is real, and the JSON file holds the environment and a summary."
 import json
 
 import pytest
+import torch
 
 from turbo_core.bench import report, timing
 from turbo_core.cli import main
@@ -91,3 +92,31 @@ def test_summary_scores_providers_not_their_baselines():
     assert got[("s", "torch._scaled_mm")]["geomean_bf16_ratio"] == 1.5
     assert got[("g", "turbo:X")] == {"suite": "g", "provider": "turbo:X", "pass": "fwd", "cases": 1,
                                      "geomean_ratio": 4.0}
+
+
+def test_quick_quant_suite(tmp_path):
+    out = tmp_path / "q.json"
+    assert main(["bench", "quant", "--quick", "--include-reference", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["provider"] for r in rows} == {"torch", "turbo:TORCH"}
+    assert {r["pass"] for r in rows} == {"quantize", "with_trans", "dequantize"}
+    assert {r["op"] for r in rows} >= {"tensorwise", "rowwise", "blockwise-1x128", "blockwise-128x128", "mx"}
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["gbps"] > 0 and r["bytes"] >= 3 * 32 * 256
+        assert r["max_rel_err"] == 0.0  # the same kernel as the reference: bit-identical outputs
+
+
+def test_quant_suite_accuracy_sees_a_wrong_kernel(monkeypatch):
+    """The accuracy column compares every output with the reference's: a wrong scale shows."""
+    from turbo_core.bench.suites import quant
+
+    case = next(c for c in quant.cases(None, True, None) if c.op == "rowwise" and c.pass_ == "quantize")
+    gen = torch.Generator().manual_seed(0)
+    inputs = quant.make_inputs(case, "cpu", gen)
+    refs = quant.reference(case, inputs)
+    q, s = quant.torch_provider(case, False)(inputs)()
+    from turbo_core.bench.suites.norm import _max_rel_err
+
+    assert _max_rel_err([q, s], refs) == 0.0
+    assert _max_rel_err([q, s * 1.01], refs) > 5e-3

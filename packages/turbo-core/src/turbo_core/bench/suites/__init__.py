@@ -2,8 +2,8 @@
 ``run(*, quick, tokens, models, providers, include_reference, warmup, iters, device, progress)``
 returning JSON-ready rows, and may have ``print_table(rows, console)`` (else the TFLOP/s table of
 ``turbo_core.bench.report`` is used). ``gemm``/``grouped_gemm`` are scored in TFLOP/s, ``norm`` and
-``activation`` (memory-bound) in GB/s and the fraction of the measured copy bandwidth. The FP8
+``activation`` and ``quant`` (memory-bound) in GB/s and the fraction of the measured copy bandwidth. The FP8
 suites ``gemm-fp8`` / ``grouped-gemm-fp8`` (modules ``gemm_fp8`` / ``grouped_gemm_fp8``) also take
 ``granularities``, ``fp8_format`` and ``passes``."""
 
-SUITES = ("gemm", "grouped_gemm", "norm", "activation", "gemm-fp8", "grouped-gemm-fp8")
+SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8")
