@@ -1,4 +1,4 @@
-"""``turbo`` — the command-line entry point (``turbo backends``, ``turbo doctor``, ``turbo bench``)."""
+"""``turbo`` — the command-line entry point (``turbo backends``, ``turbo doctor``, ``turbo bench``, ``turbo accuracy``, ``turbo profile``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,12 @@ def _parser() -> argparse.ArgumentParser:
     from turbo_core.cli import bench_cmd
 
     bench_cmd.add_parser(sub)
+    from turbo_core.cli import profile_cmd
+
+    profile_cmd.add_parser(sub)
+    from turbo_core.cli import accuracy_cmd
+
+    accuracy_cmd.add_parser(sub)
     return parser
 
 
@@ -25,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
         from turbo_core.cli.backends_cmd import run
     elif args.command == "bench":
         from turbo_core.cli.bench_cmd import run
+    elif args.command == "profile":
+        from turbo_core.cli.profile_cmd import run
+    elif args.command == "accuracy":
+        from turbo_core.cli.accuracy_cmd import run
     else:
         from turbo_core.cli.doctor_cmd import run
     return run(args)

@@ -15,6 +15,8 @@ A backend chosen in 0-2 that cannot serve the call raises :class:`BackendError` 
 cache (``turbo_core.dispatch.selection_cache``) keyed by the call signature, the pin, the settings
 generation and the environment variables that matter: a repeated call skips the walk above.
 Auto-tune picks and errors are never cached; ``select()`` itself always walks the whole order.
+While a torch profiler is active, ``call()`` runs the kernel inside a ``turbo::<primitive>[<backend>]``
+``record_function`` range (``turbo_core.profiling.labels``); otherwise it only reads one flag.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from turbo_core.dispatch.selection_cache import (
 from turbo_core.platform import Platform, platform_of
 from turbo_core.plugins.host import get_host
 from turbo_core.plugins.types import Kernel
+from turbo_core.profiling import labels as _labels
 
 __all__ = ["BackendError", "Selection", "cache_info", "cached_select", "call", "clear_selection_cache",
            "clear_warnings", "decline_reason", "select", "stats"]
@@ -71,6 +74,7 @@ _warn_lock = threading.Lock()
 _stats: collections.Counter = collections.Counter()
 _stats_lock = threading.Lock()
 _cache = SelectionCache()
+_profiler_state = _labels.state
 
 
 def clear_warnings() -> None:
@@ -242,4 +246,6 @@ def call(primitive: str, args: Any) -> Any:
     with _stats_lock:
         _stats[(prim.name, selection.backend, selection.how)] += 1
     log.debug("turbo: %s -> %s (%s: %s)", prim.name, selection.backend, selection.how, selection.source)
+    if _profiler_state._is_profiler_enabled:  # a module attribute read while no profiler runs
+        return _labels.run_labelled(prim.name, selection.backend, kernel, args)
     return kernel.run(args)

@@ -7,10 +7,12 @@ Quantized paths are judged by SNR: FP8 E4M3 >= 25 dB, E5M2 (and HYBRID) >= 20 dB
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SNR_DB", "TOLERANCES", "assert_close_to_reference", "assert_snr", "snr_db", "tolerance"]
+__all__ = ["SNR_DB", "TOLERANCES", "Gate", "assert_close_to_reference", "assert_snr", "error_stats", "snr_db",
+           "snr_gate", "tolerance", "tolerance_gate", "within_tolerance"]
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float32: (1e-4, 1e-4),
@@ -61,3 +63,76 @@ def assert_close_to_reference(actual: torch.Tensor, reference: torch.Tensor, *, 
     rtol, atol = tolerance(dtype or actual.dtype)
     torch.testing.assert_close(actual.detach().to(torch.float64), reference.detach().to(torch.float64),
                                rtol=rtol, atol=atol, msg=lambda m: f"{what}: {m}")
+
+
+# -- non-raising forms of the gates above (``turbo accuracy`` reports them row by row) ---------------------
+
+
+def within_tolerance(actual: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether ``assert_close_to_reference(actual, reference, dtype=dtype)`` would pass: same shape,
+    every element ``|actual - ref| <= atol + rtol * |ref|`` in float64 (NaN/inf only where ref has
+    the same value)."""
+    if actual.shape != reference.shape:
+        return False
+    rtol, atol = tolerance(dtype)
+    a, r = actual.detach().to(torch.float64), reference.detach().to(torch.float64)
+    return bool(torch.isclose(a, r, rtol=rtol, atol=atol, equal_nan=True).all().item())
+
+
+def error_stats(reference: torch.Tensor, actual: torch.Tensor) -> dict[str, float]:
+    """``{"snr_db", "max_abs", "max_rel"}`` of ``actual`` against ``reference``, in float64:
+    ``max_abs = max |ref - actual|``; ``max_rel = max_abs / max |ref|`` (relative to the largest
+    reference magnitude, so near-zero elements do not dominate); NaN anywhere gives NaN errors."""
+    ref = reference.detach().to(torch.float64)
+    act = actual.detach().to(torch.float64).to(ref.device)
+    if act.shape != ref.shape:
+        raise ValueError(f"actual: shape {tuple(act.shape)} != reference {tuple(ref.shape)}")
+    if ref.numel() == 0:
+        return {"snr_db": math.inf, "max_abs": 0.0, "max_rel": 0.0}
+    max_abs = (ref - act).abs().max().item()
+    scale = ref.abs().max().item()
+    if math.isnan(max_abs):
+        max_rel = math.nan
+    elif scale > 0:
+        max_rel = max_abs / scale
+    else:
+        max_rel = 0.0 if max_abs == 0 else math.inf
+    snr = snr_db(ref, act)
+    return {"snr_db": math.nan if math.isnan(max_abs) else snr, "max_abs": max_abs, "max_rel": max_rel}
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One pass/fail criterion of the tests: ``kind`` ``"tolerance"`` (``assert_close_to_reference``
+    at ``dtype``'s rtol/atol) or ``"snr"`` (``assert_snr`` at the ``fmt`` floor)."""
+
+    kind: str
+    dtype: torch.dtype | None = None
+    fmt: str | None = None
+
+    def describe(self) -> str:
+        if self.kind == "tolerance":
+            rtol, atol = tolerance(self.dtype)
+            return f"rtol={rtol:g} atol={atol:g} ({str(self.dtype).removeprefix('torch.')})"
+        return f"SNR>={SNR_DB[self.fmt]:g}dB ({self.fmt})"
+
+    def check(self, reference: torch.Tensor, actual: torch.Tensor) -> bool:
+        if self.kind == "tolerance":
+            return within_tolerance(actual, reference.to(actual.device) if reference.device != actual.device
+                                    else reference, self.dtype)
+        if actual.shape != reference.shape:
+            return False
+        return snr_db(reference, actual.to(reference.device)) >= SNR_DB[self.fmt]
+
+
+def tolerance_gate(dtype: torch.dtype) -> Gate:
+    """The gate of results of ``dtype`` against a float64 reference (``TOLERANCES``)."""
+    tolerance(dtype)  # unknown dtypes fail here, naming the argument
+    return Gate("tolerance", dtype=dtype)
+
+
+def snr_gate(fmt: str) -> Gate:
+    """The SNR gate of format ``fmt`` (``SNR_DB``: E4M3, E5M2, HYBRID, E2M1, FP4)."""
+    if fmt not in SNR_DB:
+        raise ValueError(f"fmt: no SNR floor defined for {fmt!r}; known: {', '.join(SNR_DB)}")
+    return Gate("snr", fmt=fmt)
