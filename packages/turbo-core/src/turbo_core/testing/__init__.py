@@ -1,5 +1,6 @@
 """Test kit shared by turbo-core and every backend package (third-party ones included)."""
 
+from turbo_core.testing.determinism import deterministic_check
 from turbo_core.testing.numerics import (
     SNR_DB,
     TOLERANCES,
@@ -16,6 +17,7 @@ __all__ = [
     "assert_close_to_reference",
     "assert_snr",
     "backend_row",
+    "deterministic_check",
     "imported_modules_after",
     "snr_db",
     "tolerance",
