@@ -20,13 +20,15 @@ def test_listed_through_entry_point(row):
 
 # Exactly the primitives with a kernel in this package; the listing must not advertise others.
 QUANT = {"quantize_fp8", "quantize_fp8_with_trans", "dequantize_fp8"}
-SERVED = QUANT | {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
+MOE = {"moe_permute_preprocess", "moe_permute", "moe_unpermute", "moe_unpermute_bwd", "indices_to_multihot",
+       "indices_to_multihot_bwd", "tokens_per_expert_to_mask"}
+SERVED = QUANT | MOE | {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
           "swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd"}
 
 
 def test_registers_only_what_it_can_run(row):
     assert set(row["primitives"]) == SERVED
-    for name in SERVED - {"gemm_fp8", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"} - QUANT:
+    for name in SERVED - {"gemm_fp8", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"} - QUANT - MOE:
         assert row["primitives"][name]["variants"] == ["bf16", "fp16", "fp32"]
     assert row["primitives"]["gemm_fp8"]["variants"] == ["TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE",
                                                          "e4m3", "e5m2", "hybrid"]
@@ -38,6 +40,11 @@ def test_registers_only_what_it_can_run(row):
                                                        "e4m3", "e5m2", "fnuz"]
     assert row["primitives"]["quantize_fp8_with_trans"]["variants"] == ["BLOCKWISE", "MX_BLOCKWISE", "e4m3",
                                                                         "e5m2", "fnuz"]
+    assert row["primitives"]["moe_permute_preprocess"]["variants"] == ["routing_map", "topk_indices"]
+    assert row["primitives"]["moe_permute"]["variants"] == ["bf16", "fp16", "fp32", "fp8"]
+    for name in ("moe_unpermute", "moe_unpermute_bwd", "indices_to_multihot", "indices_to_multihot_bwd"):
+        assert row["primitives"][name]["variants"] == ["bf16", "fp16", "fp32"]
+    assert row["primitives"]["tokens_per_expert_to_mask"]["variants"] == ["int32", "int64"]
     assert "not implemented yet" in row["notes"]
 
 

@@ -22,8 +22,9 @@ def turbo_backend_info():
         notes="dense gemm, FP8 gemm (tensorwise, rowwise, blockwise, emulated MX), grouped gemm and grouped FP8 "
               "gemm (tensorwise, rowwise, blockwise; forward/dgrad and the variable-K wgrad), rmsnorm and "
               "swiglu/geglu (forward and backward) and FP8 quantize/dequantize (every granularity, fused "
-              "row+column with_trans; not yet the GPU default) are implemented; grouped MX FP8, grouped and "
-              "FP4 quantization, "
+              "row+column with_trans) and MoE permutation (preprocess, permute, unpermute forward and backward, "
+              "indices_to_multihot, tokens_per_expert_to_mask) are implemented (quantization and MoE not yet the "
+              "GPU default); grouped MX FP8, grouped and FP4 quantization, the MoE router, "
               "attention, quantization and MoE kernels are not implemented yet",
     )
 
@@ -55,6 +56,19 @@ def turbo_register_kernels(register):
                     variants=("BLOCKWISE", "MX_BLOCKWISE", "e4m3", "e5m2", "fnuz")))
     register(Kernel("dequantize_fp8", "TRITON", "turbo_triton.quantization.dequantize:dequantize_fp8",
                     check="turbo_triton.quantization.dequantize:can_handle", variants=fp8_quant))
+    register(Kernel("moe_permute_preprocess", "TRITON", "turbo_triton.moe.permute_preprocess:moe_permute_preprocess",
+                    check="turbo_triton.moe.permute_preprocess:can_handle", variants=("routing_map", "topk_indices")))
+    register(Kernel("moe_permute", "TRITON", "turbo_triton.moe.permute:moe_permute",
+                    check="turbo_triton.moe.permute:can_handle", variants=("bf16", "fp16", "fp32", "fp8")))
+    register(Kernel("moe_unpermute", "TRITON", "turbo_triton.moe.unpermute:moe_unpermute",
+                    check="turbo_triton.moe.unpermute:can_handle", variants=("bf16", "fp16", "fp32")))
+    register(Kernel("moe_unpermute_bwd", "TRITON", "turbo_triton.moe.unpermute:moe_unpermute_bwd",
+                    check="turbo_triton.moe.unpermute:can_handle_bwd", variants=("bf16", "fp16", "fp32")))
+    for name in ("indices_to_multihot", "indices_to_multihot_bwd"):
+        register(Kernel(name, "TRITON", f"turbo_triton.moe.multihot:{name}",
+                        check="turbo_triton.moe.multihot:can_handle", variants=("bf16", "fp16", "fp32")))
+    register(Kernel("tokens_per_expert_to_mask", "TRITON", "turbo_triton.moe.multihot:tokens_per_expert_to_mask",
+                    check="turbo_triton.moe.multihot:can_handle_tpe_mask", variants=("int32", "int64")))
     for name in ("rmsnorm_fwd", "rmsnorm_bwd"):
         register(Kernel(name, "TRITON", f"turbo_triton.normalization.launch:{name}",
                         check="turbo_triton.normalization.launch:can_handle", variants=("bf16", "fp16", "fp32")))

@@ -44,6 +44,14 @@ _QUANT = ("quantize_fp8", "quantize_fp8_with_trans", "dequantize_fp8", "grouped_
           "dequantize_fp4", "grouped_quantize_fp4", "grouped_quantize_fp4_with_trans", "grouped_dequantize_fp4")
 DEFAULTS.update({name: {"rocm": (B.TORCH, B.TRITON), "cuda": (B.TORCH, B.TRITON), **_CPU} for name in _QUANT})
 
+# MoE data movement: TRITON's kernels match the reference bit for bit in the CPU interpreter but are
+# not yet checked or timed on a GPU (benchmarks/scripts/moe_permute_gpu_check.py): the sync-free
+# reference stays the GPU default until they are (TURBO_<PRIMITIVE>_BACKEND=TRITON selects them,
+# e.g. TURBO_MOE_PERMUTE_BACKEND).
+_MOE = ("moe_permute_preprocess", "moe_permute", "moe_unpermute", "moe_unpermute_bwd", "indices_to_multihot",
+        "indices_to_multihot_bwd", "tokens_per_expert_to_mask")
+DEFAULTS.update({name: {"rocm": (B.TORCH, B.TRITON), "cuda": (B.TORCH, B.TRITON), **_CPU} for name in _MOE})
+
 
 def default_order(primitive: str, platform: Platform) -> tuple[str, ...]:
     table = DEFAULTS.get(primitive, _CPU)

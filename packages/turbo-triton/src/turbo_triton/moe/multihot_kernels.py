@@ -1,0 +1,68 @@
+"""Triton kernels of ``indices_to_multihot(_bwd)`` and ``tokens_per_expert_to_mask``.
+
+``BLOCK_T`` tokens a program. The first slot of each id in a row wins (a slot whose id appears in
+an earlier slot, or lies outside ``[0, E)``, is dropped): found by comparing every slot with the
+earlier ones (``K`` is small). Probs travel as same-width integers (bit-exact).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _first_ids(idx_ptr, rows, rm, K, E, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``(ks, ids int64 [BLOCK_T, BLOCK_K], first bool [BLOCK_T, BLOCK_K])``."""
+    ks = tl.arange(0, BLOCK_K)
+    km = rm[:, None] & (ks < K)[None, :]
+    ids = tl.load(idx_ptr + rows.to(tl.int64)[:, None] * K + ks[None, :], mask=km, other=-1).to(tl.int64)
+    first = km & (ids >= 0) & (ids < E)
+    for k in range(K - 1):
+        prev = tl.load(idx_ptr + rows.to(tl.int64) * K + k, mask=rm, other=-1).to(tl.int64)
+        first = first & ~((ids == prev[:, None]) & (ks[None, :] > k))
+    return ks, ids, first
+
+
+@triton.jit
+def multihot_kernel(idx_ptr, probs_ptr, map_ptr, dense_ptr, T, K, E, BLOCK_T: tl.constexpr,
+                    BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    rm = rows < T
+    ks, ids, first = _first_ids(idx_ptr, rows, rm, K, E, BLOCK_T, BLOCK_K)
+    p = tl.load(probs_ptr + rows.to(tl.int64)[:, None] * K + ks[None, :], mask=first, other=0)
+    ex = tl.arange(0, BLOCK_E)
+    hit = tl.zeros([BLOCK_T, BLOCK_E], dtype=tl.int32)
+    dense = tl.zeros([BLOCK_T, BLOCK_E], dtype=dense_ptr.dtype.element_ty)
+    for k in range(K):
+        sel = ks[None, :] == k
+        id_k = tl.sum(tl.where(sel, ids, 0), axis=1)
+        ok_k = tl.sum(tl.where(sel & first, 1, 0), axis=1) > 0
+        p_k = tl.sum(tl.where(sel & first, p, 0), axis=1)  # one nonzero term: exact, bits kept
+        on = ok_k[:, None] & (ex[None, :].to(tl.int64) == id_k[:, None])
+        hit = tl.where(on, 1, hit)
+        dense = tl.where(on, p_k[:, None].to(dense.dtype), dense)
+    out = rows.to(tl.int64)[:, None] * E + ex[None, :]
+    om = rm[:, None] & (ex < E)[None, :]
+    tl.store(map_ptr + out, hit.to(map_ptr.dtype.element_ty), mask=om)
+    tl.store(dense_ptr + out, dense, mask=om)
+
+
+@triton.jit
+def multihot_bwd_kernel(idx_ptr, gd_ptr, out_ptr, T, K, E, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    rm = rows < T
+    ks, ids, first = _first_ids(idx_ptr, rows, rm, K, E, BLOCK_T, BLOCK_K)
+    v = tl.load(gd_ptr + rows.to(tl.int64)[:, None] * E + ids, mask=first, other=0)
+    tl.store(out_ptr + rows.to(tl.int64)[:, None] * K + ks[None, :], v, mask=rm[:, None] & (ks < K)[None, :])
+
+
+@triton.jit
+def tpe_mask_kernel(tpe_ptr, out_ptr, E, num_tokens, BLOCK_E: tl.constexpr, BLOCK: tl.constexpr):
+    total = tl.zeros([BLOCK_E], dtype=tl.int64)
+    for e0 in range(0, E, BLOCK_E):
+        ex = e0 + tl.arange(0, BLOCK_E)
+        total += tl.load(tpe_ptr + ex, mask=ex < E, other=0).to(tl.int64)
+    s = tl.sum(total, axis=0)
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, tl.where(i < s, 1, 0).to(tl.int64), mask=i < num_tokens)
