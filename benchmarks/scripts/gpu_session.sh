@@ -4,7 +4,7 @@
 # own time limit, and a failing part does not stop the next.
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normbench groupedcheck groupedbench
-#        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench
+#        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench moecheck
 set -u
 OUT=${OUT:?set OUT}
 ROOT=$(pwd)
@@ -37,6 +37,7 @@ for part in $parts; do
     quantcheck) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts check,graph --out "$OUT/quant_fp8.json" > "$OUT/quant_fp8.log" 2>&1; tail -30 "$OUT/quant_fp8.log" ;;
     quantsweep) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts sweep --out "$OUT/quant_sweep.json" > "$OUT/quant_sweep.log" 2>&1; tail -30 "$OUT/quant_sweep.log" ;;
     quantbench) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts bench --shapes 16384x8192 --out "$OUT/quant_bench.json" > "$OUT/quant_bench.log" 2>&1; tail -40 "$OUT/quant_bench.log" ;;
+    moecheck) timeout 580 python3 benchmarks/scripts/moe_permute_gpu_check.py --out "$OUT/moe_permute.json" > "$OUT/moe_permute.log" 2>&1; tail -30 "$OUT/moe_permute.log" ;;
     *) echo "unknown part $part" ;;
   esac
 done
