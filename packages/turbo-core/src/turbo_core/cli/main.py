@@ -22,6 +22,9 @@ def _parser() -> argparse.ArgumentParser:
     from turbo_core.cli import accuracy_cmd
 
     accuracy_cmd.add_parser(sub)
+    from turbo_core.cli import demo_cmd
+
+    demo_cmd.add_parser(sub)
     return parser
 
 
@@ -35,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         from turbo_core.cli.profile_cmd import run
     elif args.command == "accuracy":
         from turbo_core.cli.accuracy_cmd import run
+    elif args.command == "demo":
+        from turbo_core.cli.demo_cmd import run
     else:
         from turbo_core.cli.doctor_cmd import run
     return run(args)
