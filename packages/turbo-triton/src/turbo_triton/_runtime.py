@@ -10,7 +10,8 @@ import os
 
 import torch
 
-__all__ = ["arch_of", "device_reason", "has_tensor_descriptors", "interpreting", "launch_fitted", "num_sms"]
+__all__ = ["arch_of", "device_facts", "device_reason", "has_tensor_descriptors", "interpreting", "launch_fitted",
+           "num_sms", "tma_arch"]
 
 
 def interpreting() -> bool:
@@ -39,6 +40,21 @@ def arch_of(index: int) -> str:
     from turbo_core.platform import platform_of
 
     return platform_of(torch.device("cuda", index)).arch or "unknown"
+
+
+def device_facts(t: torch.Tensor) -> tuple[str, int]:
+    """``(arch, SM count)`` of ``t``'s GPU; the interpreter reports ``("interpreter", 4)`` (a few
+    persistent programs)."""
+    if interpreting():
+        return "interpreter", 4
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    return arch_of(index), num_sms(index)
+
+
+def tma_arch(arch: str) -> bool:
+    """Whether the TMA (tensor-descriptor) kernels can run on ``arch``: sm90+ with a Triton that has
+    host-side tensor descriptors."""
+    return arch.startswith("sm") and arch[2:].isdigit() and int(arch[2:]) >= 90 and has_tensor_descriptors()
 
 
 @functools.lru_cache(maxsize=1)

@@ -36,16 +36,15 @@ def kernel_path(args: GemmArgs) -> str:
     a = args.a
     if _runtime.interpreting() or a.device.type != "cuda":
         return "pointer"
-    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    arch = _runtime.arch_of(index)
+    arch, _ = _runtime.device_facts(a)
     m, n, k = gemm_dims(args)
     c_like = args.out if args.out is not None else a.new_empty((n, m) if args.trans_c else (m, n))
     return "tma" if _tma_eligible(arch, k, a, args.b, c_like) else "pointer"
 
 
-def _tma_eligible(arch: str, k: int, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> bool:
-    return (arch.startswith("sm") and int(arch[2:]) >= 90 and k > 0
-            and _runtime.has_tensor_descriptors() and _tma_ok(a, b, c))
+def _tma_eligible(arch: str, k: int, *tensors: torch.Tensor) -> bool:
+    """The TMA kernel can take these operands (and output) on ``arch``."""
+    return k > 0 and _runtime.tma_arch(arch) and _tma_ok(*tensors)
 
 
 def gemm(args: GemmArgs, config: configs.GemmConfig | None = None) -> torch.Tensor:
@@ -60,11 +59,7 @@ def gemm(args: GemmArgs, config: configs.GemmConfig | None = None) -> torch.Tens
     if m == 0 or n == 0:
         return c
     interp = _runtime.interpreting()
-    if interp:
-        arch, sms = "interpreter", 4
-    else:
-        index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-        arch, sms = _runtime.arch_of(index), _runtime.num_sms(index)
+    arch, sms = _runtime.device_facts(a)
     cfg = config or configs.pick(arch, m, n, k, sms, a.element_size(), c.element_size(), not args.trans_b)
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
     programs = max(1, min(sms, tiles))

@@ -15,7 +15,7 @@ from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args, blockwise_layout, ge
 from turbo_core.low_precision import ScalingGranularity
 from turbo_triton import _runtime
 from turbo_triton.gemm import configs as gemm_configs
-from turbo_triton.gemm.launch import _tma_ok
+from turbo_triton.gemm.launch import _tma_eligible, _tma_ok
 from turbo_triton.gemm_fp8 import configs
 from turbo_triton.transpose import transpose_last2
 
@@ -27,10 +27,7 @@ _MODES = {G.TENSORWISE: 0, G.ROWWISE: 0, G.BLOCKWISE: 1, G.MX_BLOCKWISE: 2}
 
 
 def _arch(t: torch.Tensor) -> str:
-    if _runtime.interpreting():
-        return "interpreter"
-    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-    return _runtime.arch_of(index)
+    return _runtime.device_facts(t)[0]
 
 
 def can_handle(args: GemmFp8Args) -> str | None:
@@ -82,11 +79,6 @@ def scale_addressing(args: GemmFp8Args) -> _Scales:
     a_div = bs if blockwise_layout(tuple(args.a.shape), tuple(sa.shape), a_k - 2, bs) == "2d" else 1
     b_div = bs if blockwise_layout(tuple(args.b.shape), tuple(sb.shape), b_k - 2, bs) == "2d" else 1
     return _Scales(sa.stride(a_m), sa.stride(a_k), sb.stride(b_k), sb.stride(b_n), a_div, b_div)
-
-
-def _tma_eligible(arch: str, k: int, *tensors: torch.Tensor) -> bool:
-    return (arch.startswith("sm") and int(arch[2:]) >= 90 and k > 0
-            and _runtime.has_tensor_descriptors() and _tma_ok(*tensors))
 
 
 def kernel_path(args: GemmFp8Args) -> str:
@@ -143,9 +135,7 @@ def gemm_fp8(args: GemmFp8Args, config: gemm_configs.GemmConfig | None = None) -
             c.zero_()
         return c
     gran = G(args.granularity)
-    arch = _arch(a)
-    sms = 4 if arch == "interpreter" else _runtime.num_sms(a.device.index if a.device.index is not None
-                                                            else torch.cuda.current_device())
+    arch, sms = _runtime.device_facts(a)
     scales = scale_addressing(args)  # logical (row, K block) addressing: unchanged by the copies below
     args = _k_major(args, arch, k)
     a, b = args.a, args.b

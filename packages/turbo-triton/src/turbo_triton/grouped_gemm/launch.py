@@ -18,6 +18,8 @@ from turbo_core.dispatch.specs.grouped_gemm import (
     grouped_gemm_dims,
 )
 from turbo_triton import _runtime
+from turbo_triton._runtime import device_facts as _device_facts
+from turbo_triton._runtime import tma_arch as _tma_arch
 from turbo_triton.grouped_gemm import configs
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -52,14 +54,6 @@ def can_handle_variable_k(args: GroupedGemmVariableKArgs) -> str | None:
 # -- shared helpers -------------------------------------------------------------------------------
 
 
-def _device_facts(a: torch.Tensor) -> tuple[str, int]:
-    """``(arch, SM count)``; the interpreter pretends to have 4 SMs (a few persistent programs)."""
-    if _runtime.interpreting():
-        return "interpreter", 4
-    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    return _runtime.arch_of(index), _runtime.num_sms(index)
-
-
 def _precision(a: torch.Tensor) -> str:
     return "ieee" if (_runtime.interpreting() or a.dtype != torch.float32) else "tf32x3"
 
@@ -78,10 +72,6 @@ def _aligned(t: torch.Tensor) -> bool:
     if t.numel() == 0 or t.stride(-1) != 1 or t.data_ptr() % 16:
         return False
     return all((s * t.element_size()) % 16 == 0 for s in t.stride()[:-1])
-
-
-def _tma_arch(arch: str) -> bool:
-    return arch.startswith("sm") and arch[2:].isdigit() and int(arch[2:]) >= 90 and _runtime.has_tensor_descriptors()
 
 
 def _offsets(group_offs: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,8 @@ from turbo_core.dispatch.specs.grouped_gemm_fp8 import (
 )
 from turbo_core.low_precision import ScalingGranularity, as_granularity
 from turbo_triton import _runtime
+from turbo_triton._runtime import device_facts as _device_facts
+from turbo_triton._runtime import tma_arch as _tma_arch
 from turbo_triton.gemm_fp8.configs import fast_accumulate
 from turbo_triton.grouped_gemm.launch import (
     _INT32,
@@ -32,10 +34,8 @@ from turbo_triton.grouped_gemm.launch import (
     _block_g,
     _c_strides,
     _c_tma_ok,
-    _device_facts,
     _offsets,
     _programs,
-    _tma_arch,
 )
 from turbo_triton.grouped_gemm_fp8 import configs
 from turbo_triton.transpose import transpose_last2
