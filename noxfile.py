@@ -46,7 +46,7 @@ def lint(session: nox.Session) -> None:
 def core(session: nox.Session) -> None:
     """turbo-core alone: plugin host, dispatcher, reference backend, CLI."""
     _base(session)
-    session.install(f"./{CORE}[test]")
+    session.install(f"./{CORE}[test,report]")
     session.run("pytest", "-q", f"{CORE}/tests", *session.posargs)
 
 

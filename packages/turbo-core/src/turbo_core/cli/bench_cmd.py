@@ -1,4 +1,4 @@
-"""``turbo bench [suite] [--quick] [--out FILE] ...``."""
+"""``turbo bench [suite] [--quick] [--out FILE] ...`` and ``turbo bench report [FILE ...] [--out-dir DIR]``."""
 
 from __future__ import annotations
 
@@ -12,12 +12,19 @@ from turbo_core.bench.suites import SUITES
 FP8_SUITES = ("gemm-fp8", "grouped-gemm-fp8")
 #: Options only some suites take: (option dest, the suite's keyword argument).
 SUITE_OPTIONS = (("granularities", "granularities"), ("fp8_format", "fp8_format"), ("passes", "passes"))
+#: ``turbo bench report``: the result files read and the directory written when none are named.
+REPORT_INPUTS = "benchmarks/results/*.json"
+REPORT_DIR = "benchmarks/report"
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="benchmark suites: turbo backends beside the PyTorch baselines")
-    p.add_argument("suite", nargs="?", default="gemm", choices=list(dict.fromkeys([*SUITES, *FP8_SUITES])),
-                   help="which suite (default gemm)")
+    p.add_argument("suite", nargs="?", default="gemm", choices=list(dict.fromkeys([*SUITES, *FP8_SUITES, "report"])),
+                   help="which suite (default gemm); report: markdown tables and plots from result files")
+    p.add_argument("files", nargs="*", metavar="FILE",
+                   help=f"report: the JSON result files (default {REPORT_INPUTS})")
+    p.add_argument("--out-dir", default=REPORT_DIR, help=f"report: where to write (default {REPORT_DIR})")
+    p.add_argument("--no-plots", action="store_true", help="report: markdown only")
     p.add_argument("--quick", action="store_true", help="tiny shapes; runs on the CPU for smoke tests")
     p.add_argument("--out", help="write JSON (environment + rows) to this file")
     p.add_argument("--tokens", type=int, default=None,
@@ -59,8 +66,43 @@ def suite_options(args, suite) -> dict:
     return extra
 
 
+def run_report(args) -> int:
+    """``turbo bench report``: README.md, one page per suite and, with matplotlib, the plots."""
+    import glob
+
+    from rich.console import Console
+
+    from turbo_core.bench.markdown import write_report
+
+    console = Console(stderr=True)
+    files = args.files or sorted(glob.glob(REPORT_INPUTS))
+    if not files:
+        console.print(f"turbo bench report: no result files given and none match {REPORT_INPUTS}", markup=False)
+        return 2
+    try:
+        written = write_report(files, args.out_dir, plots=not args.no_plots)
+    except ValueError as exc:
+        console.print(f"turbo bench report: {exc}", soft_wrap=True, markup=False)
+        return 2
+    for src in written.sources:
+        if src.skipped:
+            console.print(f"skipped {src.path}: {src.skipped}", soft_wrap=True, markup=False)
+    if written.plots_skipped:
+        console.print(f"plots skipped: {written.plots_skipped}", soft_wrap=True, markup=False)
+    for path in written.files:
+        console.print(f"wrote {path}", soft_wrap=True, markup=False)
+    return 0
+
+
 def run(args) -> int:
     import sys
+
+    if args.suite == "report":
+        return run_report(args)
+    if args.files:
+        print(f"turbo bench {args.suite}: unexpected arguments {' '.join(args.files)} (files are for `turbo bench report`)",
+              file=sys.stderr)
+        return 2
 
     import torch
     from rich.console import Console
