@@ -22,19 +22,23 @@ def test_listed_through_entry_point(row):
 QUANT = {"quantize_fp8", "quantize_fp8_with_trans", "dequantize_fp8"}
 MOE = {"moe_permute_preprocess", "moe_permute", "moe_unpermute", "moe_unpermute_bwd", "indices_to_multihot",
        "indices_to_multihot_bwd", "tokens_per_expert_to_mask"}
-SERVED = QUANT | MOE | {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
+ATTENTION = {"attention_fwd", "attention_bwd"}
+SERVED = QUANT | MOE | ATTENTION | {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
           "swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd"}
 
 
 def test_registers_only_what_it_can_run(row):
     assert set(row["primitives"]) == SERVED
-    for name in SERVED - {"gemm_fp8", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"} - QUANT - MOE:
+    for name in SERVED - {"gemm_fp8", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"} - QUANT - MOE - ATTENTION:
         assert row["primitives"][name]["variants"] == ["bf16", "fp16", "fp32"]
     assert row["primitives"]["gemm_fp8"]["variants"] == ["TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE",
                                                          "e4m3", "e5m2", "hybrid"]
     for name in ("grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"):
         assert row["primitives"][name]["variants"] == ["TENSORWISE", "ROWWISE", "BLOCKWISE", "e4m3", "e5m2",
                                                        "hybrid", "fnuz"]
+    for name in ATTENTION:
+        assert row["primitives"][name]["variants"] == ["fp32", "fp16", "bf16", "dense", "varlen", "gqa", "causal",
+                                                       "window", "sink", "deterministic"]
     for name in ("quantize_fp8", "dequantize_fp8"):
         assert row["primitives"][name]["variants"] == ["TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE",
                                                        "e4m3", "e5m2", "fnuz"]

@@ -69,6 +69,10 @@ def turbo_register_kernels(register):
                         check="turbo_triton.moe.multihot:can_handle", variants=("bf16", "fp16", "fp32")))
     register(Kernel("tokens_per_expert_to_mask", "TRITON", "turbo_triton.moe.multihot:tokens_per_expert_to_mask",
                     check="turbo_triton.moe.multihot:can_handle_tpe_mask", variants=("int32", "int64")))
+    attention = ("fp32", "fp16", "bf16", "dense", "varlen", "gqa", "causal", "window", "sink", "deterministic")
+    for name in ("attention_fwd", "attention_bwd"):
+        register(Kernel(name, "TRITON", f"turbo_triton.attention.launch:{name}",
+                        check="turbo_triton.attention.launch:can_handle", variants=attention))
     for name in ("rmsnorm_fwd", "rmsnorm_bwd"):
         register(Kernel(name, "TRITON", f"turbo_triton.normalization.launch:{name}",
                         check="turbo_triton.normalization.launch:can_handle", variants=("bf16", "fp16", "fp32")))

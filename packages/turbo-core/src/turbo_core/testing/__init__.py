@@ -4,6 +4,7 @@ from turbo_core.testing.determinism import deterministic_check
 from turbo_core.testing.numerics import (
     SNR_DB,
     TOLERANCES,
+    assert_close_normwise,
     assert_close_to_reference,
     assert_snr,
     snr_db,
@@ -14,6 +15,7 @@ from turbo_core.testing.plugin_checks import backend_row, imported_modules_after
 __all__ = [
     "SNR_DB",
     "TOLERANCES",
+    "assert_close_normwise",
     "assert_close_to_reference",
     "assert_snr",
     "backend_row",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SNR_DB", "TOLERANCES", "Gate", "assert_close_to_reference", "assert_snr", "error_stats", "snr_db",
+__all__ = ["SNR_DB", "TOLERANCES", "Gate", "assert_close_normwise", "assert_close_to_reference", "assert_snr", "error_stats", "snr_db",
            "snr_gate", "tolerance", "tolerance_gate", "within_tolerance"]
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -63,6 +63,23 @@ def assert_close_to_reference(actual: torch.Tensor, reference: torch.Tensor, *, 
     rtol, atol = tolerance(dtype or actual.dtype)
     torch.testing.assert_close(actual.detach().to(torch.float64), reference.detach().to(torch.float64),
                                rtol=rtol, atol=atol, msg=lambda m: f"{what}: {m}")
+
+
+def assert_close_normwise(actual: torch.Tensor, reference: torch.Tensor, *, dtype: torch.dtype | None = None,
+                          what: str = "result") -> None:
+    """Like :func:`assert_close_to_reference` with an absolute tolerance that follows the reference's
+    largest magnitude: ``max(atol, 2 ulp) * max(1, max |ref|)`` (``ulp`` = the dtype's machine epsilon,
+    2^-7 for bf16). The gate for results that are sums of products rounded to ``dtype`` on purpose,
+    such as flash-attention gradients (P and dS are rounded to the input dtype before their matmuls
+    in every flash-attention kernel: FA2, FA3, cuDNN), where the error of a small element follows the
+    size of the large ones: two units in the last place of the largest element."""
+    dtype = dtype or actual.dtype
+    rtol, atol = tolerance(dtype)
+    ref = reference.detach().to(torch.float64)
+    amax = ref.abs().max().item() if ref.numel() else 0.0
+    atol = max(atol, 2.0 * torch.finfo(dtype).eps) * max(1.0, amax)
+    torch.testing.assert_close(actual.detach().to(torch.float64), ref, rtol=rtol, atol=atol,
+                               msg=lambda m: f"{what} (normwise gate, max|ref| = {amax:.3g}): {m}")
 
 
 # -- non-raising forms of the gates above (``turbo accuracy`` reports them row by row) ---------------------

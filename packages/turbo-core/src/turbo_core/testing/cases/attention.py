@@ -18,7 +18,7 @@ import itertools
 import torch
 
 from turbo_core.testing.conformance import Case
-from turbo_core.testing.numerics import assert_close_to_reference, snr_db
+from turbo_core.testing.numerics import assert_close_normwise, assert_close_to_reference, snr_db
 
 #: FP8 attention gate (Primus-Turbo's): SNR of out, dq, dk, dv against unquantized float64 math.
 FP8_ATTENTION_SNR_DB = 20.0
@@ -123,7 +123,10 @@ def _check_grads(dtype, pairs) -> None:
             continue
         assert got is not None, f"{what}: no gradient"
         assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
-        assert_close_to_reference(got.cpu(), want, dtype=dtype, what=what)
+        if dtype == torch.float32:
+            assert_close_to_reference(got.cpu(), want, dtype=dtype, what=what)
+        else:  # flash kernels round P and dS to the input dtype: normwise gate (see numerics)
+            assert_close_normwise(got.cpu(), want, dtype=dtype, what=what)
 
 
 def _memory_order(t: torch.Tensor) -> list[int]:

@@ -1,0 +1,86 @@
+"""Attention tiles per architecture and head dim.
+
+``Tile(block_m, block_n, num_warps, num_stages)``: ``block_m`` query rows by ``block_n`` key rows.
+The forward and the deterministic ``dq`` kernel walk key tiles for a query tile; the ``dk/dv``
+kernel walks query tiles for a key tile. sm90 (H100/H200: 228 KB shared memory, wgmma on 64-row
+warpgroup tiles) is from the H200 sweep (``benchmarks/scripts/attention_h200.py``); gfx942 (MI300X:
+64 KB LDS) and gfx950 (MI355X: 160 KB LDS) from those facts, not measured. fp32 inputs (IEEE dots)
+take the next-smaller tiles.
+
+``TURBO_TRITON_ATTN_TILES="fwd=128,64,8,3;dkdv=64,128,8,2;dq=128,64,8,2"`` overrides the table
+(for sweeps; any subset of the three kernels).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import triton
+
+
+@dataclass(frozen=True)
+class Tile:
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+# head-dim bucket -> kernel -> tile
+_SM90 = {
+    64: {"fwd": Tile(128, 64, 4, 3), "dkdv": Tile(64, 128, 8, 2), "dq": Tile(128, 64, 8, 2)},
+    128: {"fwd": Tile(128, 128, 8, 3), "dkdv": Tile(64, 128, 8, 2), "dq": Tile(128, 64, 8, 2)},
+    256: {"fwd": Tile(128, 64, 8, 2), "dkdv": Tile(32, 64, 4, 2), "dq": Tile(64, 32, 4, 2)},
+}
+_AMD = {
+    64: {"fwd": Tile(128, 64, 4, 1), "dkdv": Tile(32, 64, 4, 1), "dq": Tile(64, 32, 4, 1)},
+    128: {"fwd": Tile(128, 64, 4, 1), "dkdv": Tile(32, 64, 4, 1), "dq": Tile(64, 32, 4, 1)},
+    256: {"fwd": Tile(64, 32, 4, 1), "dkdv": Tile(16, 32, 4, 1), "dq": Tile(32, 16, 4, 1)},
+}
+_DEFAULT = {
+    64: {"fwd": Tile(64, 64, 4, 2), "dkdv": Tile(32, 64, 4, 2), "dq": Tile(64, 32, 4, 2)},
+    128: {"fwd": Tile(64, 64, 4, 2), "dkdv": Tile(32, 64, 4, 2), "dq": Tile(64, 32, 4, 2)},
+    256: {"fwd": Tile(64, 32, 4, 2), "dkdv": Tile(16, 32, 4, 2), "dq": Tile(32, 16, 4, 2)},
+}
+_INTERP = Tile(16, 16, 4, 1)
+
+_TABLES = {"sm90": _SM90, "gfx942": _AMD, "gfx950": _AMD}
+
+
+def _bucket(head_dim: int) -> int:
+    return 64 if head_dim <= 64 else 128 if head_dim <= 128 else 256
+
+
+def _override(kernel: str) -> Tile | None:
+    spec = os.environ.get("TURBO_TRITON_ATTN_TILES", "")
+    for part in spec.split(";"):
+        name, _, values = part.partition("=")
+        if name.strip() == kernel:
+            nums = [int(v) for v in values.split(",")]
+            if len(nums) != 4:
+                raise ValueError(f"TURBO_TRITON_ATTN_TILES: {kernel}= needs 4 ints (block_m,block_n,warps,stages), "
+                                 f"got {values!r}")
+            return Tile(*nums)
+    return None
+
+
+def _halve(tile: Tile) -> Tile:
+    return Tile(max(16, tile.block_m // 2), max(16, tile.block_n // 2), tile.num_warps, tile.num_stages)
+
+
+def pick(kernel: str, arch: str, head_dim: int, elem_bytes: int) -> Tile:
+    """The tile of ``kernel`` ("fwd", "dkdv", "dq") for the larger of the two head dims."""
+    if arch == "interpreter":
+        return _INTERP
+    tile = _override(kernel)
+    if tile is not None:
+        return tile
+    table = _TABLES.get(arch) or _TABLES.get(arch.split(":")[0]) or _DEFAULT
+    tile = table[_bucket(head_dim)][kernel]
+    return _halve(tile) if elem_bytes == 4 else tile
+
+
+def block_d(head_dim: int) -> int:
+    """Head-dim tile: the next power of two, at least 16 (the smallest dot)."""
+    return max(16, triton.next_power_of_2(head_dim))

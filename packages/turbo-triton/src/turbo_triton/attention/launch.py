@@ -1,0 +1,209 @@
+"""``attention_fwd`` / ``attention_bwd`` on Triton: capability check, tiles and launchers.
+
+Dense ``[b, s, h, d]`` and varlen THD (``cu_seqlens``) calls share the kernels: varlen passes
+batch strides of 0 and each program reads its sequence's start and length from ``cu_seqlens``
+on the device (no host sync; the grid is sized by ``max_seqlen_*``). Any strides with a unit
+head-dim stride are read in place. The backward is deterministic when asked: ``dq`` then comes
+from its own kernel instead of fp32 atomics (see ``bwd_kernels``).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from turbo_core.dispatch.specs.attention import AttentionBwdArgs, AttentionFwdArgs, lse_shape, out_shape
+from turbo_triton import _runtime
+from turbo_triton.attention import configs
+from turbo_triton.attention.bwd_kernels import (
+    attn_bwd_dkdv_kernel,
+    attn_bwd_dq_kernel,
+    attn_bwd_preprocess_kernel,
+)
+from turbo_triton.attention.configs import Tile
+from turbo_triton.attention.fwd_kernel import attn_fwd_kernel
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: Largest head dim (of q/k or v) the kernels keep in registers.
+MAX_HEAD_DIM = 256
+
+
+def can_handle(args: AttentionFwdArgs | AttentionBwdArgs) -> str | None:
+    reason = _runtime.device_reason(args.q)
+    if reason:
+        return reason
+    if args.q.dtype not in _DTYPES:
+        return f"TRITON attention serves fp16/bf16/fp32, not {args.q.dtype}"
+    if args.dropout_p != 0.0:
+        return f"TRITON attention implements dropout_p=0.0 only (got {args.dropout_p})"
+    d_qk, d_v = args.q.shape[-1], args.v.shape[-1]
+    if max(d_qk, d_v) > MAX_HEAD_DIM:
+        return f"TRITON attention serves head dims up to {MAX_HEAD_DIM} (got q/k {d_qk}, v {d_v})"
+    return None
+
+
+# -- argument plumbing ---------------------------------------------------------------------------
+
+def _bsh(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
+    """(batch, sequence, head) strides; varlen tensors have no batch stride."""
+    if varlen:
+        return 0, t.stride(0), t.stride(1)
+    return t.stride(0), t.stride(1), t.stride(2)
+
+
+def _lse_strides(lse: torch.Tensor, varlen: bool) -> tuple[int, int]:
+    """(batch, head) strides of lse; its rows are contiguous (checked by the allocation)."""
+    if varlen:
+        return 0, lse.stride(0)
+    return lse.stride(0), lse.stride(1)
+
+
+class _Problem:
+    """Shapes and launch facts shared by the forward and the backward."""
+
+    def __init__(self, args) -> None:
+        q, k, v = args.q, args.k, args.v
+        self.varlen = args.is_varlen
+        self.h_q, self.h_kv = q.shape[-2], k.shape[-2]
+        self.group = self.h_q // self.h_kv
+        self.d_qk, self.d_v = q.shape[-1], v.shape[-1]
+        if self.varlen:
+            self.batch = args.cu_seqlens_q.shape[0] - 1
+            self.seq_q, self.seq_k = int(args.max_seqlen_q), int(args.max_seqlen_k)
+            self.cu_q, self.cu_k = args.cu_seqlens_q, args.cu_seqlens_k
+        else:
+            self.batch = q.shape[0]
+            self.seq_q, self.seq_k = q.shape[1], k.shape[1]
+            self.cu_q = self.cu_k = q.new_empty(1, dtype=torch.int32)
+        left, right = args.window_size
+        if args.causal:
+            right = 0
+        self.left, self.right = max(left, 0), max(right, 0)
+        self.has_left, self.has_right = left >= 0, right >= 0
+        self.scale = args.scale
+        self.interp = _runtime.interpreting()
+        self.arch = _runtime.device_facts(q)[0]
+        self.upcast = self.interp and q.dtype == torch.bfloat16
+        self.precision = "ieee" if q.dtype == torch.float32 else "tf32"
+        self.block_dqk, self.block_dv = configs.block_d(self.d_qk), configs.block_d(self.d_v)
+        self.elem = q.element_size()
+
+    def tile(self, kernel: str) -> Tile:
+        return configs.pick(kernel, self.arch, max(self.d_qk, self.d_v), self.elem)
+
+    def consts(self) -> dict:
+        return dict(BLOCK_DQK=self.block_dqk, BLOCK_DV=self.block_dv, D_QK=self.d_qk, D_V=self.d_v,
+                    VARLEN=self.varlen, HAS_LEFT=self.has_left, HAS_RIGHT=self.has_right, UPCAST=self.upcast,
+                    PRECISION=self.precision)
+
+
+_fitted: dict[tuple, Tile] = {}
+
+
+def _smaller(tile: Tile) -> list[Tile]:
+    """Fallbacks when a tile needs more shared memory than the device has."""
+    out = []
+    if tile.num_stages > 1:
+        out.append(Tile(tile.block_m, tile.block_n, tile.num_warps, tile.num_stages - 1))
+    if tile.block_n > 16:
+        out.append(Tile(tile.block_m, tile.block_n // 2, tile.num_warps, max(1, tile.num_stages - 1)))
+    if tile.block_m > 16:
+        out.append(Tile(tile.block_m // 2, max(16, tile.block_n // 2), max(4, tile.num_warps // 2), 1))
+    return out
+
+
+def _launch(kernel, grid_of, tile: Tile, key: tuple, *args, **consts) -> None:
+    """Launch ``kernel`` with ``tile``; on OutOfResources retry smaller tiles (remembered per key)."""
+    from triton.runtime.errors import OutOfResources
+
+    tile = _fitted.get((key, tile), tile)
+    start = tile
+    tried = [tile]
+    while True:
+        grid = grid_of(tile)
+        if min(grid) == 0:
+            return
+        try:
+            kernel[grid](*args, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, num_warps=tile.num_warps,
+                         num_stages=tile.num_stages, **consts)
+        except OutOfResources:
+            smaller = [t for t in _smaller(tile) if t not in tried]
+            if not smaller:
+                raise
+            tile = smaller[0]
+            tried.append(tile)
+            continue
+        _fitted[(key, start)] = tile
+        return
+
+
+# -- forward -------------------------------------------------------------------------------------
+
+def attention_fwd(args: AttentionFwdArgs) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, lse)``; see ``turbo_core.dispatch.specs.attention`` for shapes and semantics."""
+    q, k, v = args.q, args.k, args.v
+    p = _Problem(args)
+    alloc = torch.zeros if p.varlen else torch.empty
+    out = alloc(out_shape(q, v), dtype=q.dtype, device=q.device)
+    if p.varlen:  # rows of no sequence: lse -inf
+        lse = torch.full(lse_shape(q, True), float("-inf"), dtype=torch.float32, device=q.device)
+    else:
+        lse = torch.empty(lse_shape(q, False), dtype=torch.float32, device=q.device)
+    sink = args.sink if args.sink is not None else lse
+    _launch(attn_fwd_kernel, lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch), p.tile("fwd"),
+            ("fwd", q.dtype, p.d_qk, p.d_v),
+            q, k, v, out, lse, sink, p.cu_q, p.cu_k,
+            *_bsh(q, p.varlen), *_bsh(k, p.varlen), *_bsh(v, p.varlen), *_bsh(out, p.varlen),
+            *_lse_strides(lse, p.varlen), p.seq_q, p.seq_k, p.group, p.scale, p.left, p.right,
+            HAS_SINK=args.sink is not None, **p.consts())
+    return out, lse
+
+
+# -- backward ------------------------------------------------------------------------------------
+
+def _preprocess(args: AttentionBwdArgs, p: _Problem) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``delta = rowsum(dout * out)`` (lse's layout) and ``dsink`` (fp32 ``[h_q]``) or None."""
+    lse = args.lse
+    delta = torch.empty_like(lse)
+    block_m = 16 if p.interp else 64
+    tiles = triton.cdiv(p.seq_q, block_m)
+    has_sink = args.sink is not None
+    part = torch.zeros((p.batch, p.h_q, tiles) if has_sink else (1,), dtype=torch.float32, device=lse.device)
+    grid = (tiles, p.h_q, p.batch)
+    if min(grid) > 0:
+        attn_bwd_preprocess_kernel[grid](
+            args.out, args.dout, lse, delta, args.sink if has_sink else lse, part, p.cu_q,
+            *_bsh(args.out, p.varlen), *_bsh(args.dout, p.varlen), *_lse_strides(lse, p.varlen), p.seq_q,
+            BLOCK_M=block_m, BLOCK_DV=p.block_dv, D_V=p.d_v, VARLEN=p.varlen, HAS_SINK=has_sink, num_warps=4)
+    dsink = part.sum(dim=(0, 2)) if has_sink else None
+    return delta, dsink
+
+
+def attention_bwd(args: AttentionBwdArgs):
+    """``(dq, dk, dv, dsink | None)``; bit-reproducible when ``args.deterministic``."""
+    q, k, v, dout, lse = args.q, args.k, args.v, args.dout, args.lse
+    p = _Problem(args)
+    if lse.stride(-1) != 1:
+        lse = lse.contiguous()
+    delta, dsink = _preprocess(args, p)
+    alloc = torch.zeros if p.varlen else torch.empty
+    dk = alloc(k.shape, dtype=k.dtype, device=k.device)
+    dv = alloc(v.shape, dtype=v.dtype, device=v.device)
+    atomic = not args.deterministic
+    dq = torch.zeros(q.shape, dtype=torch.float32 if atomic else q.dtype, device=q.device) if atomic or p.varlen \
+        else torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    common = (*_bsh(q, p.varlen), *_bsh(k, p.varlen), *_bsh(v, p.varlen), *_bsh(dout, p.varlen),
+              *_bsh(dq, p.varlen))
+    tail = (*_lse_strides(lse, p.varlen), p.seq_q, p.seq_k, p.group, p.scale, p.left, p.right)
+    key = (q.dtype, p.d_qk, p.d_v)
+    _launch(attn_bwd_dkdv_kernel, lambda t: (triton.cdiv(p.seq_k, t.block_n), p.h_kv, p.batch), p.tile("dkdv"),
+            ("dkdv", atomic, *key),
+            q, k, v, dout, lse, delta, dq, dk, dv, p.cu_q, p.cu_k, *common,
+            *_bsh(dk, p.varlen), *_bsh(dv, p.varlen), *tail, ATOMIC_DQ=atomic, **p.consts())
+    if atomic:
+        dq = dq.to(q.dtype)
+    else:
+        _launch(attn_bwd_dq_kernel, lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch), p.tile("dq"),
+                ("dq", *key),
+                q, k, v, dout, lse, delta, dq, p.cu_q, p.cu_k, *common, *tail, **p.consts())
+    return dq, dk, dv, dsink
