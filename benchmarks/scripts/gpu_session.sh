@@ -4,7 +4,7 @@
 # own time limit, and a failing part does not stop the next.
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normbench groupedcheck groupedbench
-#        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench moecheck
+#        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench moecheck attncheck attnspeed attnsweep
 set -u
 OUT=${OUT:?set OUT}
 ROOT=$(pwd)
@@ -38,6 +38,9 @@ for part in $parts; do
     quantsweep) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts sweep --out "$OUT/quant_sweep.json" > "$OUT/quant_sweep.log" 2>&1; tail -30 "$OUT/quant_sweep.log" ;;
     quantbench) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts bench --shapes 16384x8192 --out "$OUT/quant_bench.json" > "$OUT/quant_bench.log" 2>&1; tail -40 "$OUT/quant_bench.log" ;;
     moecheck) timeout 580 python3 benchmarks/scripts/moe_permute_gpu_check.py --out "$OUT/moe_permute.json" > "$OUT/moe_permute.log" 2>&1; tail -30 "$OUT/moe_permute.log" ;;
+    attncheck) timeout 400 python3 benchmarks/scripts/attention_gpu_check.py --parts check --out "$OUT/attention_check.json" > "$OUT/attention_check.log" 2>&1; tail -20 "$OUT/attention_check.log" ;;
+    attnspeed) timeout 300 python3 benchmarks/scripts/attention_gpu_check.py --parts speed --out "$OUT/attention_speed.json" > "$OUT/attention_speed.log" 2>&1; tail -8 "$OUT/attention_speed.log" ;;
+    attnsweep) timeout 500 python3 benchmarks/scripts/attention_gpu_check.py --parts sweep --out "$OUT/attention_sweep.json" > "$OUT/attention_sweep.log" 2>&1; tail -3 "$OUT/attention_sweep.log" ;;
     *) echo "unknown part $part" ;;
   esac
 done

@@ -1,0 +1,111 @@
+"""TRITON flash attention under the interpreter, beyond the conformance suite
+(``test_conformance_triton.py`` runs every attention case of turbo-core's suite on TRITON):
+
+- the head dims the issue names (64, 128, 256 and MLA's qk 192 / v 128) at small sequence lengths,
+  whose tiles differ from the conformance suite's d=16/24 (BLOCK_D = 64..256, masked head-dim tails
+  for 192), against independent float64 math;
+- ``deterministic=True``: the backward is bit-identical across runs and agrees with the atomic one;
+- a tile larger than the sequence (every key tile masked) and a sequence longer than several tiles
+  with a window that leaves full tiles in the middle (the unmasked loop);
+- capability reasons for what the kernels decline (dropout, head dims over 256).
+
+Inputs are fp16 (the interpreter's bf16 dot is wrong; bf16 runs upcast there and is covered by the
+conformance suite).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from turbo_core.dispatch.specs.attention import AttentionBwdArgs, AttentionFwdArgs
+from turbo_core.testing import assert_close_normwise, assert_close_to_reference
+from turbo_triton.attention import launch
+
+
+def _f64_attention(q, k, v, scale, causal, window):
+    """float64 attention of ``[b, s, h, d]`` inputs (GQA by repeat), bottom-right masks."""
+    b, s_q, h_q, _ = q.shape
+    s_k, h_k = k.shape[1], k.shape[2]
+    rep = h_q // h_k
+    qd, kd, vd = (t.double().transpose(1, 2) for t in (q, k, v))
+    kd, vd = kd.repeat_interleave(rep, 1), vd.repeat_interleave(rep, 1)
+    s = qd @ kd.transpose(-1, -2) * scale
+    i = torch.arange(s_q)[:, None] + (s_k - s_q)
+    j = torch.arange(s_k)[None, :]
+    left, right = window
+    right = 0 if causal else right
+    ok = torch.ones(s_q, s_k, dtype=torch.bool)
+    if right >= 0:
+        ok &= j <= i + right
+    if left >= 0:
+        ok &= j >= i - left
+    s = s.masked_fill(~ok, float("-inf"))
+    p = torch.softmax(s, -1)
+    return (p @ vd).transpose(1, 2)
+
+
+def _inputs(b, s_q, s_k, h_q, h_k, d_qk, d_v, dtype=torch.float16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, s_q, h_q, d_qk, generator=g).to(dtype)
+    k = torch.randn(b, s_k, h_k, d_qk, generator=g).to(dtype)
+    v = torch.randn(b, s_k, h_k, d_v, generator=g).to(dtype)
+    dout = torch.randn(b, s_q, h_q, d_v, generator=g).to(dtype)
+    return q, k, v, dout
+
+
+def _check(q, k, v, dout, causal=False, window=(-1, -1), deterministic=False):
+    scale = q.shape[-1] ** -0.5
+    fwd = AttentionFwdArgs(q, k, v, causal=causal, window_size=window)
+    out, lse = launch.attention_fwd(fwd)
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    want = _f64_attention(*leaves, scale, causal, window)
+    want.backward(dout.double())
+    assert_close_to_reference(out, want.detach(), dtype=q.dtype, what="out")
+    bwd = AttentionBwdArgs(dout, q, k, v, out, lse, causal=causal, window_size=window, deterministic=deterministic)
+    grads = launch.attention_bwd(bwd)
+    for name, got, leaf in zip(("dq", "dk", "dv"), grads[:3], leaves, strict=True):
+        assert got.shape == leaf.shape and got.dtype == q.dtype, name
+        assert_close_normwise(got, leaf.grad, dtype=q.dtype, what=name)
+    return grads
+
+
+@pytest.mark.parametrize("d_qk,d_v", [(64, 64), (128, 128), (256, 256), (192, 128)])
+def test_model_head_dims(d_qk, d_v):
+    q, k, v, dout = _inputs(1, 19, 19, 2, 1, d_qk, d_v)
+    _check(q, k, v, dout, causal=True)
+
+
+def test_full_tiles_inside_a_window():
+    # 80 keys = 5 tiles of 16 (the interpreter's tile): with window (40, 8) rows past the first
+    # tiles have full key tiles in the middle, run by the unmasked loop.
+    q, k, v, dout = _inputs(1, 80, 80, 2, 2, 16, 16)
+    _check(q, k, v, dout, window=(40, 8))
+    _check(q, k, v, dout, causal=True)
+
+
+def test_sequence_shorter_than_a_tile():
+    q, k, v, dout = _inputs(2, 3, 5, 2, 1, 16, 16)
+    _check(q, k, v, dout)
+    _check(q, k, v, dout, causal=True)
+
+
+def test_deterministic_backward_is_bit_identical():
+    q, k, v, dout = _inputs(2, 45, 45, 4, 2, 32, 32)
+    first = _check(q, k, v, dout, causal=True, deterministic=True)
+    again = _check(q, k, v, dout, causal=True, deterministic=True)
+    for a, b in zip(first[:3], again[:3], strict=True):
+        assert torch.equal(a, b)
+    atomic = _check(q, k, v, dout, causal=True, deterministic=False)
+    for a, b in zip(first[:3], atomic[:3], strict=True):
+        assert_close_to_reference(a, b.double(), dtype=q.dtype)
+
+
+def test_declines_with_reasons():
+    q, k, v, _ = _inputs(1, 4, 4, 1, 1, 16, 16)
+    assert "dropout_p=0.0" in launch.can_handle(AttentionFwdArgs(q, k, v, dropout_p=0.1))
+    big = torch.zeros(1, 4, 1, 320, dtype=torch.float16)
+    assert "head dims up to 256" in launch.can_handle(AttentionFwdArgs(big, big, big))
+    assert launch.can_handle(AttentionFwdArgs(q, k, v)) is None
+    i8 = q.to(torch.int8)
+    assert "fp16/bf16/fp32" in launch.can_handle(AttentionFwdArgs(i8, i8, i8))
