@@ -20,12 +20,13 @@ def turbo_backend_info():
         probe="turbo_triton.probe:probe",
         description="Triton kernels (portable: AMD and NVIDIA; the CPU through TRITON_INTERPRET=1)",
         notes="dense gemm, FP8 gemm (tensorwise, rowwise, blockwise, emulated MX), grouped gemm and grouped FP8 "
-              "gemm (tensorwise, rowwise, blockwise; forward/dgrad and the variable-K wgrad), rmsnorm and "
-              "swiglu/geglu (forward and backward) and FP8 quantize/dequantize (every granularity, fused "
-              "row+column with_trans) and MoE permutation (preprocess, permute, unpermute forward and backward, "
-              "indices_to_multihot, tokens_per_expert_to_mask) are implemented (quantization and MoE not yet the "
-              "GPU default); grouped MX FP8, grouped and FP4 quantization, the MoE router, "
-              "attention, quantization and MoE kernels are not implemented yet",
+              "gemm (tensorwise, rowwise, blockwise; forward/dgrad and the variable-K wgrad), flash attention "
+              "(forward and backward: dense and varlen, causal, window, GQA, sink, head dims up to 256), rmsnorm "
+              "and swiglu/geglu (forward and backward), FP8 quantize/dequantize (every granularity, fused row+column "
+              "with_trans), MXFP4 quantize/with_trans/dequantize, the MoE router (group-limited top-k, forward and "
+              "backward) and MoE permutation (preprocess, permute, unpermute forward and backward, "
+              "indices_to_multihot, tokens_per_expert_to_mask) are implemented (quantization and MoE not yet the GPU "
+              "default); FP8 attention, grouped MX FP8 and grouped FP8/FP4 quantization are not implemented yet",
     )
 
 
@@ -73,6 +74,18 @@ def turbo_register_kernels(register):
     for name in ("attention_fwd", "attention_bwd"):
         register(Kernel(name, "TRITON", f"turbo_triton.attention.launch:{name}",
                         check="turbo_triton.attention.launch:can_handle", variants=attention))
+    router = ("bf16", "fp16", "fp32", "sigmoid", "softmax")
+    register(Kernel("moe_routing_fwd", "TRITON", "turbo_triton.moe.routing:moe_routing_fwd",
+                    check="turbo_triton.moe.routing:can_handle", variants=router))
+    register(Kernel("moe_routing_bwd", "TRITON", "turbo_triton.moe.routing:moe_routing_bwd",
+                    check="turbo_triton.moe.routing:can_handle_bwd", variants=router))
+    fp4 = ("fp4", "MX_BLOCKWISE")
+    register(Kernel("quantize_fp4", "TRITON", "turbo_triton.quantization.fp4:quantize_fp4",
+                    check="turbo_triton.quantization.fp4:can_handle", variants=fp4))
+    register(Kernel("quantize_fp4_with_trans", "TRITON", "turbo_triton.quantization.fp4:quantize_fp4_with_trans",
+                    check="turbo_triton.quantization.fp4:can_handle_with_trans", variants=fp4))
+    register(Kernel("dequantize_fp4", "TRITON", "turbo_triton.quantization.fp4:dequantize_fp4",
+                    check="turbo_triton.quantization.fp4:can_handle_dequantize", variants=fp4))
     for name in ("rmsnorm_fwd", "rmsnorm_bwd"):
         register(Kernel(name, "TRITON", f"turbo_triton.normalization.launch:{name}",
                         check="turbo_triton.normalization.launch:can_handle", variants=("bf16", "fp16", "fp32")))

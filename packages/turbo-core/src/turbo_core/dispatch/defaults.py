@@ -49,7 +49,7 @@ DEFAULTS.update({name: {"rocm": (B.TORCH, B.TRITON), "cuda": (B.TORCH, B.TRITON)
 # reference stays the GPU default until they are (TURBO_<PRIMITIVE>_BACKEND=TRITON selects them,
 # e.g. TURBO_MOE_PERMUTE_BACKEND).
 _MOE = ("moe_permute_preprocess", "moe_permute", "moe_unpermute", "moe_unpermute_bwd", "indices_to_multihot",
-        "indices_to_multihot_bwd", "tokens_per_expert_to_mask")
+        "indices_to_multihot_bwd", "tokens_per_expert_to_mask", "moe_routing_fwd", "moe_routing_bwd")
 DEFAULTS.update({name: {"rocm": (B.TORCH, B.TRITON), "cuda": (B.TORCH, B.TRITON), **_CPU} for name in _MOE})
 
 

@@ -27,11 +27,12 @@ class Tile:
     num_stages: int
 
 
-# head-dim bucket -> kernel -> tile
+# head-dim bucket -> kernel -> tile. sm90 from the H200 sweep of 2026-11-30
+# (benchmarks/attention-h200-2026-11-30.md): B x S = 16k tokens, S = 4096 (8192 for d=64), causal and not.
 _SM90 = {
-    64: {"fwd": Tile(128, 64, 4, 3), "dkdv": Tile(64, 128, 8, 2), "dq": Tile(128, 64, 8, 2)},
-    128: {"fwd": Tile(128, 128, 8, 3), "dkdv": Tile(64, 128, 8, 2), "dq": Tile(128, 64, 8, 2)},
-    256: {"fwd": Tile(128, 64, 8, 2), "dkdv": Tile(32, 64, 4, 2), "dq": Tile(64, 32, 4, 2)},
+    64: {"fwd": Tile(128, 64, 8, 4), "dkdv": Tile(64, 64, 4, 3), "dq": Tile(64, 64, 4, 3)},
+    128: {"fwd": Tile(128, 128, 8, 3), "dkdv": Tile(64, 128, 8, 2), "dq": Tile(128, 128, 8, 2)},
+    256: {"fwd": Tile(128, 64, 8, 2), "dkdv": Tile(64, 64, 8, 2), "dq": Tile(64, 64, 8, 2)},
 }
 _AMD = {
     64: {"fwd": Tile(128, 64, 4, 1), "dkdv": Tile(32, 64, 4, 1), "dq": Tile(64, 32, 4, 1)},
@@ -84,3 +85,13 @@ def pick(kernel: str, arch: str, head_dim: int, elem_bytes: int) -> Tile:
 def block_d(head_dim: int) -> int:
     """Head-dim tile: the next power of two, at least 16 (the smallest dot)."""
     return max(16, triton.next_power_of_2(head_dim))
+
+
+def atomic_dq(arch: str, head_dim: int, causal: bool) -> bool:
+    """Whether a non-deterministic backward should add ``dq`` with fp32 atomics from the ``dk/dv``
+    kernel rather than run the ``dq`` kernel. On the H200 the separate kernel was as fast or faster
+    except for causal d <= 64 (305 vs 286 TFLOP/s, 2026-11-30 sweep); unmeasured archs take the
+    deterministic kernel; the interpreter takes the atomics so that the CPU tests run both paths."""
+    if arch == "interpreter":
+        return True
+    return arch == "sm90" and head_dim <= 64 and causal

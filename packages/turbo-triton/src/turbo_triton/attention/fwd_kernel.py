@@ -16,11 +16,11 @@ from turbo_triton.attention.common import LN2, LOG2E, key_ranges, mm, visible
 
 
 @triton.jit
-def _tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, rows, start, stop, len_q, len_k,
+def _tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_row0, hk, rows, start, stop, len_q, len_k,
            left, right, qk_scale,
            BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
            D_QK: tl.constexpr, D_V: tl.constexpr, MASK: tl.constexpr, HAS_LEFT: tl.constexpr,
-           HAS_RIGHT: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+           HAS_RIGHT: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
     offs_dk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
@@ -28,12 +28,19 @@ def _tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, rows, start, 
     dv_ok = offs_dv < D_V
     for n0 in range(start, stop, BLOCK_N):
         cols = n0 + offs_n
-        kt_ptrs = k_base + cols[None, :] * stride_kn + offs_dk[:, None]
-        v_ptrs = v_base + cols[:, None] * stride_vn + offs_dv[None, :]
-        if MASK:
+        if TMA:  # descriptors over [rows, heads * d]; rows past the sequence are another's: masked below
+            kt = k_base.load([k_row0 + n0, hk * D_QK]).T
+            v = v_base.load([k_row0 + n0, hk * D_V])
+            if MASK:  # whatever those rows hold (NaN padding included) must not reach P @ V
+                v = tl.where((cols < len_k)[:, None], v, 0.0)
+        elif MASK:
+            kt_ptrs = k_base + cols[None, :] * stride_kn + offs_dk[:, None]
+            v_ptrs = v_base + cols[:, None] * stride_vn + offs_dv[None, :]
             kt = tl.load(kt_ptrs, mask=dk_ok[:, None] & (cols[None, :] < len_k), other=0.0)
             v = tl.load(v_ptrs, mask=(cols[:, None] < len_k) & dv_ok[None, :], other=0.0)
         else:
+            kt_ptrs = k_base + cols[None, :] * stride_kn + offs_dk[:, None]
+            v_ptrs = v_base + cols[:, None] * stride_vn + offs_dv[None, :]
             if BLOCK_DQK == D_QK:
                 kt = tl.load(kt_ptrs)
             else:
@@ -67,10 +74,13 @@ def attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
     D_QK: tl.constexpr, D_V: tl.constexpr, VARLEN: tl.constexpr, HAS_SINK: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    TMA: tl.constexpr,
 ):
     """Grid ``(query tiles, h_q, batch)``; the query tiles run last-first (the longest causal rows
     start first). Dense: ``seq_q``/``seq_k`` are the lengths; varlen: ``CuQ``/``CuK`` give each
-    sequence's start and length and the batch strides are 0."""
+    sequence's start and length and the batch strides are 0. ``TMA`` (Hopper, contiguous q/k/v with
+    power-of-two head dims): ``Q``/``K``/``V`` are tensor descriptors over the ``[rows, heads * d]``
+    views, with blocks ``[BLOCK_M or BLOCK_N, d]``."""
     h = tl.program_id(1)
     b = tl.program_id(2)
     if VARLEN:
@@ -92,10 +102,22 @@ def attn_fwd_kernel(
     row_ok = rows < len_q
     offs_dk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
-    q_ptrs = Q + b * stride_qb + h * stride_qh + (q_start + rows)[:, None] * stride_qs + offs_dk[None, :]
-    q = tl.load(q_ptrs, mask=row_ok[:, None] & (offs_dk[None, :] < D_QK), other=0.0)
-    k_base = K + b * stride_kb + hk * stride_kh + k_start * stride_ks
-    v_base = V + b * stride_vb + hk * stride_vh + k_start * stride_vs
+    if TMA:
+        if VARLEN:
+            q_row0 = q_start
+            k_row0 = k_start
+        else:
+            q_row0 = b * seq_q
+            k_row0 = b * seq_k
+        q = Q.load([q_row0 + m0, h * D_QK])
+        k_base = K
+        v_base = V
+    else:
+        q_ptrs = Q + b * stride_qb + h * stride_qh + (q_start + rows)[:, None] * stride_qs + offs_dk[None, :]
+        q = tl.load(q_ptrs, mask=row_ok[:, None] & (offs_dk[None, :] < D_QK), other=0.0)
+        k_row0 = 0
+        k_base = K + b * stride_kb + hk * stride_kh + k_start * stride_ks
+        v_base = V + b * stride_vb + hk * stride_vh + k_start * stride_vs
 
     if HAS_SINK:
         sink = tl.load(Sink + h).to(tl.float32) * LOG2E
@@ -107,15 +129,15 @@ def attn_fwd_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
 
     lo, full_lo, full_hi, hi = key_ranges(m0, len_q, len_k, left, right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
-    acc, l_i, m_i = _tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, rows, lo, full_lo, len_q,
+    acc, l_i, m_i = _tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, k_row0, hk, rows, lo, full_lo, len_q,
                            len_k, left, right, qk_scale, BLOCK_N, BLOCK_DQK, BLOCK_DV, D_QK, D_V, True,
-                           HAS_LEFT, HAS_RIGHT, UPCAST, PRECISION)
-    acc, l_i, m_i = _tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, rows, full_lo, full_hi,
+                           HAS_LEFT, HAS_RIGHT, UPCAST, PRECISION, TMA)
+    acc, l_i, m_i = _tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, k_row0, hk, rows, full_lo, full_hi,
                            len_q, len_k, left, right, qk_scale, BLOCK_N, BLOCK_DQK, BLOCK_DV, D_QK, D_V, False,
-                           HAS_LEFT, HAS_RIGHT, UPCAST, PRECISION)
-    acc, l_i, m_i = _tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, rows, full_hi, hi, len_q,
+                           HAS_LEFT, HAS_RIGHT, UPCAST, PRECISION, TMA)
+    acc, l_i, m_i = _tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, k_row0, hk, rows, full_hi, hi, len_q,
                            len_k, left, right, qk_scale, BLOCK_N, BLOCK_DQK, BLOCK_DV, D_QK, D_V, True,
-                           HAS_LEFT, HAS_RIGHT, UPCAST, PRECISION)
+                           HAS_LEFT, HAS_RIGHT, UPCAST, PRECISION, TMA)
 
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]

@@ -3,8 +3,10 @@
 Dense ``[b, s, h, d]`` and varlen THD (``cu_seqlens``) calls share the kernels: varlen passes
 batch strides of 0 and each program reads its sequence's start and length from ``cu_seqlens``
 on the device (no host sync; the grid is sized by ``max_seqlen_*``). Any strides with a unit
-head-dim stride are read in place. The backward is deterministic when asked: ``dq`` then comes
-from its own kernel instead of fp32 atomics (see ``bwd_kernels``).
+head-dim stride are read in place; on Hopper the forward reads contiguous 16-bit q/k/v with
+power-of-two head dims through TMA descriptors. The backward is deterministic when asked: ``dq``
+then comes from its own kernel instead of fp32 atomics (see ``bwd_kernels``); it also is when
+that kernel is the faster one (``configs.atomic_dq``).
 """
 
 from __future__ import annotations
@@ -112,8 +114,9 @@ def _smaller(tile: Tile) -> list[Tile]:
     return out
 
 
-def _launch(kernel, grid_of, tile: Tile, key: tuple, *args, **consts) -> None:
-    """Launch ``kernel`` with ``tile``; on OutOfResources retry smaller tiles (remembered per key)."""
+def _launch(kernel, grid_of, tile: Tile, key: tuple, *args, args_of=None, **consts) -> None:
+    """Launch ``kernel`` with ``tile``; on OutOfResources retry smaller tiles (remembered per key).
+    ``args_of(tile)``, when given, builds the positional arguments per tile (descriptors)."""
     from triton.runtime.errors import OutOfResources
 
     tile = _fitted.get((key, tile), tile)
@@ -124,7 +127,7 @@ def _launch(kernel, grid_of, tile: Tile, key: tuple, *args, **consts) -> None:
         if min(grid) == 0:
             return
         try:
-            kernel[grid](*args, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, num_warps=tile.num_warps,
+            kernel[grid](*(args_of(tile) if args_of else args), BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, num_warps=tile.num_warps,
                          num_stages=tile.num_stages, **consts)
         except OutOfResources:
             smaller = [t for t in _smaller(tile) if t not in tried]
@@ -139,6 +142,26 @@ def _launch(kernel, grid_of, tile: Tile, key: tuple, *args, **consts) -> None:
 
 # -- forward -------------------------------------------------------------------------------------
 
+def _tma_ok(args: AttentionFwdArgs, p: _Problem) -> bool:
+    """Tensor descriptors for q/k/v: Hopper, contiguous tensors (dense bshd or THD), power-of-two
+    head dims (a block is one head's full width), 16-bit inputs."""
+    if p.interp or not _runtime.tma_arch(p.arch) or args.q.element_size() != 2:
+        return False
+    if p.d_qk != p.block_dqk or p.d_v != p.block_dv:
+        return False
+    return all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (args.q, args.k, args.v))
+
+
+def _descriptors(args: AttentionFwdArgs, p: _Problem, tile: Tile):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def desc(t, block_rows, d):
+        return TensorDescriptor.from_tensor(t.view(-1, t.shape[-2] * d), [block_rows, d])
+
+    return (desc(args.q, tile.block_m, p.d_qk), desc(args.k, tile.block_n, p.d_qk),
+            desc(args.v, tile.block_n, p.d_v))
+
+
 def attention_fwd(args: AttentionFwdArgs) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, lse)``; see ``turbo_core.dispatch.specs.attention`` for shapes and semantics."""
     q, k, v = args.q, args.k, args.v
@@ -150,12 +173,14 @@ def attention_fwd(args: AttentionFwdArgs) -> tuple[torch.Tensor, torch.Tensor]:
     else:
         lse = torch.empty(lse_shape(q, False), dtype=torch.float32, device=q.device)
     sink = args.sink if args.sink is not None else lse
-    _launch(attn_fwd_kernel, lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch), p.tile("fwd"),
-            ("fwd", q.dtype, p.d_qk, p.d_v),
-            q, k, v, out, lse, sink, p.cu_q, p.cu_k,
+    tma = _tma_ok(args, p)
+    rest = (out, lse, sink, p.cu_q, p.cu_k,
             *_bsh(q, p.varlen), *_bsh(k, p.varlen), *_bsh(v, p.varlen), *_bsh(out, p.varlen),
-            *_lse_strides(lse, p.varlen), p.seq_q, p.seq_k, p.group, p.scale, p.left, p.right,
-            HAS_SINK=args.sink is not None, **p.consts())
+            *_lse_strides(lse, p.varlen), p.seq_q, p.seq_k, p.group, p.scale, p.left, p.right)
+    _launch(attn_fwd_kernel, lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch), p.tile("fwd"),
+            ("fwd", tma, q.dtype, p.d_qk, p.d_v),
+            args_of=lambda t: (*(_descriptors(args, p, t) if tma else (q, k, v)), *rest),
+            HAS_SINK=args.sink is not None, TMA=tma, **p.consts())
     return out, lse
 
 
@@ -189,7 +214,7 @@ def attention_bwd(args: AttentionBwdArgs):
     alloc = torch.zeros if p.varlen else torch.empty
     dk = alloc(k.shape, dtype=k.dtype, device=k.device)
     dv = alloc(v.shape, dtype=v.dtype, device=v.device)
-    atomic = not args.deterministic
+    atomic = not args.deterministic and configs.atomic_dq(p.arch, max(p.d_qk, p.d_v), args.causal)
     dq = torch.zeros(q.shape, dtype=torch.float32 if atomic else q.dtype, device=q.device) if atomic or p.varlen \
         else torch.empty(q.shape, dtype=q.dtype, device=q.device)
     common = (*_bsh(q, p.varlen), *_bsh(k, p.varlen), *_bsh(v, p.varlen), *_bsh(dout, p.varlen),

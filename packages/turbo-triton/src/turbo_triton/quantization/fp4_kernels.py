@@ -1,0 +1,136 @@
+"""Triton kernels of MXFP4 quantization (1x32 blocks, E8M0 scales, packed E2M1) and dequantization.
+
+Same tiling as the MX FP8 kernels (``kernels.quant_mx_kernel``): the input as a strided 3-D view
+``[B, M, N]`` walked in ``BM x BN`` tiles of the zero-padded extent, block amax on the int32 bits
+of ``|x|`` (NaN above +inf), the shared exponent by ``numerics.mx_scale`` with ``emax_elem = 2``,
+``x * 2**-X`` in fp32 (exact: ``2**-X`` is a normal fp32 and the product needs no rounding beyond
+the reference's one float64 -> fp32 rounding).
+
+E2M1 encoding (software, so the GPU and the interpreter give the same bits): nearest-even on the
+grid ``(0, 0.5, 1, 1.5, 2, 3, 4, 6)`` by counting the midpoints below the magnitude (a magnitude
+exactly on a midpoint takes the even code), saturating at 6 (Inf too), NaN -> +0; sign bit 3
+(``-0.0`` keeps it, as ``torch.signbit`` does). Packing: the even element of each pair along the
+blocked dim in the low nibble, the odd one in the high nibble; col-wise tiles are transposed in
+registers first so the packed pairs lie along the stored (contiguous) dim.
+
+Dequantization: both nibbles of a byte decoded by bit arithmetic, times ``2**(byte - 127)``
+(exact in fp32; NaN for the scale byte 0xFF), rounded once to the output type, written through
+strides (col-wise data comes back transposed).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from turbo_triton.quantization.numerics import (
+    abs_bits,
+    e8m0_to_fp32,
+    expand,
+    group_max,
+    load_f32,
+    mx_scale,
+    tile_of,
+    to_out,
+)
+
+E2M1_EMAX = tl.constexpr(2)
+
+
+@triton.jit
+def encode_e2m1(v):
+    """E2M1 codes (int32 0..15) of fp32 ``v`` already scaled into range (see the module doc)."""
+    mag = tl.abs(v)  # NaN compares false below: code 0
+    below = ((mag > 0.25).to(tl.int32) + (mag > 0.75).to(tl.int32) + (mag > 1.25).to(tl.int32)
+             + (mag > 1.75).to(tl.int32) + (mag > 2.5).to(tl.int32) + (mag > 3.5).to(tl.int32)
+             + (mag > 5.0).to(tl.int32))
+    upto = ((mag >= 0.25).to(tl.int32) + (mag >= 0.75).to(tl.int32) + (mag >= 1.25).to(tl.int32)
+            + (mag >= 1.75).to(tl.int32) + (mag >= 2.5).to(tl.int32) + (mag >= 3.5).to(tl.int32)
+            + (mag >= 5.0).to(tl.int32))
+    code = tl.where((below & 1) == 0, below, upto)
+    neg = (v.to(tl.int32, bitcast=True) < 0) & (v == v)
+    return code + tl.where(neg, 8, 0)
+
+
+@triton.jit
+def decode_e2m1(code):
+    """fp32 values of E2M1 codes (int32 0..15): ``±(0, 0.5, 1, 1.5, 2, 3, 4, 6)[code & 7]``."""
+    e = (code >> 1) & 3
+    m = code & 1
+    mag = tl.where(e > 0, ((e + 126) << 23) | (m << 22), tl.where(m == 1, 0x3F000000, 0))
+    return (mag | ((code & 8) << 28)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _fp4_part(x, bits, b, tm, tn, rows, cols, lim_m, lim_n, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
+              BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, ROW: tl.constexpr):
+    """One MXFP4 direction of tile ``x`` (``[BM, BN]`` of ``[B, M, N]``). ROW: bytes ``[B, M, N_pad/2]``
+    (pairs along N), scales ``[B, M, N_pad/32]``; else bytes ``[B, N, M_pad/2]`` (pairs along M),
+    scales ``[B, N, M_pad/32]``. Stores inside ``rows < lim_m``, ``cols < lim_n`` (even limits)."""
+    mult, byte = mx_scale(group_max(bits, BM, BN, GM, GN), E2M1_EMAX)
+    codes = encode_e2m1(x * expand(mult, BM, BN, GM, GN))
+    if ROW:
+        lo, hi = tl.split(tl.reshape(codes, (BM, BN // 2, 2)))
+        pc = tn.to(tl.int64) * (BN // 2) + tl.arange(0, BN // 2)
+        mask = (rows < lim_m)[:, None] & (pc < lim_n // 2)[None, :]
+        tl.store(q_ptr + b * sq_b + rows[:, None] * sq_r + pc[None, :], (lo | (hi << 4)).to(tl.uint8), mask=mask)
+        per_row = expand(byte, BM, BN // 32, GM, 1)  # [BM, BN/32]: each row's byte of each block
+        blk = tn.to(tl.int64) * (BN // 32) + tl.arange(0, BN // 32)
+        s_mask = (rows < lim_m)[:, None] & (blk < tl.cdiv(lim_n, 32))[None, :]
+        tl.store(s_ptr + b * ss_b + rows[:, None] * ss_r + blk[None, :], per_row.to(tl.uint8), mask=s_mask)
+    else:
+        lo, hi = tl.split(tl.reshape(tl.trans(codes), (BN, BM // 2, 2)))
+        pr = tm.to(tl.int64) * (BM // 2) + tl.arange(0, BM // 2)
+        mask = (cols < lim_n)[:, None] & (pr < lim_m // 2)[None, :]
+        tl.store(q_ptr + b * sq_b + cols[:, None] * sq_r + pr[None, :], (lo | (hi << 4)).to(tl.uint8), mask=mask)
+        per_col = expand(byte, BM // 32, BN, 1, GN)  # [BM/32, BN]: each column's byte of each block
+        blk = tm.to(tl.int64) * (BM // 32) + tl.arange(0, BM // 32)
+        s_mask = (blk < tl.cdiv(lim_m, 32))[:, None] & (cols < lim_n)[None, :]
+        tl.store(s_ptr + b * ss_b + cols[None, :] * ss_r + blk[:, None], per_col.to(tl.uint8), mask=s_mask)
+
+
+@triton.jit
+def quant_fp4_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, sq_b, sq_r, ss_b, ss_r,
+                     BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, ROW: tl.constexpr,
+                     X_BITS: tl.constexpr):
+    """MXFP4 of ``x [B, M, N]`` over the padded extent ``[M_EXT, N_EXT]`` (row-wise ``[M, N_pad]``,
+    col-wise ``[M_pad, N]``); elements outside ``[M, N]`` read as zero."""
+    b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_EXT, N_EXT, BM, BN)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
+    _fp4_part(x, abs_bits(x), b, tm, tn, rows, cols, M_EXT, N_EXT, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
+              BM, BN, GM, GN, ROW)
+
+
+@triton.jit
+def fp4_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_PAD, sx_b, sx_m, sx_n,
+                          BM: tl.constexpr, BN: tl.constexpr, R_GM: tl.constexpr, C_GN: tl.constexpr,
+                          X_BITS: tl.constexpr):
+    """Row-wise (``[B, M, N_pad/2]``) and col-wise (``[B, N, M_pad/2]``) MXFP4 copies of
+    ``x [B, M, N]`` from one read of each tile of the padded ``[M_pad, N_pad]`` extent."""
+    b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_PAD, N_PAD, BM, BN)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
+    bits = abs_bits(x)
+    _fp4_part(x, bits, b, tm, tn, rows, cols, M, N_PAD, qr_ptr, M * (N_PAD // 2), N_PAD // 2, sr_ptr,
+              M * (N_PAD // 32), N_PAD // 32, BM, BN, R_GM, 32, True)
+    _fp4_part(x, bits, b, tm, tn, rows, cols, M_PAD, N, qc_ptr, N * (M_PAD // 2), M_PAD // 2, sc_ptr,
+              N * (M_PAD // 32), M_PAD // 32, BM, BN, 32, C_GN, False)
+
+
+@triton.jit
+def fp4_dequant_kernel(x_ptr, s_ptr, out_ptr, R, H, sx_b, sx_r, ss_b, ss_r, so_b, so_r, so_c,
+                       BM: tl.constexpr, BH: tl.constexpr, ROUND_BF16: tl.constexpr):
+    """``out[b, r, c]`` (at ``so_*``) ``= e2m1(q[b, r, c // 2] nibble c % 2) * 2**(scale[b, r, c // 32] - 127)``
+    over packed data ``[B, R, H]`` (``H`` bytes a row, ``C = 2H`` values)."""
+    b, tm, tn, rows, hs = tile_of(tl.program_id(0), R, H, BM, BH)
+    mask = (rows < R)[:, None] & (hs < H)[None, :]
+    byte = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_r + hs[None, :], mask=mask, other=0).to(tl.int32)
+    sb = tl.load(s_ptr + b * ss_b + rows[:, None] * ss_r + (hs // 16)[None, :], mask=mask, other=127)
+    scale = e8m0_to_fp32(sb.to(tl.int32))
+    v = tl.join(decode_e2m1(byte & 15) * scale, decode_e2m1(byte >> 4) * scale)  # [BM, BH, 2]
+    v = tl.reshape(v, (BM, 2 * BH))
+    cs = tn.to(tl.int64) * (2 * BH) + tl.arange(0, 2 * BH)
+    out_mask = (rows < R)[:, None] & (cs < 2 * H)[None, :]
+    tl.store(out_ptr + b * so_b + rows[:, None] * so_r + cs[None, :] * so_c, to_out(v, out_ptr, ROUND_BF16),
+             mask=out_mask)
