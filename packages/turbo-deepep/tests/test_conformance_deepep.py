@@ -1,7 +1,9 @@
-"""turbo-core's conformance suite against the DEEP_EP backend. Every case is skipped here with the
-backend's own reason (unavailable on this machine, or no kernel for the case's primitive yet)
-and runs where the backend can."""
+"""turbo-core's conformance suite against turbo-deepep's backends. DEEP_EP runs the one-process
+moe_dispatch/combine cases here (its multi-rank runs are in test_all_to_all_distributed.py);
+DEEP_EP_BUFFER's cases are skipped with its own reason where no DeepEP-like module is installed.
+Cases of primitives these backends do not register are skipped with that reason."""
 
 from turbo_core.testing.conformance import conformance_suite
 
 TestConformanceDeepEp = conformance_suite("DEEP_EP")
+TestConformanceDeepEpBuffer = conformance_suite("DEEP_EP_BUFFER")

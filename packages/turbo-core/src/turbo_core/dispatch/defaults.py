@@ -40,17 +40,27 @@ DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
 # (benchmarks/scripts/quant_fp8_gpu_check.py): TORCH stays first on GPUs until they are; select
 # them with TURBO_QUANTIZE_FP8_BACKEND=TRITON (and the like) meanwhile.
 _QUANT = ("quantize_fp8", "quantize_fp8_with_trans", "dequantize_fp8", "grouped_quantize_fp8",
-          "grouped_quantize_fp8_with_trans", "grouped_dequantize_fp8", "quantize_fp4", "quantize_fp4_with_trans",
-          "dequantize_fp4", "grouped_quantize_fp4", "grouped_quantize_fp4_with_trans", "grouped_dequantize_fp4")
+          "grouped_quantize_fp8_with_trans", "grouped_dequantize_fp8", "grouped_quantize_fp4",
+          "grouped_quantize_fp4_with_trans", "grouped_dequantize_fp4")
 DEFAULTS.update({name: {"rocm": (B.TORCH, B.TRITON), "cuda": (B.TORCH, B.TRITON), **_CPU} for name in _QUANT})
+# MXFP4 and the MoE router: TRITON's kernels were checked on the H200 (bit-exact FP4 at model shapes, identical
+# router selections over 1..65536 tokens; benchmarks/router-fp4-h200-2026-11-30.md) and run 15-60x faster
+# than the reference there: TRITON first on GPUs.
+_CHECKED = ("quantize_fp4", "quantize_fp4_with_trans", "dequantize_fp4", "moe_routing_fwd", "moe_routing_bwd")
+DEFAULTS.update({name: {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU} for name in _CHECKED})
 
 # MoE data movement: TRITON's kernels match the reference bit for bit in the CPU interpreter but are
 # not yet checked or timed on a GPU (benchmarks/scripts/moe_permute_gpu_check.py): the sync-free
 # reference stays the GPU default until they are (TURBO_<PRIMITIVE>_BACKEND=TRITON selects them,
 # e.g. TURBO_MOE_PERMUTE_BACKEND).
 _MOE = ("moe_permute_preprocess", "moe_permute", "moe_unpermute", "moe_unpermute_bwd", "indices_to_multihot",
-        "indices_to_multihot_bwd", "tokens_per_expert_to_mask", "moe_routing_fwd", "moe_routing_bwd")
+        "indices_to_multihot_bwd", "tokens_per_expert_to_mask")
 DEFAULTS.update({name: {"rocm": (B.TORCH, B.TRITON), "cuda": (B.TORCH, B.TRITON), **_CPU} for name in _MOE})
+
+# MoE dispatch/combine: DeepEP's Buffer when installed, else the torch.distributed all-to-all (both
+# turbo-deepep); TORCH serves one process only (it declines larger groups).
+_EP = ("DEEP_EP_BUFFER", B.DEEP_EP, B.TORCH)
+DEFAULTS.update({name: {"rocm": _EP, "cuda": _EP, "cpu": (B.TORCH, B.DEEP_EP)} for name in ("moe_dispatch", "moe_combine")})
 
 
 def default_order(primitive: str, platform: Platform) -> tuple[str, ...]:

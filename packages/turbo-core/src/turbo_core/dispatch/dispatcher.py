@@ -50,7 +50,7 @@ log = logging.getLogger("turbo")
 
 _INSTALL_HINT = {
     "TRITON": "turbo-triton", "HIPBLASLT": "turbo-hipblaslt", "CK": "turbo-ck",
-    "AITER": "turbo-aiter", "DEEP_EP": "turbo-deepep",
+    "AITER": "turbo-aiter", "DEEP_EP": "turbo-deepep", "DEEP_EP_BUFFER": "turbo-deepep",
 }
 
 

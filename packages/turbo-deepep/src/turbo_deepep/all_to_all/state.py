@@ -1,0 +1,41 @@
+"""The private part of a DEEP_EP all-to-all handle (``MoeDispatchHandle.state``)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+__all__ = ["AllToAllState", "compute_dtype"]
+
+
+class AllToAllState(NamedTuple):
+    """How a dispatch moved rows, so combine and cached dispatch retrace it.
+
+    Attributes:
+        mode: ``"local"`` (one rank: no communication), ``"exact"`` (counts exchanged, exact split
+            sizes on the host) or ``"worst"`` (fixed slots, no host value, ``num_worst_tokens`` rows).
+        rank, world: this rank and the group's size.
+        send_token: int64. local: ``[R]``, the token in each received row (-1: padding);
+            exact: ``[N_send]``, the token of each sent row in send order;
+            worst: ``[W * slot]``, the token in each slot row (-1: an empty slot row).
+        send_splits, recv_splits: exact mode: rows sent to / received from each rank (host ints).
+        recv_from: worst mode: int64 ``[R]``, the slot row of each received row (``W * slot``: padding).
+        to_recv: worst mode: int64 ``[W * slot]``, the received row of each slot row (``R``: none).
+        slot: worst mode: rows per destination rank in the fixed slots.
+    """
+
+    mode: str
+    rank: int
+    world: int
+    send_token: torch.Tensor
+    send_splits: tuple[int, ...] | None = None
+    recv_splits: tuple[int, ...] | None = None
+    recv_from: torch.Tensor | None = None
+    to_recv: torch.Tensor | None = None
+    slot: int = 0
+
+
+def compute_dtype(t: torch.Tensor) -> torch.dtype:
+    """Accumulation dtype of combine: float64 on the CPU, float32 on a GPU (the reference's rule)."""
+    return torch.float64 if t.device.type == "cpu" else torch.float32
