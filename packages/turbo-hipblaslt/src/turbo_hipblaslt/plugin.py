@@ -1,16 +1,32 @@
 """Plugin module of the HIPBLASLT backend (entry point ``hipblaslt`` in ``turbo.backends``).
 
-Cheap to import: the kernel library is only imported by the probe and the kernels, on first use.
+Cheap to import: registration only checks that an extension exists to load (the wheel's compiled
+``turbo_hipblaslt._C``, or a toolkit for the opt-in JIT build) without importing or building it;
+the probe loads it lazily, and the kernels on first use.
 """
 
 from __future__ import annotations
 
-from turbo_core.plugins import BackendInfo, hookimpl
+from turbo_core.plugins import BackendInfo, Kernel, hookimpl
 from turbo_hipblaslt import __version__
+
+SERVES = ("gemm (fp16/bf16/fp32, every layout, accumulate-into-out; bias/GELU epilogues through "
+          "turbo_hipblaslt.api.gemm/linear), gemm_fp8 (TENSORWISE E4M3/E5M2/HYBRID; ROWWISE and BLOCKWISE 1x128/128x128 "
+          "where the library has the scale modes: turbo_hipblaslt.api.capabilities()), grouped_gemm and "
+          "grouped_gemm_variable_k (a loop of BLASLt calls, one host sync per call)")
+NOT_DONE = "MX/FP4 GEMM, grouped FP8 GEMM and hipBLASLt's one-launch grouped API are not implemented"
+
+
+def _missing() -> str | None:
+    from turbo_hipblaslt._ext import missing_reason
+
+    return missing_reason()
 
 
 @hookimpl
 def turbo_backend_info():
+    missing = _missing()
+    notes = f"{SERVES}; {NOT_DONE}" if missing is None else f"no kernels registered: {missing}"
     return BackendInfo(
         name="HIPBLASLT",
         package="turbo-hipblaslt",
@@ -18,11 +34,24 @@ def turbo_backend_info():
         platforms=("cuda", "rocm"),
         archs=None,
         probe="turbo_hipblaslt.probe:probe",
-        description="one C++ source over hipBLASLt (ROCm) and cuBLASLt (CUDA), pybind11, no libtorch",
-        notes="no kernels registered yet: the BLASLt extension and its build hook are not implemented yet",
+        description="one C++ source over hipBLASLt (ROCm) and cuBLASLt (CUDA); CPython stable-ABI extension, "
+                    "no libtorch",
+        notes=notes,
     )
 
 
 @hookimpl
 def turbo_register_kernels(register):
-    """Registers nothing yet: this backend has no kernel that can run (see ``notes``)."""
+    """Registers the kernels only when there is an extension to load (see the module docstring)."""
+    if _missing() is not None:
+        return
+    dense = ("bf16", "fp16", "fp32")
+    register(Kernel("gemm", "HIPBLASLT", "turbo_hipblaslt.gemm:gemm", check="turbo_hipblaslt.gemm:can_handle",
+                    variants=dense))
+    register(Kernel("gemm_fp8", "HIPBLASLT", "turbo_hipblaslt.gemm_fp8:gemm_fp8",
+                    check="turbo_hipblaslt.gemm_fp8:can_handle",
+                    variants=("TENSORWISE", "ROWWISE", "BLOCKWISE", "e4m3", "e5m2", "hybrid", "fnuz")))
+    register(Kernel("grouped_gemm", "HIPBLASLT", "turbo_hipblaslt.grouped_gemm:grouped_gemm",
+                    check="turbo_hipblaslt.grouped_gemm:can_handle", variants=dense))
+    register(Kernel("grouped_gemm_variable_k", "HIPBLASLT", "turbo_hipblaslt.grouped_gemm:grouped_gemm_variable_k",
+                    check="turbo_hipblaslt.grouped_gemm:can_handle_variable_k", variants=dense))

@@ -1,0 +1,105 @@
+"""One BLASLt call from torch tensors: the plan (``layout.plan_gemm``), the tuple of plain integers
+the extension takes (``call_args``: pure, unit-tested on the CPU), and its launch on the current
+stream of the tensors' device with that (device, stream)'s workspace.
+
+Numerics of a call: ``d = epilogue(op(a) @ op(b) * scales + beta * d + bias)`` accumulated in fp32
+(TF32 for fp32 inputs only when ``torch.backends.cuda.matmul.allow_tf32``), rounded once to d's dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from turbo_hipblaslt import runtime
+from turbo_hipblaslt.codes import DTYPE_CODES, EPILOGUE_CODES, SCALE_NONE
+from turbo_hipblaslt.layout import BlasPlan, plan_gemm
+
+__all__ = ["Side", "call_args", "check", "launch", "meta", "plan", "probe_args"]
+
+#: Positions of pointers in the argument tuple (see ``call_args``): data of A, B, D; bias; scales.
+_DATA_SLOTS = (6, 9, 12)
+_AUX_SLOTS = (19, 21, 23)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One of turbo's operands as the extension sees it: data pointer, dtype code, scale pointer
+    and scale mode (``codes.SCALE_*``)."""
+
+    ptr: int
+    code: int
+    scale_ptr: int = 0
+    scale_mode: int = SCALE_NONE
+
+
+def call_args(p: BlasPlan, a: Side, b: Side, d_ptr: int, d_code: int, *, device: int, alpha: float = 1.0,
+              beta: float = 0.0, compute: int = 0, epilogue: int = 0, bias_ptr: int = 0, bias_code: int = -1,
+              stream: int = 0, workspace: int = 0, workspace_size: int = 0) -> tuple:
+    """The 28 arguments of ``_C.matmul`` for plan ``p``: BLAS A/B are ``a``/``b``, or ``b``/``a``
+    when the plan is swapped (each keeps its own scale)."""
+    first, second = (b, a) if p.swapped else (a, b)
+    return (device, p.m, p.n, p.k, int(p.transa), int(p.transb),
+            first.ptr, first.code, p.lda, second.ptr, second.code, p.ldb,
+            d_ptr, d_code, p.ldd, float(alpha), float(beta), int(compute),
+            int(epilogue), bias_ptr, bias_code,
+            first.scale_ptr, first.scale_mode, second.scale_ptr, second.scale_mode,
+            stream, workspace, workspace_size)
+
+
+def probe_args(args: tuple) -> tuple:
+    """``args`` for ``_C.check``: data pointers reduced to their residue mod 16 (16 when aligned),
+    so the answer matches the dispatcher's selection cache, which keys tensors by ``data_ptr() %
+    16``; bias/scale pointers (never read by the heuristic) replaced by an aligned stand-in."""
+    out = list(args)
+    for i in _DATA_SLOTS:
+        out[i] = out[i] % 16 or 16
+    for i in _AUX_SLOTS:
+        out[i] = 16 if out[i] else 0
+    out[25] = out[26] = 0  # stream and workspace pointer: unused by check
+    return tuple(out)
+
+
+def meta(t: torch.Tensor) -> tuple[tuple[int, int], tuple[int, int]]:
+    return (int(t.shape[0]), int(t.shape[1])), (int(t.stride(0)), int(t.stride(1)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_plan(a, trans_a, b, trans_b, d, trans_c, need_tn, need_swapped) -> BlasPlan:
+    return plan_gemm(a, trans_a, b, trans_b, d, trans_c, need_tn=need_tn, need_swapped=need_swapped)
+
+
+def plan(a: torch.Tensor, trans_a: bool, b: torch.Tensor, trans_b: bool, d: torch.Tensor, trans_c: bool, *,
+         need_tn: bool = False, need_swapped: bool = False) -> BlasPlan:
+    """:func:`layout.plan_gemm` on tensors (cached by shapes, strides and flags)."""
+    return _cached_plan(meta(a), bool(trans_a), meta(b), bool(trans_b), meta(d), bool(trans_c), need_tn, need_swapped)
+
+
+def args_for(p: BlasPlan, a: Side, b: Side, d: torch.Tensor, *, beta: float = 0.0, epilogue: str | None = None,
+             bias: torch.Tensor | None = None) -> tuple:
+    """The argument tuple of a call writing ``d`` (on d's device, current stream, its workspace)."""
+    index = runtime.device_index(d)
+    stream = runtime.stream_handle(index)
+    ws, ws_size = runtime.workspace(index, stream)
+    compute = runtime.tf32() if a.code == DTYPE_CODES[torch.float32] else 0
+    return call_args(p, a, b, d.data_ptr(), DTYPE_CODES[d.dtype], device=index, beta=beta, compute=compute,
+                     epilogue=EPILOGUE_CODES[epilogue], bias_ptr=bias.data_ptr() if bias is not None else 0,
+                     bias_code=DTYPE_CODES[bias.dtype] if bias is not None else -1, stream=stream, workspace=ws,
+                     workspace_size=ws_size)
+
+
+def launch(args: tuple) -> None:
+    """Run one call (``_C.BlasLtError`` with the library's status name on failure)."""
+    runtime.run_on(args[0], runtime.ext().matmul, *args)
+
+
+def launch_many(args: tuple, groups: list[tuple[int, int, int, int, int, int]]) -> None:
+    """Run ``args`` once per ``(m, n, k, a_ptr, b_ptr, d_ptr)`` group, in order (empty ones skipped)."""
+    runtime.run_on(args[0], runtime.ext().matmul_many, args, groups)
+
+
+def check(args: tuple) -> str | None:
+    """``None`` when the library has an algorithm for ``args``' configuration, else why not."""
+    return runtime.run_on(args[0], runtime.ext().check, *probe_args(args))

@@ -1,0 +1,557 @@
+// turbo_hipblaslt._C: column-major BLASLt matmul (cuBLASLt or hipBLASLt, see blaslt_alias.h) for Python.
+//
+// No libtorch, no pybind11: a CPython extension on the stable ABI (Py_LIMITED_API 3.10, one .abi3.so for
+// every CPython >= 3.10). Every tensor crosses as plain integers: device index, data pointers, dtype codes,
+// sizes and leading dimensions, the stream handle and a workspace pointer. The Python side
+// (turbo_hipblaslt.layout / .blaslt) maps torch's row-major tensors onto these column-major calls.
+//
+// One call computes, in the library's column-major terms,
+//     D = epilogue(alpha * scale_a * scale_b * op(A) @ op(B) + beta * D + bias)
+// with op(A) m x k, op(B) k x n, D m x n (C is D: beta = 1 accumulates into D). Products are accumulated
+// in fp32 (CUBLAS_COMPUTE_32F; fp32 inputs may ask for the TF32 fast mode), alpha/beta are fp32.
+//
+// Split-K: by default only reductions that keep partial sums in fp32 are allowed (cuBLASLt's reduction-scheme
+// mask NONE | COMPUTE_TYPE), so a result is rounded once to its dtype; set_reduction_mask(0x7) also allows the
+// in-place / output-type reductions (partial sums rounded to the output dtype), as torch does. hipBLASLt has no
+// such preference.
+//
+// Descriptors and the heuristic's algorithm are cached per configuration (device, sizes, dtypes, layout,
+// epilogue, scale modes, workspace size, pointer alignments) in an LRU of bounded size; failures are cached
+// too. Errors raise turbo_hipblaslt._C.BlasLtError (a RuntimeError) whose .status is the library's status
+// name (e.g. "CUBLAS_STATUS_NOT_SUPPORTED") and .stage the step that failed ("handle", "setup",
+// "heuristic", "matmul"). The GIL is held throughout (the library call only enqueues work).
+#define PY_SSIZE_T_CLEAN
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030A0000
+#endif
+#include <Python.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <list>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "blaslt_alias.h"
+
+namespace {
+
+// -- codes shared with turbo_hipblaslt/codes.py --------------------------------------------------------------
+enum DtypeCode : int { kCodeF32 = 0, kCodeF16 = 1, kCodeBF16 = 2, kCodeE4M3 = 3, kCodeE5M2 = 4,
+                       kCodeE4M3Fnuz = 5, kCodeE5M2Fnuz = 6 };
+enum ScaleCode : int { kScaleNone = -1, kScaleScalar = 0, kScaleOuterVec = 1, kScaleVec128 = 2,
+                       kScaleBlk128 = 3 };
+enum EpilogueCode : int { kEpiNone = 0, kEpiBias = 1, kEpiGelu = 2, kEpiGeluBias = 3 };
+
+PyObject* g_error = nullptr;  // turbo_hipblaslt._C.BlasLtError
+
+// One matmul as it arrives from Python (28 positional arguments, in this order).
+struct Call {
+  int device = 0;
+  long long m = 0, n = 0, k = 0;
+  int transa = 0, transb = 0;
+  unsigned long long a = 0;
+  int a_type = 0;
+  long long lda = 0;
+  unsigned long long b = 0;
+  int b_type = 0;
+  long long ldb = 0;
+  unsigned long long d = 0;
+  int d_type = 0;
+  long long ldd = 0;
+  double alpha = 1.0, beta = 0.0;
+  int compute = 0;  // 0: exact fp32 accumulation; 1: fp32 inputs may use TF32
+  int epilogue = kEpiNone;
+  unsigned long long bias = 0;
+  int bias_type = -1;
+  unsigned long long a_scale = 0;
+  int a_scale_mode = kScaleNone;
+  unsigned long long b_scale = 0;
+  int b_scale_mode = kScaleNone;
+  unsigned long long stream = 0;
+  unsigned long long workspace = 0;
+  long long workspace_size = 0;
+};
+
+constexpr const char* kCallFormat = "iLLLiiKiLKiLKiLddiiKiKiKiKKL";
+
+bool parse_call(PyObject* tuple, Call* c) {
+  return PyArg_ParseTuple(tuple, kCallFormat, &c->device, &c->m, &c->n, &c->k, &c->transa, &c->transb, &c->a,
+                          &c->a_type, &c->lda, &c->b, &c->b_type, &c->ldb, &c->d, &c->d_type, &c->ldd, &c->alpha,
+                          &c->beta, &c->compute, &c->epilogue, &c->bias, &c->bias_type, &c->a_scale,
+                          &c->a_scale_mode, &c->b_scale, &c->b_scale_mode, &c->stream, &c->workspace,
+                          &c->workspace_size) != 0;
+}
+
+// Largest power of two dividing the address, capped at 256 bytes (what the heuristic may assume).
+long long alignment(unsigned long long address) {
+  if (address == 0) return 256;
+  long long a = 1;
+  while (a < 256 && (address % static_cast<unsigned long long>(2 * a)) == 0) a *= 2;
+  return a;
+}
+
+void raise_error(const char* stage, const char* status, const std::string& detail) {
+  std::string msg = std::string(TB_LIBRARY) + " " + stage + " failed: " + status + " (" + detail + ")";
+  PyObject* exc = PyObject_CallFunction(g_error, "s", msg.c_str());
+  if (exc == nullptr) return;
+  PyObject* status_obj = PyUnicode_FromString(status);
+  PyObject* stage_obj = PyUnicode_FromString(stage);
+  if (status_obj != nullptr && stage_obj != nullptr) {
+    PyObject_SetAttrString(exc, "status", status_obj);
+    PyObject_SetAttrString(exc, "stage", stage_obj);
+  }
+  Py_XDECREF(status_obj);
+  Py_XDECREF(stage_obj);
+  PyErr_SetObject(g_error, exc);
+  Py_DECREF(exc);
+}
+
+bool data_type(int code, tb::DataType* out) {
+  switch (code) {
+    case kCodeF32: *out = tb::kF32; return true;
+    case kCodeF16: *out = tb::kF16; return true;
+    case kCodeBF16: *out = tb::kBF16; return true;
+    case kCodeE4M3: *out = tb::kE4M3; return tb::kHasOcpFp8;
+    case kCodeE5M2: *out = tb::kE5M2; return tb::kHasOcpFp8;
+    case kCodeE4M3Fnuz: *out = tb::kE4M3Fnuz; return tb::kHasFnuzFp8;
+    case kCodeE5M2Fnuz: *out = tb::kE5M2Fnuz; return tb::kHasFnuzFp8;
+    default: return false;
+  }
+}
+
+bool scale_mode_supported(int code) {
+  switch (code) {
+    case kScaleNone:
+    case kScaleScalar:
+      return true;
+#if defined(TURBO_BLASLT_HAS_SCALE_MODE) && defined(TURBO_BLASLT_HAS_OUTER_VEC)
+    case kScaleOuterVec:
+      return true;
+#endif
+#if defined(TURBO_BLASLT_HAS_SCALE_MODE) && defined(TURBO_BLASLT_HAS_BLOCK128)
+    case kScaleVec128:
+    case kScaleBlk128:
+      return true;
+#endif
+    default:
+      return false;
+  }
+}
+
+#if defined(TURBO_BLASLT_HAS_SCALE_MODE)
+int32_t scale_mode_value(int code) {
+  switch (code) {
+#if defined(TURBO_BLASLT_HAS_OUTER_VEC)
+    case kScaleOuterVec: return static_cast<int32_t>(TB_SCALE(OUTER_VEC_32F));
+#endif
+#if defined(TURBO_BLASLT_HAS_BLOCK128)
+    case kScaleVec128: return static_cast<int32_t>(TB_SCALE(VEC128_32F));
+    case kScaleBlk128: return static_cast<int32_t>(TB_SCALE(BLK128x128_32F));
+#endif
+    default: return static_cast<int32_t>(TB_SCALE(SCALAR_32F));
+  }
+}
+#endif
+
+// -- per-device handles (created while that device is current; kept for the process' lifetime) ----------------
+std::map<int, tb::Handle> g_handles;
+
+tb::Status get_handle(int device, tb::Handle* out) {
+  auto it = g_handles.find(device);
+  if (it != g_handles.end()) {
+    *out = it->second;
+    return tb::kSuccess;
+  }
+  tb::Handle h = nullptr;
+  tb::Status st = tb::create(&h);
+  if (st == tb::kSuccess) g_handles.emplace(device, h);
+  *out = h;
+  return st;
+}
+
+// -- the cache of descriptors + algorithm ------------------------------------------------------------------
+constexpr unsigned kReductionNone = 0, kReductionComputeType = 2, kReductionAll = 7;  // cuBLASLt's scheme bits
+unsigned g_reduction_mask = kReductionNone | kReductionComputeType;
+
+using Key = std::array<long long, 23>;
+
+Key make_key(const Call& c) {
+  return Key{static_cast<long long>(g_reduction_mask), c.device, c.m, c.n, c.k, c.transa, c.transb, c.a_type,
+             c.lda, c.b_type, c.ldb, c.d_type, c.ldd, c.compute, c.epilogue, c.bias_type, c.a_scale_mode,
+             c.b_scale_mode, c.workspace_size, alignment(c.a), alignment(c.b), alignment(c.d),
+             (c.epilogue & kEpiBias) ? alignment(c.bias) : 0};
+}
+
+struct Entry {
+  tb::MatmulDesc desc = nullptr;
+  tb::Layout la = nullptr, lb = nullptr, ld = nullptr;
+  tb::Algo algo{};
+  size_t workspace = 0;
+  bool usable = false;
+  std::string stage, status, detail;  // why not usable
+
+  Entry() = default;
+  Entry(const Entry&) = delete;
+  Entry& operator=(const Entry&) = delete;
+  ~Entry() {
+    if (ld != nullptr) tb::layout_destroy(ld);
+    if (lb != nullptr) tb::layout_destroy(lb);
+    if (la != nullptr) tb::layout_destroy(la);
+    if (desc != nullptr) tb::desc_destroy(desc);
+  }
+  bool fail(const char* stage_, tb::Status st, std::string detail_) {
+    return fail_named(stage_, tb::status_name(st), std::move(detail_));
+  }
+  bool fail_named(const char* stage_, const char* status_, std::string detail_) {
+    stage = stage_;
+    status = status_;
+    detail = std::move(detail_);
+    usable = false;
+    return false;
+  }
+};
+
+using Lru = std::list<std::pair<Key, Entry>>;
+Lru g_lru;
+std::map<Key, Lru::iterator> g_index;
+size_t g_capacity = 1024;
+unsigned long long g_hits = 0, g_misses = 0;
+
+std::string describe(const Call& c) {
+  return "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+         " op=" + (c.transa ? "T" : "N") + (c.transb ? "T" : "N") + " types(a,b,d)=" + std::to_string(c.a_type) +
+         "," + std::to_string(c.b_type) + "," + std::to_string(c.d_type) + " ld=" + std::to_string(c.lda) + "," +
+         std::to_string(c.ldb) + "," + std::to_string(c.ldd) + " epilogue=" + std::to_string(c.epilogue) +
+         " scale_modes=" + std::to_string(c.a_scale_mode) + "," + std::to_string(c.b_scale_mode);
+}
+
+template <typename T>
+tb::Status set_desc(tb::MatmulDesc desc, tb::DescAttr attr, const T& value) {
+  return tb::desc_set(desc, attr, &value, sizeof(value));
+}
+
+// Sets the per-call pointers of the descriptor (scale and bias pointers); the heuristic never reads them.
+tb::Status set_pointers(const Call& c, tb::MatmulDesc desc) {
+  tb::Status st = tb::kSuccess;
+  if (c.a_scale_mode != kScaleNone) {
+    const void* p = reinterpret_cast<const void*>(c.a_scale);
+    if ((st = set_desc(desc, TB_DESC(A_SCALE_POINTER), p)) != tb::kSuccess) return st;
+  }
+  if (c.b_scale_mode != kScaleNone) {
+    const void* p = reinterpret_cast<const void*>(c.b_scale);
+    if ((st = set_desc(desc, TB_DESC(B_SCALE_POINTER), p)) != tb::kSuccess) return st;
+  }
+  if (c.epilogue & kEpiBias) {
+    const void* p = reinterpret_cast<const void*>(c.bias);
+    if ((st = set_desc(desc, TB_DESC(BIAS_POINTER), p)) != tb::kSuccess) return st;
+  }
+  return st;
+}
+
+bool build(const Call& c, tb::Handle handle, Entry& e) {
+  const std::string what = describe(c);
+  tb::DataType at, bt, dt, biast = tb::kF32;
+  if (!data_type(c.a_type, &at) || !data_type(c.b_type, &bt) || !data_type(c.d_type, &dt) ||
+      ((c.epilogue & kEpiBias) && !data_type(c.bias_type, &biast))) {
+    return e.fail("setup", tb::kNotSupported, "a dtype this " TB_LIBRARY " build has no data type for; " + what);
+  }
+  if (!scale_mode_supported(c.a_scale_mode) || !scale_mode_supported(c.b_scale_mode)) {
+    return e.fail("setup", tb::kNotSupported,
+                  "scale mode not available in the " TB_LIBRARY " headers this extension was built with; " + what);
+  }
+  if (c.epilogue < kEpiNone || c.epilogue > kEpiGeluBias) {
+    return e.fail("setup", tb::kInvalidValue, "unknown epilogue code; " + what);
+  }
+  const tb::ComputeType compute = (c.a_type == kCodeF32 && c.compute == 1) ? tb::kCompute32FFastTF32 : tb::kCompute32F;
+  tb::Status st = tb::desc_create(&e.desc, compute, tb::kF32);
+  if (st != tb::kSuccess) return e.fail("setup", st, "matmul descriptor; " + what);
+  const tb::Operation opa = c.transa ? tb::kOpT : tb::kOpN;
+  const tb::Operation opb = c.transb ? tb::kOpT : tb::kOpN;
+  if ((st = set_desc(e.desc, TB_DESC(TRANSA), opa)) != tb::kSuccess) return e.fail("setup", st, "TRANSA; " + what);
+  if ((st = set_desc(e.desc, TB_DESC(TRANSB), opb)) != tb::kSuccess) return e.fail("setup", st, "TRANSB; " + what);
+  if (c.epilogue != kEpiNone) {
+    tb::Epilogue epi = TB_EPILOGUE(DEFAULT);
+    if (c.epilogue == kEpiBias) epi = TB_EPILOGUE(BIAS);
+    if (c.epilogue == kEpiGelu) epi = TB_EPILOGUE(GELU);
+    if (c.epilogue == kEpiGeluBias) epi = TB_EPILOGUE(GELU_BIAS);
+    if ((st = set_desc(e.desc, TB_DESC(EPILOGUE), epi)) != tb::kSuccess) {
+      return e.fail("setup", st, "EPILOGUE; " + what);
+    }
+    if (c.epilogue & kEpiBias) {
+      const int32_t bias_type = static_cast<int32_t>(biast);
+      if ((st = set_desc(e.desc, TB_DESC(BIAS_DATA_TYPE), bias_type)) != tb::kSuccess) {
+        return e.fail("setup", st, "BIAS_DATA_TYPE; " + what);
+      }
+    }
+  }
+#if defined(TURBO_BLASLT_HAS_SCALE_MODE)
+  if (c.a_scale_mode > kScaleScalar) {
+    if ((st = set_desc(e.desc, TB_DESC(A_SCALE_MODE), scale_mode_value(c.a_scale_mode))) != tb::kSuccess) {
+      return e.fail("setup", st, "A_SCALE_MODE (the loaded library may predate it); " + what);
+    }
+  }
+  if (c.b_scale_mode > kScaleScalar) {
+    if ((st = set_desc(e.desc, TB_DESC(B_SCALE_MODE), scale_mode_value(c.b_scale_mode))) != tb::kSuccess) {
+      return e.fail("setup", st, "B_SCALE_MODE (the loaded library may predate it); " + what);
+    }
+  }
+#endif
+  if ((st = set_pointers(c, e.desc)) != tb::kSuccess) return e.fail("setup", st, "scale/bias pointers; " + what);
+
+  const uint64_t ar = c.transa ? c.k : c.m, ac = c.transa ? c.m : c.k;
+  const uint64_t br = c.transb ? c.n : c.k, bc = c.transb ? c.k : c.n;
+  if ((st = tb::layout_create(&e.la, at, ar, ac, c.lda)) != tb::kSuccess) return e.fail("setup", st, "A; " + what);
+  if ((st = tb::layout_create(&e.lb, bt, br, bc, c.ldb)) != tb::kSuccess) return e.fail("setup", st, "B; " + what);
+  if ((st = tb::layout_create(&e.ld, dt, c.m, c.n, c.ldd)) != tb::kSuccess) return e.fail("setup", st, "D; " + what);
+
+  tb::Preference pref = nullptr;
+  if ((st = tb::pref_create(&pref)) != tb::kSuccess) return e.fail("setup", st, "preference; " + what);
+  const uint64_t ws = static_cast<uint64_t>(c.workspace_size > 0 ? c.workspace_size : 0);
+  st = tb::pref_set(pref, TB_PREF(MAX_WORKSPACE_BYTES), &ws, sizeof(ws));
+#if !defined(TURBO_BLASLT_ROCM)
+  const uint32_t align_a = static_cast<uint32_t>(alignment(c.a)), align_b = static_cast<uint32_t>(alignment(c.b));
+  const uint32_t align_d = static_cast<uint32_t>(alignment(c.d));
+  if (st == tb::kSuccess) st = tb::pref_set(pref, TB_PREF(MIN_ALIGNMENT_A_BYTES), &align_a, sizeof(align_a));
+  if (st == tb::kSuccess) st = tb::pref_set(pref, TB_PREF(MIN_ALIGNMENT_B_BYTES), &align_b, sizeof(align_b));
+  if (st == tb::kSuccess) st = tb::pref_set(pref, TB_PREF(MIN_ALIGNMENT_C_BYTES), &align_d, sizeof(align_d));
+  if (st == tb::kSuccess) st = tb::pref_set(pref, TB_PREF(MIN_ALIGNMENT_D_BYTES), &align_d, sizeof(align_d));
+  const uint32_t reduction = g_reduction_mask;
+  if (st == tb::kSuccess) st = tb::pref_set(pref, TB_PREF(REDUCTION_SCHEME_MASK), &reduction, sizeof(reduction));
+#endif
+  if (st != tb::kSuccess) {
+    tb::pref_destroy(pref);
+    return e.fail("setup", st, "preference attributes; " + what);
+  }
+  tb::Heuristic result;
+  std::memset(static_cast<void*>(&result), 0, sizeof(result));
+  int returned = 0;
+  st = tb::heuristic(handle, e.desc, e.la, e.lb, e.ld, e.ld, pref, 1, &result, &returned);
+  tb::pref_destroy(pref);
+  if (st != tb::kSuccess) return e.fail("heuristic", st, "no algorithm for " + what);
+  if (returned < 1 || result.state != tb::kSuccess) {
+    return e.fail("heuristic", returned < 1 ? tb::kNotSupported : result.state, "no algorithm for " + what);
+  }
+  e.algo = result.algo;
+  e.workspace = result.workspaceSize;
+  e.usable = true;
+  return true;
+}
+
+void evict_to(size_t capacity) {
+  while (g_lru.size() > capacity) {
+    g_index.erase(g_lru.back().first);
+    g_lru.pop_back();
+  }
+}
+
+// The cached entry of a call (built on a miss). nullptr only when the handle cannot be created (error set).
+Entry* lookup(const Call& c) {
+  tb::Handle handle = nullptr;
+  tb::Status st = get_handle(c.device, &handle);
+  if (st != tb::kSuccess) {
+    raise_error("handle", tb::status_name(st),
+                "creating the " TB_LIBRARY " handle of device " + std::to_string(c.device));
+    return nullptr;
+  }
+  const Key key = make_key(c);
+  auto it = g_index.find(key);
+  if (it != g_index.end()) {
+    ++g_hits;
+    g_lru.splice(g_lru.begin(), g_lru, it->second);
+    return &g_lru.front().second;
+  }
+  ++g_misses;
+  g_lru.emplace_front(std::piecewise_construct, std::forward_as_tuple(key), std::forward_as_tuple());
+  g_index[key] = g_lru.begin();
+  Entry& e = g_lru.front().second;
+  build(c, handle, e);
+  evict_to(g_capacity > 0 ? g_capacity : 1);
+  return &e;
+}
+
+// Runs one call; false with the Python error set on failure.
+bool run(const Call& c) {
+  Entry* e = lookup(c);
+  if (e == nullptr) return false;
+  if (!e->usable) {
+    raise_error(e->stage.c_str(), e->status.c_str(), e->detail);
+    return false;
+  }
+  tb::Status st = set_pointers(c, e->desc);
+  if (st != tb::kSuccess) {
+    raise_error("setup", tb::status_name(st), "scale/bias pointers; " + describe(c));
+    return false;
+  }
+  const float alpha = static_cast<float>(c.alpha), beta = static_cast<float>(c.beta);
+  void* d = reinterpret_cast<void*>(c.d);
+  st = tb::matmul(g_handles[c.device], e->desc, &alpha, reinterpret_cast<const void*>(c.a), e->la,
+                  reinterpret_cast<const void*>(c.b), e->lb, &beta, d, e->ld, d, e->ld, &e->algo,
+                  reinterpret_cast<void*>(c.workspace), static_cast<size_t>(c.workspace_size),
+                  reinterpret_cast<tb::Stream>(c.stream));
+  if (st != tb::kSuccess) {
+    raise_error("matmul", tb::status_name(st), describe(c));
+    return false;
+  }
+  return true;
+}
+
+// -- Python entry points -------------------------------------------------------------------------------------
+
+PyObject* py_matmul(PyObject*, PyObject* args) {
+  Call c;
+  if (!parse_call(args, &c)) return nullptr;
+  if (c.m == 0 || c.n == 0 || c.k == 0) Py_RETURN_NONE;  // nothing to do; the caller handles K == 0 semantics
+  if (!run(c)) return nullptr;
+  Py_RETURN_NONE;
+}
+
+PyObject* py_check(PyObject*, PyObject* args) {
+  Call c;
+  if (!parse_call(args, &c)) return nullptr;
+  Entry* e = lookup(c);
+  if (e == nullptr) return nullptr;
+  if (e->usable) Py_RETURN_NONE;
+  const std::string msg = e->stage + ": " + e->status + " (" + e->detail + ")";
+  return PyUnicode_FromString(msg.c_str());
+}
+
+PyObject* py_matmul_many(PyObject*, PyObject* args) {
+  PyObject* common = nullptr;
+  PyObject* groups = nullptr;
+  if (!PyArg_ParseTuple(args, "OO", &common, &groups)) return nullptr;
+  Call base;
+  if (!parse_call(common, &base)) return nullptr;
+  const Py_ssize_t count = PySequence_Size(groups);
+  if (count < 0) return nullptr;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* item = PySequence_GetItem(groups, i);
+    if (item == nullptr) return nullptr;
+    Call c = base;
+    const int ok = PyArg_ParseTuple(item, "LLLKKK", &c.m, &c.n, &c.k, &c.a, &c.b, &c.d);
+    Py_DECREF(item);
+    if (!ok) return nullptr;
+    if (c.m == 0 || c.n == 0 || c.k == 0) continue;
+    if (!run(c)) return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+bool dict_set(PyObject* dict, const char* key, PyObject* value) {
+  if (value == nullptr) return false;
+  const int rc = PyDict_SetItemString(dict, key, value);
+  Py_DECREF(value);
+  return rc == 0;
+}
+
+PyObject* py_capabilities(PyObject*, PyObject* args) {
+  int device = 0;
+  if (!PyArg_ParseTuple(args, "i", &device)) return nullptr;
+  PyObject* out = PyDict_New();
+  if (out == nullptr) return nullptr;
+  tb::Handle handle = nullptr;
+  const tb::Status st = get_handle(device, &handle);
+  bool ok = dict_set(out, "platform", PyUnicode_FromString(TB_PLATFORM)) &&
+            dict_set(out, "library", PyUnicode_FromString(TB_LIBRARY)) &&
+            dict_set(out, "header_version", PyLong_FromLongLong(TB_HEADER_VERSION)) &&
+            dict_set(out, "library_version",
+                     PyLong_FromLongLong(st == tb::kSuccess || !tb::kVersionNeedsHandle
+                                             ? tb::library_version(handle) : -1)) &&
+            dict_set(out, "handle_status", PyUnicode_FromString(tb::status_name(st))) &&
+            dict_set(out, "outer_vec", PyBool_FromLong(scale_mode_supported(kScaleOuterVec))) &&
+            dict_set(out, "block128", PyBool_FromLong(scale_mode_supported(kScaleVec128))) &&
+            dict_set(out, "ocp_fp8", PyBool_FromLong(tb::kHasOcpFp8)) &&
+            dict_set(out, "fnuz_fp8", PyBool_FromLong(tb::kHasFnuzFp8)) &&
+            dict_set(out, "alignment_prefs", PyBool_FromLong(tb::kHasAlignmentPrefs)) &&
+            dict_set(out, "reduction_mask", PyLong_FromUnsignedLong(g_reduction_mask));
+  if (!ok) {
+    Py_DECREF(out);
+    return nullptr;
+  }
+  return out;
+}
+
+PyObject* py_cache_info(PyObject*, PyObject*) {
+  return Py_BuildValue("(nnKK)", static_cast<Py_ssize_t>(g_lru.size()), static_cast<Py_ssize_t>(g_capacity), g_hits,
+                       g_misses);
+}
+
+PyObject* py_clear_cache(PyObject*, PyObject*) {
+  g_index.clear();
+  g_lru.clear();
+  g_hits = g_misses = 0;
+  Py_RETURN_NONE;
+}
+
+PyObject* py_set_cache_capacity(PyObject*, PyObject* args) {
+  Py_ssize_t capacity = 0;
+  if (!PyArg_ParseTuple(args, "n", &capacity)) return nullptr;
+  if (capacity < 1) {
+    PyErr_SetString(PyExc_ValueError, "capacity: expected a positive number of cached configurations");
+    return nullptr;
+  }
+  g_capacity = static_cast<size_t>(capacity);
+  evict_to(g_capacity);
+  Py_RETURN_NONE;
+}
+
+PyObject* py_set_reduction_mask(PyObject*, PyObject* args) {
+  unsigned int mask = 0;
+  if (!PyArg_ParseTuple(args, "I", &mask)) return nullptr;
+  if (mask > kReductionAll) {
+    PyErr_SetString(PyExc_ValueError, "mask: expected a cuBLASLt reduction-scheme mask in 0..7");
+    return nullptr;
+  }
+  g_reduction_mask = mask;  // part of the cache key: configurations found under the old mask stay valid
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kMethods[] = {
+    {"matmul", py_matmul, METH_VARARGS,
+     "matmul(device, m, n, k, transa, transb, a, a_type, lda, b, b_type, ldb, d, d_type, ldd, alpha, beta, compute,"
+     " epilogue, bias, bias_type, a_scale, a_scale_mode, b_scale, b_scale_mode, stream, workspace, workspace_size)"
+     "\n\nOne column-major matmul D = epilogue(alpha*op(A)@op(B) + beta*D + bias) on `stream`; raises BlasLtError."},
+    {"check", py_check, METH_VARARGS,
+     "check(<the 28 arguments of matmul>) -> None when the library has an algorithm for this configuration, else "
+     "the reason (a string). Pointers are read for their alignment only; nothing is launched."},
+    {"matmul_many", py_matmul_many, METH_VARARGS,
+     "matmul_many(common, groups): `common` is matmul's argument tuple, `groups` a sequence of "
+     "(m, n, k, a, b, d) tuples replacing those fields; runs one matmul per group, in order, skipping empty ones."},
+    {"capabilities", py_capabilities, METH_VARARGS,
+     "capabilities(device) -> dict: platform, library, header/library versions and the scale modes compiled in."},
+    {"cache_info", py_cache_info, METH_NOARGS, "cache_info() -> (size, capacity, hits, misses)"},
+    {"clear_cache", py_clear_cache, METH_NOARGS, "Forget every cached configuration (descriptors and algorithms)."},
+    {"set_cache_capacity", py_set_cache_capacity, METH_VARARGS,
+     "set_cache_capacity(n): keep at most n configurations."},
+    {"set_reduction_mask", py_set_reduction_mask, METH_VARARGS,
+     "set_reduction_mask(mask): the split-K reduction schemes cuBLASLt may use (2: fp32 partial sums only, the "
+     "default; 7: any, as torch). No effect on hipBLASLt."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef kModule = {
+    PyModuleDef_HEAD_INIT, "_C",
+    "turbo_hipblaslt._C: " TB_LIBRARY " matmul over plain integers (no libtorch); see turbo_hipblaslt.blaslt.",
+    -1, kMethods, nullptr, nullptr, nullptr, nullptr,
+};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__C(void) {
+  PyObject* module = PyModule_Create(&kModule);
+  if (module == nullptr) return nullptr;
+  g_error = PyErr_NewExceptionWithDoc("turbo_hipblaslt._C.BlasLtError",
+                                      "A " TB_LIBRARY " call failed; .status is the library's status name and "
+                                      ".stage the step (handle, setup, heuristic, matmul).",
+                                      PyExc_RuntimeError, nullptr);
+  if (g_error == nullptr || PyModule_AddObjectRef(module, "BlasLtError", g_error) < 0 ||
+      PyModule_AddStringConstant(module, "PLATFORM", TB_PLATFORM) < 0 ||
+      PyModule_AddStringConstant(module, "LIBRARY", TB_LIBRARY) < 0 ||
+      PyModule_AddIntConstant(module, "HEADER_VERSION", TB_HEADER_VERSION) < 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
+}

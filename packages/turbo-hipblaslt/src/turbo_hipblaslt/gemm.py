@@ -1,0 +1,96 @@
+"""The ``gemm`` primitive on BLASLt: fp16/bf16/fp32 inputs, every layout (``trans_a``/``trans_b``/
+``trans_c`` and any strides with a unit stride on one dim), accumulate-into-``out`` as beta = 1.
+
+Numerics: products accumulated in fp32 by the library (fp32 inputs: exact fp32, or TF32 when
+``torch.backends.cuda.matmul.allow_tf32``), rounded once to the result dtype. The library writes the
+result dtype directly for the pairs in :data:`DIRECT` (fp32->fp32, fp16->fp16/fp32, bf16->bf16/fp32);
+any other result dtype (e.g. fp32 inputs with a bf16 ``out_dtype``) is written as fp32 by the library
+and rounded once by torch (``out + C`` formed in fp32 for accumulation).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from turbo_core.dispatch.specs.gemm import GemmArgs, gemm_dims
+from turbo_hipblaslt import blaslt, runtime
+from turbo_hipblaslt.blaslt import Side
+from turbo_hipblaslt.codes import DTYPE_CODES
+from turbo_hipblaslt.layout import LayoutUnsupported
+
+__all__ = ["DIRECT", "can_handle", "gemm", "result_layout"]
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: (input dtype, result dtype) pairs the library writes itself.
+DIRECT = frozenset({
+    (torch.float32, torch.float32),
+    (torch.float16, torch.float16), (torch.float16, torch.float32),
+    (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
+})
+
+
+def gpu_reason(t: torch.Tensor, what: str) -> str | None:
+    if t.device.type != "cuda":
+        return f"HIPBLASLT {what} runs on GPU tensors only (got {t.device.type})"
+    return None
+
+
+def result_layout(shape: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``(shape, strides)`` of a fresh contiguous result."""
+    return (int(shape[0]), int(shape[1])), (int(shape[1]), 1)
+
+
+def _target(args: GemmArgs) -> tuple[bool, torch.dtype]:
+    """``(direct, dtype the library writes)``."""
+    direct = (args.a.dtype, args.result_dtype) in DIRECT
+    return direct, (args.result_dtype if direct else torch.float32)
+
+
+def can_handle(args: GemmArgs) -> str | None:
+    reason = gpu_reason(args.a, "gemm")
+    if reason:
+        return reason
+    if args.a.dtype not in _DTYPES:
+        return f"HIPBLASLT gemm serves fp16/bf16/fp32, not {args.a.dtype}"
+    m, n, k = gemm_dims(args)
+    if m == 0 or n == 0 or k == 0:
+        return None  # answered without the library
+    direct, d_dtype = _target(args)
+    shape = (n, m) if args.trans_c else (m, n)
+    d_meta = blaslt.meta(args.out) if (args.out is not None and direct) else result_layout(shape)
+    try:
+        p = blaslt._cached_plan(blaslt.meta(args.a), args.trans_a, blaslt.meta(args.b), args.trans_b, d_meta,
+                                args.trans_c, False, False)
+    except LayoutUnsupported as exc:
+        return f"HIPBLASLT gemm: {exc}"
+    code = DTYPE_CODES[args.a.dtype]
+    d_ptr = args.out.data_ptr() if (args.out is not None and direct) else 0
+    call = blaslt.call_args(p, Side(args.a.data_ptr(), code), Side(args.b.data_ptr(), code), d_ptr,
+                            DTYPE_CODES[d_dtype], device=runtime.device_index(args.a),
+                            beta=1.0 if (args.out is not None and direct) else 0.0,
+                            compute=runtime.tf32() if args.a.dtype == torch.float32 else 0,
+                            workspace_size=runtime.workspace_bytes())
+    why = blaslt.check(call)
+    return None if why is None else f"HIPBLASLT gemm: {why}"
+
+
+def gemm(args: GemmArgs) -> torch.Tensor:
+    a, b, out = args.a, args.b, args.out
+    m, n, k = gemm_dims(args)
+    shape = (n, m) if args.trans_c else (m, n)
+    if m == 0 or n == 0 or k == 0:  # an empty sum: C = 0
+        return out if out is not None else torch.zeros(shape, dtype=args.result_dtype, device=a.device)
+    direct, d_dtype = _target(args)
+    if direct and out is not None:
+        d, beta = out, 1.0
+    else:
+        d, beta = torch.empty(shape, dtype=d_dtype, device=a.device), 0.0
+    p = blaslt.plan(a, args.trans_a, b, args.trans_b, d, args.trans_c)
+    code = DTYPE_CODES[a.dtype]
+    blaslt.launch(blaslt.args_for(p, Side(a.data_ptr(), code), Side(b.data_ptr(), code), d, beta=beta))
+    if direct:
+        return d
+    if out is not None:
+        out.copy_(out.to(torch.float32) + d)
+        return out
+    return d.to(args.result_dtype)

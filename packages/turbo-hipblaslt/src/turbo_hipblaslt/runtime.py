@@ -1,0 +1,147 @@
+"""Where a BLASLt call runs: the device index, the current stream's handle, one workspace per
+(device, stream), torch's TF32 setting and the library's capabilities per device. Imported by the
+kernels on first use (never by the plugin module)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+
+import torch
+
+from turbo_hipblaslt import _ext
+
+__all__ = ["capabilities", "device_index", "ext", "fp8_needs_tn", "reset", "run_on", "stream_handle", "tf32",
+           "workspace", "workspace_bytes"]
+
+DEFAULT_WORKSPACE_MB = 32
+_workspaces: dict[tuple[int, int], torch.Tensor] = {}
+_lock = threading.Lock()
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def ext():
+    """The loaded extension module (``_ext.ExtensionUnavailable`` when there is none)."""
+    return _ext.load()
+
+
+def workspace_bytes() -> int:
+    """``$TURBO_HIPBLASLT_WORKSPACE_MB`` (default 32) in bytes: the most a call may use."""
+    raw = os.environ.get("TURBO_HIPBLASLT_WORKSPACE_MB", "").strip()
+    if not raw:
+        return DEFAULT_WORKSPACE_MB << 20
+    try:
+        mb = int(raw)
+    except ValueError:
+        mb = -1
+    if mb < 0:
+        raise ValueError(f"TURBO_HIPBLASLT_WORKSPACE_MB: expected a non-negative integer (MiB), got {raw!r}")
+    return mb << 20
+
+
+def device_index(t: torch.Tensor) -> int:
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
+def stream_handle(index: int) -> int:
+    """The raw handle (``cudaStream_t`` / ``hipStream_t``) of the current stream of device ``index``."""
+    if _raw_stream is not None:
+        return int(_raw_stream(index))
+    return int(torch.cuda.current_stream(index).cuda_stream)
+
+
+def workspace(index: int, stream: int) -> tuple[int, int]:
+    """``(pointer, bytes)`` of the workspace of (device, stream), allocated on first use and kept
+    (each stream gets its own, so concurrent calls on two streams never share one)."""
+    ws = _workspaces.get((index, stream))
+    if ws is None:
+        size = workspace_bytes()
+        with _lock:
+            ws = _workspaces.get((index, stream))
+            if ws is None:
+                ws = torch.empty(max(size, 1), dtype=torch.uint8, device=torch.device("cuda", index))
+                _workspaces[(index, stream)] = ws
+    return ws.data_ptr(), ws.numel() if ws.numel() > 1 else 0
+
+
+def tf32() -> int:
+    """1 when torch lets fp32 matmuls use TF32 (``torch.backends.cuda.matmul.allow_tf32``), else 0."""
+    return 1 if torch.backends.cuda.matmul.allow_tf32 else 0
+
+
+def run_on(index: int, fn, *args):
+    """``fn(*args)`` with device ``index`` current (handles are created per current device)."""
+    if torch.cuda.current_device() == index:
+        return fn(*args)
+    with torch.cuda.device(index):
+        return fn(*args)
+
+
+@functools.lru_cache(maxsize=16)
+def capabilities(index: int) -> dict:
+    """What the loaded library supports on device ``index``: the extension's ``capabilities(index)``
+    (platform, library, header/library versions, scale modes compiled in), the device's name and
+    compute capability, and ``modes``: for each FP8 scaling mode and epilogue, ``None`` when the
+    library's heuristic has an algorithm for a representative 256^3 call on this device, else why not."""
+    caps = dict(run_on(index, ext().capabilities, index))
+    props = torch.cuda.get_device_properties(index)
+    caps["device"] = props.name
+    caps["compute_capability"] = (props.major, props.minor)
+    caps["modes"] = _probe_modes(index, caps)
+    return caps
+
+
+def _probe_modes(index: int, caps: dict) -> dict[str, str | None]:
+    from turbo_hipblaslt import blaslt
+    from turbo_hipblaslt.codes import (
+        DTYPE_CODES,
+        EPILOGUE_CODES,
+        SCALE_BLOCK128,
+        SCALE_OUTER_VEC,
+        SCALE_SCALAR,
+        SCALE_VEC128,
+    )
+    from turbo_hipblaslt.layout import BlasPlan
+
+    # turbo's NT call (a [M, K], b [N, K], both K-contiguous) as the library sees it: swapped, TN.
+    plan = BlasPlan(256, 256, 256, True, False, True, 256, 256, 256)
+    ocp = caps["platform"] == "cuda" or caps["ocp_fp8"]
+    fp8 = DTYPE_CODES[torch.float8_e4m3fn if ocp else torch.float8_e4m3fnuz]
+    bf16 = DTYPE_CODES[torch.bfloat16]
+    ws = workspace_bytes()
+    combos = {  # name: (a's scale mode, b's scale mode)
+        "TENSORWISE": (SCALE_SCALAR, SCALE_SCALAR),
+        "ROWWISE": (SCALE_OUTER_VEC, SCALE_OUTER_VEC),
+        "BLOCKWISE 1x128 x 1x128": (SCALE_VEC128, SCALE_VEC128),
+        "BLOCKWISE 1x128 x 128x128": (SCALE_VEC128, SCALE_BLOCK128),
+        "BLOCKWISE 128x128 x 1x128": (SCALE_BLOCK128, SCALE_VEC128),
+    }
+    out: dict[str, str | None] = {}
+    for name, (ma, mb) in combos.items():
+        args = blaslt.call_args(plan, blaslt.Side(256, fp8, 256, ma), blaslt.Side(256, fp8, 256, mb), 256, bf16,
+                                device=index, workspace_size=ws)
+        out[f"fp8 {name}"] = blaslt.check(args)
+    for epilogue in ("bias", "gelu", "gelu_bias"):
+        args = blaslt.call_args(plan, blaslt.Side(256, bf16), blaslt.Side(256, bf16), 256, bf16, device=index,
+                                epilogue=EPILOGUE_CODES[epilogue], bias_ptr=256 if "bias" in epilogue else 0,
+                                bias_code=bf16 if "bias" in epilogue else -1, workspace_size=ws)
+        out[f"bf16 epilogue {epilogue}"] = blaslt.check(args)
+    return out
+
+
+def fp8_needs_tn(index: int) -> bool:
+    """cuBLASLt runs FP8 only in the "TN" layout (both operands contiguous along K) on sm89/sm90;
+    Blackwell and hipBLASLt take every layout."""
+    caps = capabilities(index)
+    cc = caps["compute_capability"]
+    return caps["platform"] == "cuda" and (cc == (8, 9) or cc[0] == 9)
+
+
+def reset() -> None:
+    """Free the workspaces and forget the extension's cached descriptors and algorithms."""
+    with _lock:
+        _workspaces.clear()
+    capabilities.cache_clear()
+    if _ext._module is not None:
+        _ext._module.clear_cache()

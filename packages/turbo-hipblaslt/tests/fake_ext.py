@@ -1,0 +1,152 @@
+"""A CPU stand-in for ``turbo_hipblaslt._C``: the same entry points and the same 28 integers, computed
+in float64 on raw CPU memory (the pointers are real addresses of CPU tensors), with the scale modes
+read the way the package documents cuBLASLt reading them (``scales.py``) and cuBLASLt's Hopper rule
+enforced (FP8 only as "TN"). It lets the whole Python side (plans, pointers, copies, scale layouts,
+grouped loops, the epilogue API, the ops' forward/backward through the dispatcher) run on the CPU.
+What it cannot check is the real library's agreement with these semantics: the GPU tests do that."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import NamedTuple
+
+import torch
+
+DTYPES = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16, 3: torch.float8_e4m3fn, 4: torch.float8_e5m2,
+          5: torch.float8_e4m3fnuz, 6: torch.float8_e5m2fnuz}
+FP8 = {3, 4, 5, 6}
+
+
+class BlasLtError(RuntimeError):
+    def __init__(self, message: str, status: str, stage: str) -> None:
+        super().__init__(message)
+        self.status, self.stage = status, stage
+
+
+class Call(NamedTuple):
+    device: int
+    m: int
+    n: int
+    k: int
+    transa: int
+    transb: int
+    a: int
+    a_type: int
+    lda: int
+    b: int
+    b_type: int
+    ldb: int
+    d: int
+    d_type: int
+    ldd: int
+    alpha: float
+    beta: float
+    compute: int
+    epilogue: int
+    bias: int
+    bias_type: int
+    a_scale: int
+    a_scale_mode: int
+    b_scale: int
+    b_scale_mode: int
+    stream: int
+    workspace: int
+    workspace_size: int
+
+
+def raw(ptr: int, dtype: torch.dtype, numel: int) -> torch.Tensor:
+    """``numel`` elements of ``dtype`` at address ``ptr`` (shares the memory)."""
+    size = numel * torch.empty((), dtype=dtype).element_size()
+    return torch.frombuffer((ctypes.c_uint8 * size).from_address(ptr), dtype=torch.uint8).view(dtype)
+
+
+def colmajor(ptr: int, dtype: torch.dtype, rows: int, cols: int, ld: int) -> torch.Tensor:
+    return raw(ptr, dtype, (cols - 1) * ld + rows).as_strided((rows, cols), (1, ld))
+
+
+def _scaled(x: torch.Tensor, ptr: int, mode: int, outer_dim: int) -> torch.Tensor:
+    """``x`` (float64, ``[outer, K]`` when ``outer_dim == 0`` else ``[K, outer]``) times its scales."""
+    if mode < 0:
+        return x
+    xo = x if outer_dim == 0 else x.t()  # [outer, K]
+    outer, k = xo.shape
+    kb = math.ceil(k / 128)
+    if mode == 0:
+        s = raw(ptr, torch.float32, 1).double()[0]
+        out = xo * s
+    elif mode == 1:  # OUTER_VEC_32F
+        out = xo * raw(ptr, torch.float32, outer).double()[:, None]
+    elif mode == 2:  # VEC128_32F: (r, kb) at kb * outer + r
+        s = raw(ptr, torch.float32, kb * outer).double().reshape(kb, outer).t()
+        out = xo * s.repeat_interleave(128, dim=1)[:, :k]
+    else:  # BLK128x128_32F: (rb, kb) at rb * L4 + kb
+        l4 = -(-kb // 4) * 4
+        rb = math.ceil(outer / 128)
+        s = raw(ptr, torch.float32, rb * l4).double().reshape(rb, l4)[:, :kb]
+        out = xo * s.repeat_interleave(128, 0)[:outer].repeat_interleave(128, 1)[:, :k]
+    return out if outer_dim == 0 else out.t()
+
+
+class FakeExt:
+    PLATFORM = "cuda"
+    LIBRARY = "simulated cuBLASLt"
+    HEADER_VERSION = 0
+    BlasLtError = BlasLtError
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+
+    def _reason(self, c: Call) -> str | None:
+        if any(t not in DTYPES for t in (c.a_type, c.b_type, c.d_type)):
+            return "setup: CUBLAS_STATUS_NOT_SUPPORTED (dtype code)"
+        if c.a_type in FP8 or c.b_type in FP8:
+            if not (c.transa and not c.transb):
+                return "heuristic: CUBLAS_STATUS_NOT_SUPPORTED (FP8 needs TN on sm90)"
+            if c.a_type in (4, 6) and c.b_type in (4, 6):
+                return "heuristic: CUBLAS_STATUS_NOT_SUPPORTED (E5M2 x E5M2)"
+        if c.lda < max(1, c.k if c.transa else c.m) or c.ldb < max(1, c.n if c.transb else c.k) or c.ldd < max(1, c.m):
+            return "setup: CUBLAS_STATUS_INVALID_VALUE (leading dimension)"
+        return None
+
+    def check(self, *args) -> str | None:
+        return self._reason(Call(*args))
+
+    def matmul(self, *args) -> None:
+        c = Call(*args)
+        if c.m == 0 or c.n == 0 or c.k == 0:
+            return
+        reason = self._reason(c)
+        if reason:
+            stage, rest = reason.split(": ", 1)
+            raise BlasLtError(reason, rest.split(" ")[0], stage)
+        self.calls.append(c)
+        A = colmajor(c.a, DTYPES[c.a_type], c.k if c.transa else c.m, c.m if c.transa else c.k, c.lda).double()
+        B = colmajor(c.b, DTYPES[c.b_type], c.n if c.transb else c.k, c.k if c.transb else c.n, c.ldb).double()
+        opa = _scaled(A.t() if c.transa else A, c.a_scale, c.a_scale_mode, 0)  # [m, k]: outer m
+        opb = _scaled(B.t() if c.transb else B, c.b_scale, c.b_scale_mode, 1)  # [k, n]: outer n
+        D = colmajor(c.d, DTYPES[c.d_type], c.m, c.n, c.ldd)
+        out = c.alpha * (opa @ opb) + (c.beta * D.double() if c.beta else 0.0)
+        if c.epilogue & 1:
+            out = out + raw(c.bias, DTYPES[c.bias_type], c.m).double()[:, None]
+        if c.epilogue & 2:
+            out = torch.nn.functional.gelu(out, approximate="tanh")
+        D.copy_(out.to(D.dtype))
+
+    def matmul_many(self, common: tuple, groups) -> None:
+        for m, n, k, a, b, d in groups:
+            args = list(common)
+            args[1:4] = [m, n, k]
+            args[6], args[9], args[12] = a, b, d
+            self.matmul(*args)
+
+    def capabilities(self, device: int) -> dict:
+        return {"platform": "cuda", "library": self.LIBRARY, "header_version": 0, "library_version": 0,
+                "handle_status": "CUBLAS_STATUS_SUCCESS", "outer_vec": True, "block128": True, "ocp_fp8": True,
+                "fnuz_fp8": False, "alignment_prefs": True}
+
+    def cache_info(self):
+        return (0, 0, 0, 0)
+
+    def clear_cache(self) -> None:
+        pass

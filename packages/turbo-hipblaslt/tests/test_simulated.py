@@ -1,0 +1,239 @@
+"""The package's Python side end to end on the CPU, over a simulated library (``fake_ext``: the
+extension's interface computed in float64 on raw memory, with cuBLASLt's FP8 "TN" rule enforced):
+the kernels called directly against float64 math / turbo's reference, and turbo-core's conformance
+cases (public ops, forward and backward) with the kernels pinned as backend BLASLTSIM.
+
+This checks every pointer, leading dim, transpose, copy, scale layout and grouped offset the Python
+side hands over, under the semantics the package documents for the library; that the real library
+agrees with those semantics is what the ``gpu`` tests check on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+
+import pytest
+import torch
+from fake_ext import FakeExt
+
+from turbo_core.dispatch.specs.gemm import GemmArgs
+from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args
+from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmVariableKArgs
+from turbo_core.plugins.host import reset_host
+from turbo_core.reference.gemm_fp8 import gemm_fp8 as reference_gemm_fp8
+from turbo_core.testing.numerics import assert_close_to_reference
+from turbo_hipblaslt import api, gemm, gemm_fp8, grouped_gemm, runtime
+
+F64 = torch.float64
+
+
+@pytest.fixture
+def sim(monkeypatch):
+    fake = FakeExt()
+    caps = {**fake.capabilities(0), "compute_capability": (9, 0), "device": "simulated", "modes": {}}
+    monkeypatch.setattr(runtime, "ext", lambda: fake)
+    monkeypatch.setattr(runtime, "device_index", lambda t: 0)
+    monkeypatch.setattr(runtime, "stream_handle", lambda index: 0)
+    monkeypatch.setattr(runtime, "workspace", lambda index, stream: (0, 0))
+    monkeypatch.setattr(runtime, "run_on", lambda index, fn, *args: fn(*args))
+    monkeypatch.setattr(runtime, "capabilities", lambda index: caps)
+    monkeypatch.setattr(runtime, "fp8_needs_tn", lambda index: True)
+    monkeypatch.setattr(runtime, "tf32", lambda: 0)
+    for module in (gemm, gemm_fp8, grouped_gemm):
+        monkeypatch.setattr(module, "gpu_reason", lambda t, what: None)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setenv("TURBO_PLUGINS", "sim_plugin")
+    reset_host()
+    yield fake
+    reset_host()
+
+
+def view(t: torch.Tensor, how: str) -> torch.Tensor:
+    if how == "col":
+        return t.t().contiguous().t()
+    if how == "padded":
+        buf = torch.zeros(t.shape[0], t.shape[1] + 3, dtype=t.dtype)
+        buf[:, 1:1 + t.shape[1]] = t
+        return buf[:, 1:1 + t.shape[1]]
+    return t.contiguous()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_gemm_every_layout(sim, dtype):
+    g = torch.Generator().manual_seed(1)
+    m, n, k = 7, 5, 9
+    for ta, tb, tc in itertools.product([False, True], repeat=3):
+        for how in ("row", "col", "padded"):
+            a = torch.randn(*((k, m) if ta else (m, k)), generator=g).to(dtype)
+            b = torch.randn(*((n, k) if tb else (k, n)), generator=g).to(dtype)
+            args = GemmArgs(view(a, how), view(b, how), ta, tb, None, tc)
+            assert gemm.can_handle(args) is None
+            c = gemm.gemm(args)
+            want = (a.double().t() if ta else a.double()) @ (b.double().t() if tb else b.double())
+            assert c.dtype == dtype and c.is_contiguous()
+            assert_close_to_reference(c, want.t() if tc else want, dtype=dtype)
+    assert len(sim.calls) == 24
+
+
+@pytest.mark.parametrize("dtype,out_dtype,route", [(torch.bfloat16, torch.float32, "direct"),
+                                                   (torch.float32, torch.bfloat16, "fp32 temporary"),
+                                                   (torch.bfloat16, torch.float16, "fp32 temporary")])
+def test_gemm_accumulate_and_result_dtypes(sim, dtype, out_dtype, route):
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(6, 8, generator=g).to(dtype), torch.randn(8, 5, generator=g).to(dtype)
+    start = torch.randn(5, 6, generator=g).to(out_dtype)
+    out = view(start.clone(), "col")
+    want = a.double() @ b.double()
+    assert gemm.gemm(GemmArgs(a, b, trans_c=True, out=out)) is out
+    assert_close_to_reference(out, start.double() + want.t(), dtype=out_dtype)
+    assert sim.calls[-1].d_type == 0  # the library writes fp32 in both routes here (out fp32, or the temporary)
+    assert sim.calls[-1].beta == (1.0 if route == "direct" else 0.0)
+    c = gemm.gemm(GemmArgs(a, b, out_dtype=out_dtype))
+    assert c.dtype == out_dtype
+    assert_close_to_reference(c, want, dtype=out_dtype)
+
+
+def test_gemm_empty_sum_is_zero(sim):
+    a, b = torch.ones(3, 0), torch.ones(0, 4)
+    assert torch.equal(gemm.gemm(GemmArgs(a, b)), torch.zeros(3, 4))
+    out = torch.full((3, 4), 2.0)
+    assert gemm.gemm(GemmArgs(a, b, out=out)) is out and torch.all(out == 2.0)
+    assert sim.calls == []
+
+
+def _fp8(gran, ta, tb, m, n, k, a2d=False, b2d=False, seed=0, dtypes=(torch.float8_e4m3fn,) * 2):
+    g = torch.Generator().manual_seed(seed)
+    a = (torch.randn(*((k, m) if ta else (m, k)), generator=g) * 3).to(dtypes[0])
+    b = (torch.randn(*((n, k) if tb else (k, n)), generator=g) * 3).to(dtypes[1])
+
+    def scale(*shape):
+        return torch.rand(*shape, generator=g) + 0.25
+
+    if gran == "TENSORWISE":
+        return a, scale(()), b, scale(())
+    if gran == "ROWWISE":
+        return a, scale(*((1, m) if ta else (m, 1))), b, scale(*((n, 1) if tb else (1, n)))
+    sa = scale(-(-a.shape[0] // 128), -(-a.shape[1] // 128)) if a2d else scale(*((k // 128, m) if ta else (m, k // 128)))
+    sb = scale(-(-b.shape[0] // 128), -(-b.shape[1] // 128)) if b2d else scale(*((n, k // 128) if tb else (k // 128, n)))
+    return a, sa, b, sb
+
+
+@pytest.mark.parametrize("gran,a2d,b2d,mnk", [
+    ("TENSORWISE", False, False, (5, 7, 32)), ("ROWWISE", False, False, (5, 7, 32)),
+    ("BLOCKWISE", False, True, (128, 256, 640)), ("BLOCKWISE", True, False, (256, 128, 384)),
+    ("BLOCKWISE", False, False, (64, 48, 384)),
+])
+@pytest.mark.parametrize("ta,tb", [(False, True), (False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("trans_c", [False, True])
+def test_gemm_fp8_every_layout_vs_reference(sim, gran, a2d, b2d, mnk, ta, tb, trans_c):
+    m, n, k = mnk
+    a, sa, b, sb = _fp8(gran, ta, tb, m, n, k, a2d, b2d)
+    bs = 128 if gran == "BLOCKWISE" else None
+    want = reference_gemm_fp8(GemmFp8Args(a, sa, b, sb, ta, tb, F64, gran, bs, trans_c))  # float64
+    args = GemmFp8Args(a, sa, b, sb, ta, tb, torch.float32, gran, bs, trans_c)
+    assert gemm_fp8.can_handle(args) is None
+    got = gemm_fp8.gemm_fp8(args)
+    assert_close_to_reference(got, want, dtype=torch.float32)
+    call = sim.calls[-1]
+    assert call.transa and not call.transb  # the TN layout, by copies where needed
+    assert (call.a_scale_mode, call.b_scale_mode) != (-1, -1)
+    start = torch.randn(want.shape, generator=torch.Generator().manual_seed(3))
+    acc = start.clone().bfloat16()
+    gemm_fp8.gemm_fp8(GemmFp8Args(a, sa, b, sb, ta, tb, None, gran, bs, trans_c, acc))
+    assert_close_to_reference(acc, start.bfloat16().double() + want, dtype=torch.bfloat16)
+
+
+def test_gemm_fp8_hybrid_and_declined_pairs(sim):
+    e4, e5 = torch.float8_e4m3fn, torch.float8_e5m2
+    a, sa, b, sb = _fp8("TENSORWISE", False, True, 4, 6, 32, dtypes=(e5, e4))
+    want = reference_gemm_fp8(GemmFp8Args(a, sa, b, sb, False, True, F64))
+    assert_close_to_reference(gemm_fp8.gemm_fp8(GemmFp8Args(a, sa, b, sb, False, True, torch.float32)), want,
+                              dtype=torch.float32)
+    a, sa, b, sb = _fp8("TENSORWISE", False, True, 4, 6, 32, dtypes=(e5, e5))
+    assert "E5M2 x E5M2" in gemm_fp8.can_handle(GemmFp8Args(a, sa, b, sb, False, True, torch.float32))
+
+
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_grouped_gemm_and_variable_k(sim, trans_b):
+    g = torch.Generator().manual_seed(4)
+    lens = [3, 0, 5, 1]
+    m, k, n = sum(lens) + 2, 6, 4
+    a = torch.randn(m, k, generator=g).bfloat16()
+    b = torch.randn(len(lens), *((n, k) if trans_b else (k, n)), generator=g).bfloat16()
+    dy = torch.randn(m, n, generator=g).bfloat16()
+    lens_t = torch.tensor(lens)
+    offs = torch.tensor([0, 3, 3, 8, 9])
+    out = grouped_gemm.grouped_gemm(GroupedGemmArgs(a, b, lens_t, offs, trans_b))
+    for i, (s, e) in enumerate(zip(offs[:-1].tolist(), offs[1:].tolist(), strict=True)):
+        w = b[i].double().t() if trans_b else b[i].double()
+        assert_close_to_reference(out[s:e], a[s:e].double() @ w, dtype=torch.bfloat16)
+    assert torch.count_nonzero(out[9:]) == 0
+    for trans_c in (False, True):
+        wg = grouped_gemm.grouped_gemm_variable_k(GroupedGemmVariableKArgs(a, dy, lens_t, offs, trans_c))
+        main = torch.ones(len(lens), *((n, k) if trans_c else (k, n)))
+        grouped_gemm.grouped_gemm_variable_k(GroupedGemmVariableKArgs(a, dy, lens_t, offs, trans_c, out=main))
+        for i, (s, e) in enumerate(zip(offs[:-1].tolist(), offs[1:].tolist(), strict=True)):
+            c = a[s:e].double().t() @ dy[s:e].double()
+            c = c.t() if trans_c else c
+            assert_close_to_reference(wg[i], c, dtype=torch.bfloat16)
+            assert_close_to_reference(main[i], c + 1.0, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("bias,activation", [(True, None), (False, "gelu"), (True, "gelu")])
+def test_epilogue_api(sim, bias, activation):
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(2, 3, 8, generator=g).bfloat16(), torch.randn(5, 8, generator=g).bfloat16()
+    bvec = torch.randn(5, generator=g).bfloat16() if bias else None
+    want = x.double().reshape(6, 8) @ w.double().t() + (bvec.double() if bias else 0.0)
+    if activation:
+        want = torch.nn.functional.gelu(want, approximate="tanh")
+    y = api.linear(x, w, bvec, activation=activation)
+    assert y.shape == (2, 3, 5)
+    assert_close_to_reference(y.reshape(6, 5), want, dtype=torch.bfloat16)
+    assert sim.calls[-1].epilogue == {(True, None): 1, (False, "gelu"): 2, (True, "gelu"): 3}[(bias, activation)]
+
+
+def test_epilogue_api_rejects_bad_arguments(sim):
+    x, w = torch.randn(4, 8).bfloat16(), torch.randn(5, 8).bfloat16()
+    with pytest.raises(ValueError, match=r"bias: expected shape \(5,\)"):
+        api.gemm(x, w, trans_b=True, bias=torch.zeros(4).bfloat16())
+    with pytest.raises(TypeError, match="bias: expected the result dtype"):
+        api.gemm(x, w, trans_b=True, bias=torch.zeros(5))
+    with pytest.raises(ValueError, match="bias: not with trans_c"):
+        api.gemm(x, w, trans_b=True, trans_c=True, bias=torch.zeros(5).bfloat16())
+    with pytest.raises(ValueError, match="out: accumulating"):
+        api.gemm(x, w, trans_b=True, out=torch.zeros(4, 5).bfloat16(), activation="gelu")
+    with pytest.raises(ValueError, match="activation"):
+        api.gemm(x, w, trans_b=True, activation="relu")
+
+
+# -- turbo-core's conformance cases, the kernels pinned as BLASLTSIM ------------------------------------------
+
+def _cases():
+    out = []
+    for fam in ("gemm", "gemm_fp8", "grouped_gemm"):
+        out += [c for c in importlib.import_module(f"turbo_core.testing.cases.{fam}").CASES
+                if {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_variable_k"} & set(c.primitives)]
+    return out
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_conformance_case(sim, case):
+    from turbo_core.dispatch.dispatcher import BackendError
+    from turbo_core.dispatch.manager import use_backend
+    from turbo_core.testing.conformance import _served
+
+    served, reason = _served("BLASLTSIM", case.primitives)
+    assert reason is None, reason
+    with use_backend("BLASLTSIM", primitives=served):
+        try:
+            case.run(device=torch.device("cpu"))
+        except BackendError as exc:
+            if "cannot run this call" not in str(exc):
+                raise
+            pytest.skip(f"declined: {exc}")
+    assert sim.calls, "the simulated library was never called"
