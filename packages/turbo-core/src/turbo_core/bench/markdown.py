@@ -6,11 +6,12 @@ or of the GPU scripts that keep the suite rows under ``"bench"``. A suite row ha
 ``case``, ``provider`` and ``status`` (keys in :mod:`turbo_core.bench.runner`); a file without
 one is listed as skipped, with the reason.
 
-Per suite, one table per pass and variant (``granularity``, ``mode``, ``balance`` where the rows
-carry them), one line per case: each provider's TFLOP/s (``tflops``) or GB/s (``gbps``), median
+Per suite, one table per pass and variant (``granularity``, ``mode``, ``balance``, ``mask`` where
+the rows carry them), one line per case: each provider's TFLOP/s (``tflops``) or GB/s (``gbps``), median
 time, and fraction of peak (``peak_fraction``: of the datasheet dense peak of the provider's
 precision; ``copy_fraction``: of the copy bandwidth measured in the same run), then the ratio of
-each turbo provider to each reference on that case.
+each turbo provider to each reference on that case (a pair that never ran on a common case gets no
+column).
 
 References: the providers whose name does not start with ``turbo:`` (the bf16 reference of the
 FP8 suites, the baselines, ``torch.compile``). Ratio: the reference's median time / the turbo
@@ -18,6 +19,10 @@ provider's, on the same case (above 1: turbo is faster); against the rows' ``bas
 their ``ratio``. Geomean (:func:`turbo_core.bench.report.geomean`) over the cases where both ran.
 The headline reference of a turbo provider is the one it has the lowest geomean against (the
 fastest baseline), so that a slow eager baseline never flatters it.
+
+A turbo row may name another turbo provider in ``compare_to`` (the attention suite's deterministic
+backward names the default one): that pair gets its own ratio column and geomean line too, but
+is never a headline (it compares turbo with itself).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from turbo_core.bench.report import geomean
 
 TURBO_PREFIX = "turbo:"
 #: Row fields that split a pass into separate tables (each its own baselines and providers).
-VARIANT_FIELDS = ("granularity", "mode", "balance")
+VARIANT_FIELDS = ("granularity", "mode", "balance", "mask")
 _REQUIRED = ("suite", "case", "provider", "status")
 #: metric field -> unit; fraction field -> what it is a fraction of.
 METRICS = {"tflops": "TFLOP/s", "gbps": "GB/s"}
@@ -138,6 +143,19 @@ class Group:
         ok = [r for r in self.rows if r["status"] == "ok"]
         return next((n for n in names if any(r.get(n) is not None for r in ok)), None)
 
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """``(turbo provider, reference)`` pairs compared: every turbo provider against every
+        reference, then each turbo provider against the providers its rows name in ``compare_to``."""
+        out = [(p, r) for p in self.turbo for r in self.references]
+        for row in self.rows:
+            other = row.get("compare_to")
+            if other and row["provider"].startswith(TURBO_PREFIX) and other in self.providers:
+                pair = (row["provider"], other)
+                if pair not in out:
+                    out.append(pair)
+        return out
+
     def ratios(self, provider: str, reference: str) -> list[tuple[str, float]]:
         """``(case, reference median_ms / provider median_ms)`` on every case where both ran."""
         out = []
@@ -202,27 +220,33 @@ class Comparison:
     def geomean(self) -> float | None:
         return geomean(self.ratios)
 
+    @property
+    def internal(self) -> bool:
+        """Whether the reference is itself a turbo provider (a ``compare_to`` pair)."""
+        return self.reference.startswith(TURBO_PREFIX)
+
 
 def comparisons(group: Group) -> list[Comparison]:
-    """Every turbo provider against every reference of the group (pairs without a common case
-    left out)."""
+    """Every pair of :attr:`Group.pairs` (pairs without a common case left out)."""
     frac = group.field_of(FRACTIONS)
     out = []
-    for p in group.turbo:
+    for p, ref in group.pairs:
         vals = [r[frac] for r in group.rows if r["provider"] == p and r["status"] == "ok" and frac and r.get(frac)]
         peak = statistics.median(vals) if vals else None
-        for ref in group.references:
-            ratios = [v for _, v in group.ratios(p, ref)]
-            if ratios:
-                out.append(Comparison(group, p, ref, ratios, peak))
+        ratios = [v for _, v in group.ratios(p, ref)]
+        if ratios:
+            out.append(Comparison(group, p, ref, ratios, peak))
     return out
 
 
 def headline(comps: list[Comparison]) -> list[Comparison]:
-    """Per group and turbo provider, the comparison with the lowest geomean (the fastest reference)."""
+    """Per group and turbo provider, the comparison with the lowest geomean (the fastest
+    reference); comparisons of turbo with turbo (``compare_to``) never count."""
     best: dict[tuple[int, str], Comparison] = {}
     for c in comps:
         key = (id(c.group), c.provider)
+        if c.internal:
+            continue
         if c.geomean is not None and (key not in best or c.geomean < best[key].geomean):
             best[key] = c
     return list(best.values())
@@ -256,17 +280,30 @@ def _frac(v: float | None) -> str:
 
 def short_label(row: dict) -> str:
     """A case's name without its pass and variant (those are in the heading): model, layer or op,
-    ``G<groups>``, and the shape (``MxNxK`` or ``tokensxhidden``); the row's ``case`` when it has
-    no such fields."""
+    ``G<groups>``, and the shape (``MxNxK``, ``tokensxhidden``, or attention's ``b s h d``); the
+    row's ``case`` when it has no such fields."""
     parts = [str(row[k]) for k in ("model", "layer", "op") if row.get(k)]
     groups = row.get("groups") or (len(row["group_lens"]) if isinstance(row.get("group_lens"), list) else None)
     if groups:
         parts.append(f"G{groups}")
-    if all(row.get(k) for k in ("m", "n", "k")):
+    if all(row.get(k) for k in ("batch", "seq_q", "seq_kv", "h_q", "h_kv", "d_qk", "d_v")):
+        parts.append(_attention_shape(row))
+    elif all(row.get(k) for k in ("m", "n", "k")):
         parts.append(f"{row['m']}x{row['n']}x{row['k']}")
     elif row.get("tokens") and row.get("hidden"):
         parts.append(f"{row['tokens']}x{row['hidden']}")
     return " ".join(parts) if len(parts) > 1 else str(row["case"])
+
+
+def _attention_shape(row: dict) -> str:
+    """``b4 s4096 h32/8 d128`` (``s<q>/<kv>``, ``h<q>/<kv>``, ``d<qk>/<v>`` only where they differ),
+    `` sink`` when the case has one."""
+    def pair(tag, a, b):
+        return f"{tag}{a}" if a == b else f"{tag}{a}/{b}"
+
+    shape = " ".join([f"b{row['batch']}", pair("s", row["seq_q"], row["seq_kv"]), pair("h", row["h_q"], row["h_kv"]),
+                      pair("d", row["d_qk"], row["d_v"])])
+    return shape + (" sink" if row.get("sink") else "")
 
 
 def case_labels(group: Group) -> dict[str, str]:
@@ -294,7 +331,8 @@ def _provider_cell(row: dict | None, metric: str | None, frac: str | None) -> st
 def group_table(group: Group) -> list[str]:
     """The markdown lines of one group: the per-case table and the statuses of what did not run."""
     metric, frac = group.field_of(METRICS), group.field_of(FRACTIONS)
-    providers, pairs = group.providers, [(p, r) for p in group.turbo for r in group.references]
+    providers = group.providers
+    pairs = [(p, r) for p, r in group.pairs if group.ratios(p, r)]  # pairs that never both ran: no column
     labels = case_labels(group)
     head = ["case", *(f"`{p}`" for p in providers), *(f"`{p}` vs `{r}`" for p, r in pairs)]
     lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]

@@ -12,6 +12,10 @@ from turbo_core.bench.suites import SUITES
 FP8_SUITES = ("gemm-fp8", "grouped-gemm-fp8")
 #: Options only some suites take: (option dest, the suite's keyword argument).
 SUITE_OPTIONS = (("granularities", "granularities"), ("fp8_format", "fp8_format"), ("passes", "passes"))
+#: The suites that take each option (for the error naming an option a suite lacks).
+OPTION_SUITES = {"granularities": FP8_SUITES, "fp8_format": FP8_SUITES, "passes": (*FP8_SUITES, "attention")}
+#: ``--passes`` choices: GEMM passes (FP8 suites) and attention passes.
+GEMM_PASSES = ("fwd", "dgrad", "wgrad")
 #: ``turbo bench report``: the result files read and the directory written when none are named.
 REPORT_INPUTS = "benchmarks/results/*.json"
 REPORT_DIR = "benchmarks/report"
@@ -28,11 +32,13 @@ def add_parser(sub) -> None:
     p.add_argument("--quick", action="store_true", help="tiny shapes; runs on the CPU for smoke tests")
     p.add_argument("--out", help="write JSON (environment + rows) to this file")
     p.add_argument("--tokens", type=int, default=None,
-                   help="tokens per micro-batch (default: the suite's; 8192 for GEMMs, 16384 for norm/activation)")
+                   help="tokens per micro-batch (default: the suite's; 8192 for GEMMs, 16384 for norm/activation; "
+                        "attention: batch x seq, 16384)")
     p.add_argument("--models", nargs="*", help="restrict to these models (default: all of the suite)")
     p.add_argument("--providers", nargs="*",
                    help="restrict to these providers, e.g. torch turbo:TRITON (FP8 suites: bf16:torch.matmul, "
-                        "torch._scaled_mm, F.scaled_mm, bf16:torch._grouped_mm, torch._scaled_grouped_mm)")
+                        "torch._scaled_mm, F.scaled_mm, bf16:torch._grouped_mm, torch._scaled_grouped_mm; attention: "
+                        "sdpa:cudnn sdpa:flash turbo:TRITON turbo:TRITON:deterministic)")
     p.add_argument("--include-reference", action="store_true", help="also time the TORCH reference backend")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=50)
@@ -41,8 +47,8 @@ def add_parser(sub) -> None:
                    help="FP8 suites: tensorwise rowwise blockwise mx (default: all that this torch supports)")
     p.add_argument("--format", dest="fp8_format", choices=["E4M3", "E5M2", "HYBRID"],
                    help="FP8 suites: operand format (default E4M3; HYBRID: gradients E5M2)")
-    p.add_argument("--passes", nargs="*", choices=["fwd", "dgrad", "wgrad"],
-                   help="FP8 suites: restrict to these passes (default all)")
+    p.add_argument("--passes", nargs="*", choices=list(dict.fromkeys([*GEMM_PASSES, "bwd"])),
+                   help="FP8 suites (fwd dgrad wgrad) and attention (fwd bwd): restrict to these passes (default all)")
 
 
 def suite_module(name: str):
@@ -59,9 +65,14 @@ def suite_options(args, suite) -> dict:
             continue
         if kw not in params:
             flag = "--format" if dest == "fp8_format" else f"--{dest}"
-            raise ValueError(f"{flag} applies to the FP8 suites ({', '.join(FP8_SUITES)}), not to {args.suite}")
+            raise ValueError(f"{flag} applies to {', '.join(OPTION_SUITES[dest])}, not to {args.suite}")
         if kw == "granularities":
             suite.granularities_of(value)  # names checked before any case runs
+        if kw == "passes":
+            allowed = getattr(suite, "PASSES", GEMM_PASSES)
+            bad = [v for v in value if v not in allowed]
+            if bad:
+                raise ValueError(f"--passes: {args.suite} has no pass {', '.join(bad)} (it has {', '.join(allowed)})")
         extra[kw] = value
     return extra
 

@@ -4,6 +4,8 @@ returning JSON-ready rows, and may have ``print_table(rows, console)`` (else the
 ``turbo_core.bench.report`` is used). ``gemm``/``grouped_gemm`` are scored in TFLOP/s, ``norm`` and
 ``activation`` and ``quant`` (memory-bound) in GB/s and the fraction of the measured copy bandwidth. The FP8
 suites ``gemm-fp8`` / ``grouped-gemm-fp8`` (modules ``gemm_fp8`` / ``grouped_gemm_fp8``) also take
-``granularities``, ``fp8_format`` and ``passes``."""
+``granularities``, ``fp8_format`` and ``passes``. ``attention`` (flash attention, forward and
+backward) is scored in TFLOP/s against SDPA's cuDNN and flash backends and also takes ``passes``
+(``fwd``, ``bwd``)."""
 
-SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8")
+SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8", "attention")
