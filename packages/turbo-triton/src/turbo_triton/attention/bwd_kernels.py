@@ -62,11 +62,10 @@ def attn_bwd_preprocess_kernel(
 
 @triton.jit
 def _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qs, stride_dos, stride_dqs,
-                q_row0, h, cols, start, stop, len_q, len_k, left, right, softmax_scale,
+                cols, start, stop, len_q, len_k, left, right, softmax_scale,
                 BLOCK_M: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
                 D_QK: tl.constexpr, D_V: tl.constexpr, MASK: tl.constexpr, HAS_LEFT: tl.constexpr,
-                HAS_RIGHT: tl.constexpr, ATOMIC_DQ: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-                TMA: tl.constexpr):
+                HAS_RIGHT: tl.constexpr, ATOMIC_DQ: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     offs_m = tl.arange(0, BLOCK_M)
     offs_dk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
@@ -76,27 +75,14 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, st
     for m0 in range(start, stop, BLOCK_M):
         rows = m0 + offs_m
         row_ok = rows < len_q
-        if TMA:  # descriptors over [rows, heads * d]: rows past the sequence (another's) are zeroed
-            q = q_base.load([q_row0 + m0, h * D_QK])
-            do = do_base.load([q_row0 + m0, h * D_V])
-            if MASK:
-                q = tl.where(row_ok[:, None], q, 0.0)
-                do = tl.where(row_ok[:, None], do, 0.0)
-                lse = tl.load(lse_base + rows, mask=row_ok, other=0.0)
-                delta = tl.load(delta_base + rows, mask=row_ok, other=0.0)
-            else:
-                lse = tl.load(lse_base + rows)
-                delta = tl.load(delta_base + rows)
-        elif MASK:
-            q_ptrs = q_base + rows[:, None] * stride_qs + offs_dk[None, :]
-            do_ptrs = do_base + rows[:, None] * stride_dos + offs_dv[None, :]
+        q_ptrs = q_base + rows[:, None] * stride_qs + offs_dk[None, :]
+        do_ptrs = do_base + rows[:, None] * stride_dos + offs_dv[None, :]
+        if MASK:
             q = tl.load(q_ptrs, mask=row_ok[:, None] & dk_ok[None, :], other=0.0)
             do = tl.load(do_ptrs, mask=row_ok[:, None] & dv_ok[None, :], other=0.0)
             lse = tl.load(lse_base + rows, mask=row_ok, other=0.0)
             delta = tl.load(delta_base + rows, mask=row_ok, other=0.0)
         else:
-            q_ptrs = q_base + rows[:, None] * stride_qs + offs_dk[None, :]
-            do_ptrs = do_base + rows[:, None] * stride_dos + offs_dv[None, :]
             q = tl.load(q_ptrs, mask=dk_ok[None, :], other=0.0)
             do = tl.load(do_ptrs, mask=dv_ok[None, :], other=0.0)
             lse = tl.load(lse_base + rows)
@@ -126,10 +112,8 @@ def attn_bwd_dkdv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
     D_QK: tl.constexpr, D_V: tl.constexpr, VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr,
     HAS_RIGHT: tl.constexpr, ATOMIC_DQ: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    TMA: tl.constexpr,
 ):
-    """Grid ``(key tiles, h_kv, batch)``: ``dk``/``dv`` of one key tile (zero where no query sees it).
-    ``TMA``: ``Q``/``DOut`` are descriptors over the ``[rows, heads * d]`` views (blocks ``[BLOCK_M, d]``)."""
+    """Grid ``(key tiles, h_kv, batch)``: ``dk``/``dv`` of one key tile (zero where no query sees it)."""
     pid_n = tl.program_id(0)
     hk = tl.program_id(1)
     b = tl.program_id(2)
@@ -157,31 +141,23 @@ def attn_bwd_dkdv_kernel(
     dk = tl.zeros([BLOCK_N, BLOCK_DQK], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
     lo, full_lo, full_hi, hi = query_ranges(n0, len_q, len_k, left, right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
-    if VARLEN:
-        q_row0 = q_start
-    else:
-        q_row0 = b * seq_q
     for g in range(0, group):
         h = hk * group + g
-        if TMA:
-            q_base = Q
-            do_base = DOut
-        else:
-            q_base = Q + b * stride_qb + h * stride_qh + q_start * stride_qs
-            do_base = DOut + b * stride_dob + h * stride_doh + q_start * stride_dos
+        q_base = Q + b * stride_qb + h * stride_qh + q_start * stride_qs
+        do_base = DOut + b * stride_dob + h * stride_doh + q_start * stride_dos
         dq_base = DQ + b * stride_dqb + h * stride_dqh + q_start * stride_dqs
         lse_base = Lse + b * stride_lb + h * stride_lh + q_start
         delta_base = Delta + b * stride_lb + h * stride_lh + q_start
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qs, stride_dos,
-                             stride_dqs, q_row0, h, cols, lo, full_lo, len_q, len_k, left, right, softmax_scale, BLOCK_M,
-                             BLOCK_DQK, BLOCK_DV, D_QK, D_V, True, HAS_LEFT, HAS_RIGHT, ATOMIC_DQ, UPCAST, PRECISION, TMA)
+                             stride_dqs, cols, lo, full_lo, len_q, len_k, left, right, softmax_scale, BLOCK_M,
+                             BLOCK_DQK, BLOCK_DV, D_QK, D_V, True, HAS_LEFT, HAS_RIGHT, ATOMIC_DQ, UPCAST, PRECISION)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qs, stride_dos,
-                             stride_dqs, q_row0, h, cols, full_lo, full_hi, len_q, len_k, left, right, softmax_scale, BLOCK_M,
+                             stride_dqs, cols, full_lo, full_hi, len_q, len_k, left, right, softmax_scale, BLOCK_M,
                              BLOCK_DQK, BLOCK_DV, D_QK, D_V, False, HAS_LEFT, HAS_RIGHT, ATOMIC_DQ, UPCAST,
-                             PRECISION, TMA)
+                             PRECISION)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qs, stride_dos,
-                             stride_dqs, q_row0, h, cols, full_hi, hi, len_q, len_k, left, right, softmax_scale, BLOCK_M,
-                             BLOCK_DQK, BLOCK_DV, D_QK, D_V, True, HAS_LEFT, HAS_RIGHT, ATOMIC_DQ, UPCAST, PRECISION, TMA)
+                             stride_dqs, cols, full_hi, hi, len_q, len_k, left, right, softmax_scale, BLOCK_M,
+                             BLOCK_DQK, BLOCK_DV, D_QK, D_V, True, HAS_LEFT, HAS_RIGHT, ATOMIC_DQ, UPCAST, PRECISION)
     mask_k = col_ok[:, None] & (offs_dk < D_QK)[None, :]
     mask_v = col_ok[:, None] & (offs_dv < D_V)[None, :]
     tl.store(DK + b * stride_dkb + hk * stride_dkh + (k_start + cols)[:, None] * stride_dks + offs_dk[None, :],
@@ -191,11 +167,11 @@ def attn_bwd_dkdv_kernel(
 
 
 @triton.jit
-def _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, k_row0, hk, rows, start, stop, len_q,
-              len_k, left, right, softmax_scale,
+def _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, rows, start, stop, len_q, len_k,
+              left, right, softmax_scale,
               BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr, D_QK: tl.constexpr,
               D_V: tl.constexpr, MASK: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-              UPCAST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr):
+              UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
     offs_dk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
@@ -204,20 +180,12 @@ def _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, k_row
     qk_scale = softmax_scale * LOG2E
     for n0 in range(start, stop, BLOCK_N):
         cols = n0 + offs_n
-        if TMA:  # rows past the sequence (another's) are zeroed
-            k = k_base.load([k_row0 + n0, hk * D_QK])
-            v = v_base.load([k_row0 + n0, hk * D_V])
-            if MASK:
-                k = tl.where((cols < len_k)[:, None], k, 0.0)
-                v = tl.where((cols < len_k)[:, None], v, 0.0)
-        elif MASK:
-            k_ptrs = k_base + cols[:, None] * stride_ks + offs_dk[None, :]
-            v_ptrs = v_base + cols[:, None] * stride_vs + offs_dv[None, :]
+        k_ptrs = k_base + cols[:, None] * stride_ks + offs_dk[None, :]
+        v_ptrs = v_base + cols[:, None] * stride_vs + offs_dv[None, :]
+        if MASK:
             k = tl.load(k_ptrs, mask=(cols < len_k)[:, None] & dk_ok[None, :], other=0.0)
             v = tl.load(v_ptrs, mask=(cols < len_k)[:, None] & dv_ok[None, :], other=0.0)
         else:
-            k_ptrs = k_base + cols[:, None] * stride_ks + offs_dk[None, :]
-            v_ptrs = v_base + cols[:, None] * stride_vs + offs_dv[None, :]
             k = tl.load(k_ptrs, mask=dk_ok[None, :], other=0.0)
             v = tl.load(v_ptrs, mask=dv_ok[None, :], other=0.0)
         s = mm(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], dtype=tl.float32), UPCAST, PRECISION)
@@ -238,10 +206,9 @@ def attn_bwd_dq_kernel(
     seq_q, seq_k, group, softmax_scale, left, right,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
     D_QK: tl.constexpr, D_V: tl.constexpr, VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr,
-    HAS_RIGHT: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
+    HAS_RIGHT: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    """Grid ``(query tiles, h_q, batch)``: ``dq`` of one query tile, written once (deterministic).
-    ``TMA``: ``K``/``V`` are descriptors over the ``[rows, heads * d]`` views (blocks ``[BLOCK_N, d]``)."""
+    """Grid ``(query tiles, h_q, batch)``: ``dq`` of one query tile, written once (deterministic)."""
     h = tl.program_id(1)
     b = tl.program_id(2)
     if VARLEN:
@@ -269,27 +236,18 @@ def attn_bwd_dq_kernel(
     lse_off = b * stride_lb + h * stride_lh + q_start + rows
     lse = tl.load(Lse + lse_off, mask=row_ok, other=0.0)
     delta = tl.load(Delta + lse_off, mask=row_ok, other=0.0)
-    if TMA:
-        k_base = K
-        v_base = V
-        if VARLEN:
-            k_row0 = k_start
-        else:
-            k_row0 = b * seq_k
-    else:
-        k_base = K + b * stride_kb + hk * stride_kh + k_start * stride_ks
-        v_base = V + b * stride_vb + hk * stride_vh + k_start * stride_vs
-        k_row0 = 0
+    k_base = K + b * stride_kb + hk * stride_kh + k_start * stride_ks
+    v_base = V + b * stride_vb + hk * stride_vh + k_start * stride_vs
     dq = tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32)
     lo, full_lo, full_hi, hi = key_ranges(m0, len_q, len_k, left, right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
-    dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, k_row0, hk, rows, lo, full_lo, len_q, len_k,
+    dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, rows, lo, full_lo, len_q, len_k,
                    left, right, softmax_scale, BLOCK_N, BLOCK_DQK, BLOCK_DV, D_QK, D_V, True, HAS_LEFT, HAS_RIGHT,
-                   UPCAST, PRECISION, TMA)
-    dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, k_row0, hk, rows, full_lo, full_hi, len_q,
+                   UPCAST, PRECISION)
+    dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, rows, full_lo, full_hi, len_q,
                    len_k, left, right, softmax_scale, BLOCK_N, BLOCK_DQK, BLOCK_DV, D_QK, D_V, False, HAS_LEFT,
-                   HAS_RIGHT, UPCAST, PRECISION, TMA)
-    dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, k_row0, hk, rows, full_hi, hi, len_q, len_k,
+                   HAS_RIGHT, UPCAST, PRECISION)
+    dq = _dq_tiles(dq, q, do, lse, delta, k_base, v_base, stride_ks, stride_vs, rows, full_hi, hi, len_q, len_k,
                    left, right, softmax_scale, BLOCK_N, BLOCK_DQK, BLOCK_DV, D_QK, D_V, True, HAS_LEFT, HAS_RIGHT,
-                   UPCAST, PRECISION, TMA)
+                   UPCAST, PRECISION)
     tl.store(DQ + b * stride_dqb + h * stride_dqh + (q_start + rows)[:, None] * stride_dqs + offs_dk[None, :],
              (dq * softmax_scale).to(DQ.dtype.element_ty), mask=row_ok[:, None] & (offs_dk < D_QK)[None, :])

@@ -142,22 +142,24 @@ def _launch(kernel, grid_of, tile: Tile, key: tuple, *args, args_of=None, **cons
 
 # -- forward -------------------------------------------------------------------------------------
 
-def _tma_ok(p: _Problem, *tensors: torch.Tensor) -> bool:
-    """Tensor descriptors for the streamed operands: Hopper, contiguous tensors (dense bshd or THD),
-    power-of-two head dims (a block is one head's full width), 16-bit inputs."""
-    if p.interp or not _runtime.tma_arch(p.arch) or p.elem != 2:
+def _tma_ok(args: AttentionFwdArgs, p: _Problem) -> bool:
+    """Tensor descriptors for q/k/v: Hopper, contiguous tensors (dense bshd or THD), power-of-two
+    head dims (a block is one head's full width), 16-bit inputs."""
+    if p.interp or not _runtime.tma_arch(p.arch) or args.q.element_size() != 2:
         return False
     if p.d_qk != p.block_dqk or p.d_v != p.block_dv:
         return False
-    return all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in tensors)
+    return all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (args.q, args.k, args.v))
 
 
-def _desc(t: torch.Tensor, block_rows: int):
-    """A descriptor over ``t`` viewed as ``[rows, heads * d]`` with blocks of one head's rows."""
+def _descriptors(args: AttentionFwdArgs, p: _Problem, tile: Tile):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    d = t.shape[-1]
-    return TensorDescriptor.from_tensor(t.view(-1, t.shape[-2] * d), [block_rows, d])
+    def desc(t, block_rows, d):
+        return TensorDescriptor.from_tensor(t.view(-1, t.shape[-2] * d), [block_rows, d])
+
+    return (desc(args.q, tile.block_m, p.d_qk), desc(args.k, tile.block_n, p.d_qk),
+            desc(args.v, tile.block_n, p.d_v))
 
 
 def attention_fwd(args: AttentionFwdArgs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,14 +173,13 @@ def attention_fwd(args: AttentionFwdArgs) -> tuple[torch.Tensor, torch.Tensor]:
     else:
         lse = torch.empty(lse_shape(q, False), dtype=torch.float32, device=q.device)
     sink = args.sink if args.sink is not None else lse
-    tma = _tma_ok(p, q, k, v)
+    tma = _tma_ok(args, p)
     rest = (out, lse, sink, p.cu_q, p.cu_k,
             *_bsh(q, p.varlen), *_bsh(k, p.varlen), *_bsh(v, p.varlen), *_bsh(out, p.varlen),
             *_lse_strides(lse, p.varlen), p.seq_q, p.seq_k, p.group, p.scale, p.left, p.right)
     _launch(attn_fwd_kernel, lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch), p.tile("fwd"),
             ("fwd", tma, q.dtype, p.d_qk, p.d_v),
-            args_of=lambda t: (*((_desc(q, t.block_m), _desc(k, t.block_n), _desc(v, t.block_n)) if tma
-                                 else (q, k, v)), *rest),
+            args_of=lambda t: (*(_descriptors(args, p, t) if tma else (q, k, v)), *rest),
             HAS_SINK=args.sink is not None, TMA=tma, **p.consts())
     return out, lse
 
@@ -220,18 +221,14 @@ def attention_bwd(args: AttentionBwdArgs):
               *_bsh(dq, p.varlen))
     tail = (*_lse_strides(lse, p.varlen), p.seq_q, p.seq_k, p.group, p.scale, p.left, p.right)
     key = (q.dtype, p.d_qk, p.d_v)
-    tma = _tma_ok(p, q, k, v, dout)
-    dkdv_rest = (lse, delta, dq, dk, dv, p.cu_q, p.cu_k, *common, *_bsh(dk, p.varlen), *_bsh(dv, p.varlen), *tail)
     _launch(attn_bwd_dkdv_kernel, lambda t: (triton.cdiv(p.seq_k, t.block_n), p.h_kv, p.batch), p.tile("dkdv"),
-            ("dkdv", atomic, tma, *key),
-            args_of=lambda t: ((_desc(q, t.block_m), k, v, _desc(dout, t.block_m)) if tma else (q, k, v, dout))
-            + dkdv_rest, ATOMIC_DQ=atomic, TMA=tma, **p.consts())
+            ("dkdv", atomic, *key),
+            q, k, v, dout, lse, delta, dq, dk, dv, p.cu_q, p.cu_k, *common,
+            *_bsh(dk, p.varlen), *_bsh(dv, p.varlen), *tail, ATOMIC_DQ=atomic, **p.consts())
     if atomic:
         dq = dq.to(q.dtype)
     else:
-        dq_rest = (dout, lse, delta, dq, p.cu_q, p.cu_k, *common, *tail)
         _launch(attn_bwd_dq_kernel, lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch), p.tile("dq"),
-                ("dq", tma, *key),
-                args_of=lambda t: ((q, _desc(k, t.block_n), _desc(v, t.block_n)) if tma else (q, k, v)) + dq_rest,
-                TMA=tma, **p.consts())
+                ("dq", *key),
+                q, k, v, dout, lse, delta, dq, p.cu_q, p.cu_k, *common, *tail, **p.consts())
     return dq, dk, dv, dsink
