@@ -3,7 +3,7 @@
 Run from the repository root:
   PYTHONPATH=packages/turbo-core/src:packages/turbo-triton/src \
   TURBO_PLUGINS=turbo_core.reference.plugin,turbo_triton.plugin \
-  python3 benchmarks/scripts/attention_gpu_check.py --out attention_check.json [--parts check,speed,sweep]
+  python3 benchmarks/scripts/attention_gpu_check.py --out attention_check.json [--parts check,speed]
 
 check: TRITON against the reference backend (fp32 math on the GPU) over odd and long sequences,
   causal / window / sink / GQA / MLA head dims / varlen, forward and backward, with the caching
@@ -12,14 +12,13 @@ check: TRITON against the reference backend (fp32 math on the GPU) over odd and 
 speed: B x S = 16384 tokens, H=16, D=128 at S=4096 (and D=64/256 at H=32/8), causal and not:
   TFLOP/s of TRITON fwd / bwd / deterministic bwd against SDPA's cuDNN and flash backends
   (FLOPs 4*B*H*S*S*D, halved when causal; backward 2.5x).
-sweep: the same shapes under each candidate tile (TURBO_TRITON_ATTN_TILES) per kernel.
+The tile sweep lives in attention_h200.py --sweep (the full suite's script).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 
 import torch
@@ -135,37 +134,36 @@ def _bench(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=100)
 
 
-def speed_rows(shapes, label=""):
+def speed_rows(shapes):
     rows = []
     for b, h, s, d, causal in shapes:
         q, k, v = (_rand(b, s, h, d).requires_grad_() for _ in range(3))
         dout = _rand(b, s, h, d)
         fl = _flops(b, h, s, d, causal)
-        res = {"b": b, "h": h, "s": s, "d": d, "causal": causal, "tiles": label}
+        res = {"b": b, "h": h, "s": s, "d": d, "causal": causal}
         fa = AttentionFwdArgs(q.detach(), k.detach(), v.detach(), causal=causal)
         out, lse = launch.attention_fwd(fa)
         res["triton_fwd"] = fl / _bench(lambda: launch.attention_fwd(fa)) * 1e-9
         for det in (False, True):
             ba = AttentionBwdArgs(dout, q.detach(), k.detach(), v.detach(), out, lse, causal=causal, deterministic=det)
             res[f"triton_bwd{'_det' if det else ''}"] = 2.5 * fl / _bench(lambda: launch.attention_bwd(ba)) * 1e-9
-        if not label:
-            qt, kt, vt = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
-            for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-                try:
-                    with sdpa_kernel(be):
-                        res[f"{name}_fwd"] = fl / _bench(lambda: torch.nn.functional.scaled_dot_product_attention(
-                            qt, kt, vt, is_causal=causal)) * 1e-9
-                        o = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-                        do = dout.transpose(1, 2)
-                        res[f"{name}_bwd"] = 2.5 * fl / _bench(lambda: torch.autograd.grad(
-                            o, (qt, kt, vt), do, retain_graph=True)) * 1e-9
-                except Exception as exc:  # noqa: BLE001
-                    res[f"{name}_error"] = str(exc)[:200]
-            for p in ("fwd", "bwd"):
-                for base in ("cudnn", "flash"):
-                    if f"{base}_{p}" in res:
-                        res[f"ratio_{p}_vs_{base}"] = res[f"triton_{p}"] / res[f"{base}_{p}"]
-            res["det_bwd_cost"] = res["triton_bwd"] / res["triton_bwd_det"]
+        qt, kt, vt = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
+        for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            try:
+                with sdpa_kernel(be):
+                    res[f"{name}_fwd"] = fl / _bench(lambda: torch.nn.functional.scaled_dot_product_attention(
+                        qt, kt, vt, is_causal=causal)) * 1e-9
+                    o = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                    do = dout.transpose(1, 2)
+                    res[f"{name}_bwd"] = 2.5 * fl / _bench(lambda: torch.autograd.grad(
+                        o, (qt, kt, vt), do, retain_graph=True)) * 1e-9
+            except Exception as exc:  # noqa: BLE001
+                res[f"{name}_error"] = str(exc)[:200]
+        for p in ("fwd", "bwd"):
+            for base in ("cudnn", "flash"):
+                if f"{base}_{p}" in res:
+                    res[f"ratio_{p}_vs_{base}"] = res[f"triton_{p}"] / res[f"{base}_{p}"]
+        res["det_bwd_cost"] = res["triton_bwd"] / res["triton_bwd_det"]
         print(json.dumps({k2: (round(v2, 3) if isinstance(v2, float) else v2) for k2, v2 in res.items()}), flush=True)
         rows.append(res)
     return rows
@@ -173,39 +171,10 @@ def speed_rows(shapes, label=""):
 
 SPEED = [(4, 16, 4096, 128, True), (4, 16, 4096, 128, False), (2, 32, 8192, 64, True), (4, 8, 4096, 256, True),
          (16, 16, 1024, 128, True)]
-SWEEP = {
-    128: {"fwd": ["128,64,4,3", "128,64,8,3", "128,128,8,3", "128,128,8,2", "64,64,4,3", "128,32,4,4"],
-          "dkdv": ["64,128,8,2", "32,128,4,3", "64,64,4,3", "128,128,8,2", "64,128,4,2"],
-          "dq": ["128,64,8,2", "128,32,4,3", "64,64,4,3", "128,128,8,2"]},
-    64: {"fwd": ["128,64,4,3", "128,128,8,3", "128,64,8,4"], "dkdv": ["64,128,8,2", "128,128,8,2", "64,64,4,3"],
-         "dq": ["128,64,8,2", "128,128,8,2", "64,64,4,3"]},
-    256: {"fwd": ["128,64,8,2", "64,64,4,2", "128,32,8,2", "64,128,8,2"], "dkdv": ["32,64,4,2", "64,64,8,2", "32,32,4,2"],
-          "dq": ["64,32,4,2", "64,64,8,2", "128,32,8,2"]},
-}
-
-
-def sweep():
-    rows = []
-    for d, kernels in SWEEP.items():
-        shape = {128: (4, 16, 4096, 128), 64: (2, 32, 8192, 64), 256: (4, 8, 4096, 256)}[d]
-        for kernel, tiles in kernels.items():
-            for tile in tiles:
-                os.environ["TURBO_TRITON_ATTN_TILES"] = f"{kernel}={tile}"
-                for causal in (True, False):
-                    try:
-                        r = speed_rows([(*shape, causal)], label=f"{kernel}={tile}")[0]
-                    except Exception as exc:  # noqa: BLE001
-                        r = {"d": d, "causal": causal, "tiles": f"{kernel}={tile}", "error": str(exc)[:200]}
-                        print(json.dumps(r), flush=True)
-                    rows.append(r)
-    os.environ.pop("TURBO_TRITON_ATTN_TILES", None)
-    return rows
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--parts", default="check,speed,sweep")
+    ap.add_argument("--parts", default="check,speed")
     a = ap.parse_args()
     parts = a.parts.split(",")
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
@@ -216,8 +185,6 @@ def main():
         print("check:", sum(r["ok"] for r in res["check"]), "/", len(res["check"]), "ok", flush=True)
     if "speed" in parts:
         res["speed"] = speed_rows(SPEED)
-    if "sweep" in parts:
-        res["sweep"] = sweep()
     res["seconds"] = time.time() - t0
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1, default=str)

@@ -4,7 +4,7 @@
 # own time limit, and a failing part does not stop the next.
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normbench groupedcheck groupedbench
-#        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench moecheck attncheck attnspeed attnsweep routerfp4 attnbench attntiles hipblaslt
+#        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
 set -u
 OUT=${OUT:?set OUT}
 ROOT=$(pwd)
@@ -40,7 +40,6 @@ for part in $parts; do
     moecheck) timeout 580 python3 benchmarks/scripts/moe_permute_gpu_check.py --out "$OUT/moe_permute.json" > "$OUT/moe_permute.log" 2>&1; tail -30 "$OUT/moe_permute.log" ;;
     attncheck) timeout 400 python3 benchmarks/scripts/attention_gpu_check.py --parts check --out "$OUT/attention_check.json" > "$OUT/attention_check.log" 2>&1; tail -20 "$OUT/attention_check.log" ;;
     attnspeed) timeout 300 python3 benchmarks/scripts/attention_gpu_check.py --parts speed --out "$OUT/attention_speed.json" > "$OUT/attention_speed.log" 2>&1; tail -8 "$OUT/attention_speed.log" ;;
-    attnsweep) timeout 500 python3 benchmarks/scripts/attention_gpu_check.py --parts sweep --out "$OUT/attention_sweep.json" > "$OUT/attention_sweep.log" 2>&1; tail -3 "$OUT/attention_sweep.log" ;;
     routerfp4) timeout 300 python3 benchmarks/scripts/router_fp4_gpu_check.py --out "$OUT/router_fp4.json" > "$OUT/router_fp4.log" 2>&1; tail -30 "$OUT/router_fp4.log" ;;
     attnbench) timeout 580 python3 benchmarks/scripts/attention_h200.py --out "$OUT/attention_bench.json" --max-minutes ${ATTN_MINUTES:-8.5} ${ATTN_MODELS:+--models $ATTN_MODELS} > "$OUT/attention_bench.log" 2>&1; tail -40 "$OUT/attention_bench.log" ;;
     attntiles) timeout 580 python3 benchmarks/scripts/attention_h200.py --sweep --out "$OUT/attention_tiles.json" --max-minutes 8.5 > "$OUT/attention_tiles.log" 2>&1; tail -30 "$OUT/attention_tiles.log" ;;
