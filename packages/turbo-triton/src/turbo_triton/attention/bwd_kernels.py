@@ -18,7 +18,7 @@ dtype before their matmuls.
 import triton
 import triton.language as tl
 
-from turbo_triton.attention.common import LOG2E, key_ranges, mm, query_ranges, visible
+from turbo_triton.attention.common import LOG2E, key_ranges, mm, query_ranges, sequence, visible
 
 
 @triton.jit
@@ -33,12 +33,7 @@ def attn_bwd_preprocess_kernel(
     pid_m = tl.program_id(0)
     h = tl.program_id(1)
     b = tl.program_id(2)
-    if VARLEN:
-        q_start = tl.load(CuQ + b)
-        len_q = tl.load(CuQ + b + 1) - q_start
-    else:
-        q_start = 0
-        len_q = seq_q
+    q_start, len_q = sequence(CuQ, b, seq_q, VARLEN)
     m0 = pid_m * BLOCK_M
     if m0 >= len_q:
         return
@@ -117,16 +112,8 @@ def attn_bwd_dkdv_kernel(
     pid_n = tl.program_id(0)
     hk = tl.program_id(1)
     b = tl.program_id(2)
-    if VARLEN:
-        q_start = tl.load(CuQ + b)
-        len_q = tl.load(CuQ + b + 1) - q_start
-        k_start = tl.load(CuK + b)
-        len_k = tl.load(CuK + b + 1) - k_start
-    else:
-        q_start = 0
-        len_q = seq_q
-        k_start = 0
-        len_k = seq_k
+    q_start, len_q = sequence(CuQ, b, seq_q, VARLEN)
+    k_start, len_k = sequence(CuK, b, seq_k, VARLEN)
     n0 = pid_n * BLOCK_N
     if n0 >= len_k:
         return
@@ -211,16 +198,8 @@ def attn_bwd_dq_kernel(
     """Grid ``(query tiles, h_q, batch)``: ``dq`` of one query tile, written once (deterministic)."""
     h = tl.program_id(1)
     b = tl.program_id(2)
-    if VARLEN:
-        q_start = tl.load(CuQ + b)
-        len_q = tl.load(CuQ + b + 1) - q_start
-        k_start = tl.load(CuK + b)
-        len_k = tl.load(CuK + b + 1) - k_start
-    else:
-        q_start = 0
-        len_q = seq_q
-        k_start = 0
-        len_k = seq_k
+    q_start, len_q = sequence(CuQ, b, seq_q, VARLEN)
+    k_start, len_k = sequence(CuK, b, seq_k, VARLEN)
     m0 = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     if m0 >= len_q:
         return

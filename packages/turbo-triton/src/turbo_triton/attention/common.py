@@ -84,3 +84,12 @@ def mm(a, b, acc, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     if UPCAST:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
     return tl.dot(a, b, acc, input_precision=PRECISION)
+
+
+@triton.jit
+def sequence(Cu, b, seq, VARLEN: tl.constexpr):
+    """``(start, length)`` of sequence ``b``: from ``cu_seqlens`` (varlen) or ``(0, seq)`` (dense)."""
+    if VARLEN:
+        start = tl.load(Cu + b)
+        return start, tl.load(Cu + b + 1) - start
+    return 0, seq

@@ -12,7 +12,7 @@ sees no key and has no sink).
 import triton
 import triton.language as tl
 
-from turbo_triton.attention.common import LN2, LOG2E, key_ranges, mm, visible
+from turbo_triton.attention.common import LN2, LOG2E, key_ranges, mm, sequence, visible
 
 
 @triton.jit
@@ -83,16 +83,8 @@ def attn_fwd_kernel(
     views, with blocks ``[BLOCK_M or BLOCK_N, d]``."""
     h = tl.program_id(1)
     b = tl.program_id(2)
-    if VARLEN:
-        q_start = tl.load(CuQ + b)
-        len_q = tl.load(CuQ + b + 1) - q_start
-        k_start = tl.load(CuK + b)
-        len_k = tl.load(CuK + b + 1) - k_start
-    else:
-        q_start = 0
-        len_q = seq_q
-        k_start = 0
-        len_k = seq_k
+    q_start, len_q = sequence(CuQ, b, seq_q, VARLEN)
+    k_start, len_k = sequence(CuK, b, seq_k, VARLEN)
     m0 = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     if m0 >= len_q:
         return
