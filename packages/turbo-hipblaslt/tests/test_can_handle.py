@@ -29,7 +29,7 @@ def device(monkeypatch):
 
 
 def fp8_args(gran="TENSORWISE", ta=False, tb=True, m=256, n=128, k=384, da=E4M3, db=E4M3, block_size=None,
-             a2d=False, b2d=False):
+             a2d=False, b2d=False, out_dtype=torch.bfloat16, out=None):
     a = torch.empty((k, m) if ta else (m, k), dtype=da)
     b = torch.empty((n, k) if tb else (k, n), dtype=db)
     if gran == "TENSORWISE":
@@ -45,7 +45,7 @@ def fp8_args(gran="TENSORWISE", ta=False, tb=True, m=256, n=128, k=384, da=E4M3,
             torch.ones((k // bs, m) if ta else (m, k // bs))
         sb = torch.ones(-(-b.shape[0] // bs), -(-b.shape[1] // bs)) if b2d else \
             torch.ones((n, k // bs) if tb else (k // bs, n))
-    return GemmFp8Args(a, sa, b, sb, ta, tb, torch.bfloat16, gran, block_size)
+    return GemmFp8Args(a, sa, b, sb, ta, tb, out_dtype, gran, block_size, out=out)
 
 
 def test_cpu_tensors_are_declined_by_every_kernel():
@@ -110,3 +110,43 @@ def test_fp8_without_the_tn_rule_copies_nothing(device, ta, tb):
     prep = gemm_fp8._prepare(fp8_args("TENSORWISE", ta, tb, da=torch.float8_e4m3fnuz, db=torch.float8_e5m2fnuz))
     assert not isinstance(prep, str), prep
     assert (prep.copy_a, prep.copy_b) == (False, False)
+
+
+BLACKWELL = {**H200, "compute_capability": (10, 0)}
+FP32_NEEDLE = "no fp32 result (out_dtype=float32 or an fp32 out) on sm90 with cuBLASLt"
+
+
+@pytest.mark.parametrize("gran,block_size,b2d", [("TENSORWISE", None, False), ("ROWWISE", None, False),
+                                                 ("BLOCKWISE", 128, True)])
+@pytest.mark.parametrize("how", ["out_dtype", "out"])
+def test_fp8_fp32_results_are_declined_on_hopper(device, monkeypatch, gran, block_size, b2d, how):
+    # Hopper's FP8 MMAs accumulate at reduced precision: an fp32 result (asked for, or an fp32 out to
+    # accumulate into) would miss fp32's tolerance, so it is declined, naming the opt-in.
+    monkeypatch.delenv("TURBO_HIPBLASLT_FP8_FP32_OUT", raising=False)
+    device(H200, needs_tn=True)
+    kw = dict(out_dtype=torch.float32) if how == "out_dtype" else dict(out_dtype=None, out=torch.zeros(256, 128))
+    reason = gemm_fp8._prepare(fp8_args(gran, block_size=block_size, b2d=b2d, **kw))
+    assert isinstance(reason, str) and FP32_NEEDLE in reason and "TURBO_HIPBLASLT_FP8_FP32_OUT=1" in reason
+    for served in (dict(out_dtype=torch.bfloat16), dict(out_dtype=torch.float16),
+                   dict(out_dtype=None, out=torch.zeros(256, 128, dtype=torch.bfloat16))):
+        prep = gemm_fp8._prepare(fp8_args(gran, block_size=block_size, b2d=b2d, **served))
+        assert not isinstance(prep, str), prep
+    monkeypatch.setenv("TURBO_HIPBLASLT_FP8_FP32_OUT", "1")
+    prep = gemm_fp8._prepare(fp8_args(gran, block_size=block_size, b2d=b2d, **kw))
+    assert not isinstance(prep, str), prep
+
+
+@pytest.mark.parametrize("caps,needs_tn,fnuz", [(BLACKWELL, False, False), (MI300, False, True)])
+def test_fp8_fp32_results_are_served_where_fp8_accumulates_in_fp32(device, monkeypatch, caps, needs_tn, fnuz):
+    monkeypatch.delenv("TURBO_HIPBLASLT_FP8_FP32_OUT", raising=False)
+    device(caps, needs_tn=needs_tn)
+    dt = torch.float8_e4m3fnuz if fnuz else E4M3
+    prep = gemm_fp8._prepare(fp8_args(out_dtype=torch.float32, da=dt, db=dt))
+    assert not isinstance(prep, str), prep
+
+
+def test_fp8_fp32_opt_in_rejects_other_values(device, monkeypatch):
+    device(H200, needs_tn=True)
+    monkeypatch.setenv("TURBO_HIPBLASLT_FP8_FP32_OUT", "yes")
+    with pytest.raises(ValueError, match="TURBO_HIPBLASLT_FP8_FP32_OUT: expected 0 or 1, got 'yes'"):
+        gemm_fp8._prepare(fp8_args(out_dtype=torch.float32))

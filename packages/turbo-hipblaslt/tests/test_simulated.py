@@ -49,6 +49,14 @@ def sim(monkeypatch):
     reset_host()
 
 
+@pytest.fixture
+def fp32_opt_in(monkeypatch):
+    """Serve FP8 GEMMs with fp32 results on the simulated sm90 (declined there by default: Hopper's FP8
+    accumulation is imprecise). The simulated library computes in float64, so an fp32 result checks the
+    Python side's pointers and scales at fp32's tolerance."""
+    monkeypatch.setenv("TURBO_HIPBLASLT_FP8_FP32_OUT", "1")
+
+
 def view(t: torch.Tensor, how: str) -> torch.Tensor:
     if how == "col":
         return t.t().contiguous().t()
@@ -126,7 +134,7 @@ def _fp8(gran, ta, tb, m, n, k, a2d=False, b2d=False, seed=0, dtypes=(torch.floa
 ])
 @pytest.mark.parametrize("ta,tb", [(False, True), (False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("trans_c", [False, True])
-def test_gemm_fp8_every_layout_vs_reference(sim, gran, a2d, b2d, mnk, ta, tb, trans_c):
+def test_gemm_fp8_every_layout_vs_reference(sim, fp32_opt_in, gran, a2d, b2d, mnk, ta, tb, trans_c):
     m, n, k = mnk
     a, sa, b, sb = _fp8(gran, ta, tb, m, n, k, a2d, b2d)
     bs = 128 if gran == "BLOCKWISE" else None
@@ -144,7 +152,7 @@ def test_gemm_fp8_every_layout_vs_reference(sim, gran, a2d, b2d, mnk, ta, tb, tr
     assert_close_to_reference(acc, start.bfloat16().double() + want, dtype=torch.bfloat16)
 
 
-def test_gemm_fp8_hybrid_and_declined_pairs(sim):
+def test_gemm_fp8_hybrid_and_declined_pairs(sim, fp32_opt_in):
     e4, e5 = torch.float8_e4m3fn, torch.float8_e5m2
     a, sa, b, sb = _fp8("TENSORWISE", False, True, 4, 6, 32, dtypes=(e5, e4))
     want = reference_gemm_fp8(GemmFp8Args(a, sa, b, sb, False, True, F64))
@@ -222,7 +230,7 @@ CASES = _cases()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_conformance_case(sim, case):
+def test_conformance_case(sim, fp32_opt_in, case):
     from turbo_core.dispatch.dispatcher import BackendError
     from turbo_core.dispatch.manager import use_backend
     from turbo_core.testing.conformance import _served
@@ -237,3 +245,21 @@ def test_conformance_case(sim, case):
                 raise
             pytest.skip(f"declined: {exc}")
     assert sim.calls, "the simulated library was never called"
+
+
+def test_fp8_fp32_result_is_declined_through_the_dispatcher_without_the_opt_in(sim, monkeypatch):
+    # The H200's default: a pinned HIPBLASLT (here BLASLTSIM) refuses an fp32 FP8 result with the reason,
+    # and serves the same call with a bf16 result.
+    from turbo_core.dispatch.dispatcher import BackendError, call
+    from turbo_core.dispatch.manager import use_backend
+
+    monkeypatch.delenv("TURBO_HIPBLASLT_FP8_FP32_OUT", raising=False)
+    a, sa, b, sb = _fp8("TENSORWISE", False, True, 16, 32, 64)
+    with use_backend("BLASLTSIM", primitives=("gemm_fp8",)):
+        with pytest.raises(BackendError, match=r"no fp32 result \(out_dtype=float32 or an fp32 out\) on sm90"):
+            call("gemm_fp8", GemmFp8Args(a, sa, b, sb, False, True, torch.float32))
+        with pytest.raises(BackendError, match="TURBO_HIPBLASLT_FP8_FP32_OUT=1"):
+            call("gemm_fp8", GemmFp8Args(a, sa, b, sb, False, True, None, out=torch.zeros(16, 32)))
+        got = call("gemm_fp8", GemmFp8Args(a, sa, b, sb, False, True, torch.bfloat16))
+    want = reference_gemm_fp8(GemmFp8Args(a, sa, b, sb, False, True, F64))
+    assert_close_to_reference(got, want, dtype=torch.bfloat16)

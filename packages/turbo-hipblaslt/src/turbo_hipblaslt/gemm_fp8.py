@@ -16,8 +16,13 @@ FP8 on CUDA; FNUZ and OCP on ROCm as the headers provide. Layouts: every layout.
 cuBLASLt's FP8 kernels take only the "TN" layout (both operands contiguous along K); an operand that
 is not is first copied into that layout (one extra read and write of that FP8 operand).
 
-Numerics: ``C = sa * sb * sum_k a*b`` accumulated in fp32 by the library (fast accumulation off),
-rounded once to ``out_dtype``; with ``out``, beta = 1 (``out + C`` formed in fp32, rounded once).
+Numerics: ``C = sa * sb * sum_k a*b`` accumulated by the library (fast accumulation off), rounded
+once to ``out_dtype``; with ``out``, beta = 1 (``out + C`` formed in fp32, rounded once). On sm89/sm90
+cuBLASLt the FP8 tensor cores add products at reduced precision (about 14 bits of the running sum
+within each MMA step, promoted to fp32 between steps): errors of a few 1e-4 of the result's largest
+magnitude, invisible in a bf16/fp16 result but beyond fp32's tolerance, so an fp32 result
+(``out_dtype=float32`` or an fp32 ``out``) is declined there unless ``TURBO_HIPBLASLT_FP8_FP32_OUT=1``
+(``runtime.fp8_reduced_accumulation``). hipBLASLt and Blackwell: fp32 accumulation, no such decline.
 """
 
 from __future__ import annotations
@@ -41,6 +46,10 @@ _OCP = (torch.float8_e4m3fn, torch.float8_e5m2)
 _FNUZ = (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
 _E5M2 = (torch.float8_e5m2, torch.float8_e5m2fnuz)
 BLOCK = 128
+_FP32_REASON = ("HIPBLASLT gemm_fp8: no fp32 result (out_dtype=float32 or an fp32 out) on sm{cc} with {lib}: its "
+                "FP8 tensor-core MMAs add products at reduced precision (about 14 bits; cuBLASLt promotes to fp32 "
+                "only between MMA steps), so the result misses fp32's tolerance (1e-4; errors up to 2e-2 measured "
+                "at K=384 on the H200); ask for a bf16/fp16 result, or set {env}=1 to accept that precision")
 
 
 @dataclass(frozen=True)
@@ -108,6 +117,10 @@ def _prepare(args: GemmFp8Args) -> _Prep | str:
     else:
         return f"HIPBLASLT gemm_fp8 does not serve {gran.value} (cuBLASLt MX needs Blackwell and swizzled scales; " \
                "the hipBLASLt MX path is not implemented)"
+    if args.result_dtype == torch.float32 and runtime.fp8_reduced_accumulation(index) \
+            and not runtime.fp8_fp32_out_allowed():
+        return _FP32_REASON.format(cc="".join(map(str, caps["compute_capability"])), lib=caps["library"],
+                                   env=runtime.FP8_FP32_OUT_ENV)
 
     need_tn = runtime.fp8_needs_tn(index)
     a_meta, b_meta = blaslt.meta(a), blaslt.meta(b)

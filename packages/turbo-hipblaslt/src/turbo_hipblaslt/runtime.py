@@ -12,10 +12,12 @@ import torch
 
 from turbo_hipblaslt import _ext
 
-__all__ = ["capabilities", "device_index", "ext", "fp8_needs_tn", "reset", "run_on", "stream_handle", "tf32",
-           "workspace", "workspace_bytes"]
+__all__ = ["FP8_FP32_OUT_ENV", "capabilities", "device_index", "ext", "fp8_fp32_out_allowed", "fp8_needs_tn",
+           "fp8_reduced_accumulation", "reset", "run_on", "stream_handle", "tf32", "workspace", "workspace_bytes"]
 
 DEFAULT_WORKSPACE_MB = 32
+#: Opt-in: serve FP8 GEMMs with an fp32 result where the tensor cores accumulate FP8 at reduced precision.
+FP8_FP32_OUT_ENV = "TURBO_HIPBLASLT_FP8_FP32_OUT"
 _workspaces: dict[tuple[int, int], torch.Tensor] = {}
 _lock = threading.Lock()
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -130,12 +132,40 @@ def _probe_modes(index: int, caps: dict) -> dict[str, str | None]:
     return out
 
 
+def _cuda_ada_or_hopper(index: int) -> bool:
+    caps = capabilities(index)
+    cc = tuple(caps["compute_capability"])
+    return caps["platform"] == "cuda" and (cc == (8, 9) or cc[0] == 9)
+
+
 def fp8_needs_tn(index: int) -> bool:
     """cuBLASLt runs FP8 only in the "TN" layout (both operands contiguous along K) on sm89/sm90;
     Blackwell and hipBLASLt take every layout."""
-    caps = capabilities(index)
-    cc = caps["compute_capability"]
-    return caps["platform"] == "cuda" and (cc == (8, 9) or cc[0] == 9)
+    return _cuda_ada_or_hopper(index)
+
+
+def fp8_reduced_accumulation(index: int) -> bool:
+    """Whether the library's FP8 GEMMs on device ``index`` add products at less than fp32 precision:
+    cuBLASLt on sm89/sm90, whose FP8 tensor-core MMAs keep only about 14 bits of the running sum
+    (cuBLASLt's default, non-"fast" mode promotes the partial sums into fp32 registers between MMA
+    steps, e.g. once per 128-wide scale block for BLOCKWISE, but every step itself is imprecise).
+    Measured on the H200 (cuBLASLt 13.0, BLOCKWISE 128x256x384, fp32 result, results of standard
+    deviation ~20): errors up to 2.3e-2 against float64, half the elements beyond fp32's tolerance
+    (1e-4 + 1e-4 |ref|). Blackwell and hipBLASLt are assumed to accumulate FP8 in fp32 (not measured here)."""
+    return _cuda_ada_or_hopper(index)
+
+
+def fp8_fp32_out_allowed() -> bool:
+    """``$TURBO_HIPBLASLT_FP8_FP32_OUT`` (``0``, the default, or ``1``): serve FP8 GEMMs with an fp32
+    result (``out_dtype=float32`` or an fp32 ``out``, e.g. the fused wgrad's ``main_grad``) even where
+    :func:`fp8_reduced_accumulation` holds, accepting that precision. Read at every capability check;
+    set it before the first call (turbo's dispatcher caches the backend it selected for a signature)."""
+    raw = os.environ.get(FP8_FP32_OUT_ENV, "").strip()
+    if raw in ("", "0"):
+        return False
+    if raw == "1":
+        return True
+    raise ValueError(f"{FP8_FP32_OUT_ENV}: expected 0 or 1, got {raw!r}")
 
 
 def reset() -> None:

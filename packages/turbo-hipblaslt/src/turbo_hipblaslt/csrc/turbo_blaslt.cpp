@@ -272,6 +272,15 @@ bool build(const Call& c, tb::Handle handle, Entry& e) {
   const tb::Operation opb = c.transb ? tb::kOpT : tb::kOpN;
   if ((st = set_desc(e.desc, TB_DESC(TRANSA), opa)) != tb::kSuccess) return e.fail("setup", st, "TRANSA; " + what);
   if ((st = set_desc(e.desc, TB_DESC(TRANSB), opb)) != tb::kSuccess) return e.fail("setup", st, "TRANSB; " + what);
+#if !defined(TURBO_BLASLT_ROCM)
+  if (c.a_type >= kCodeE4M3 || c.b_type >= kCodeE4M3) {
+    // FP8: keep promoting partial sums into fp32 (the library's default, set so it never depends on one).
+    const int8_t fast_accum = 0;
+    if ((st = set_desc(e.desc, TB_DESC(FAST_ACCUM), fast_accum)) != tb::kSuccess) {
+      return e.fail("setup", st, "FAST_ACCUM; " + what);
+    }
+  }
+#endif
   if (c.epilogue != kEpiNone) {
     tb::Epilogue epi = TB_EPILOGUE(DEFAULT);
     if (c.epilogue == kEpiBias) epi = TB_EPILOGUE(BIAS);
