@@ -1,4 +1,4 @@
-"""``turbo`` — the command-line entry point (``turbo backends``, ``turbo doctor``, ``turbo bench``, ``turbo accuracy``, ``turbo profile``)."""
+"""``turbo`` — the command-line entry point (``turbo backends``, ``turbo doctor``, ``turbo bench``, ``turbo accuracy``, ``turbo profile``, ``turbo tune``)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ def _parser() -> argparse.ArgumentParser:
     from turbo_core.cli import demo_cmd
 
     demo_cmd.add_parser(sub)
+    from turbo_core.cli import tune_cmd
+
+    tune_cmd.add_parser(sub)
     return parser
 
 
@@ -40,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         from turbo_core.cli.accuracy_cmd import run
     elif args.command == "demo":
         from turbo_core.cli.demo_cmd import run
+    elif args.command == "tune":
+        from turbo_core.cli.tune_cmd import run
     else:
         from turbo_core.cli.doctor_cmd import run
     return run(args)

@@ -5,7 +5,10 @@ Selection order (as Primus-Turbo's, made per key):
 0. ``turbo_core.use_backend(name)`` context
 1. code: ``GlobalBackendManager.set_*_backend`` / ``set_backend``
 2. environment: ``TURBO_<FAMILY|PRIMITIVE>_BACKEND``
-3. auto-tune: a ``AUTOTUNE`` choice from 1/2 for this key, or the global switch
+3. auto-tune: (a) its persistent form, the tuning database (``turbo tune``;
+   ``turbo_core.tuning``), always consulted; a measured entry applies only if the backend step 4
+   would pick was among the backends it was timed against; (b) timing on the first call of a key,
+   when ``AUTOTUNE`` is chosen in 1/2 for this key or by the global switch
 4. the primitive's default for this platform (``turbo_core.dispatch.defaults``)
 5. fallback: the first capable registered backend, with a one-time warning
 
@@ -14,7 +17,8 @@ A backend chosen in 0-2 that cannot serve the call raises :class:`BackendError` 
 ``call()`` (the eager entry point) validates every call, then looks the answer up in a selection
 cache (``turbo_core.dispatch.selection_cache``) keyed by the call signature, the pin, the settings
 generation and the environment variables that matter: a repeated call skips the walk above.
-Auto-tune picks and errors are never cached; ``select()`` itself always walks the whole order.
+Auto-tune picks and errors are never cached (a tuning-database answer is: loading a database empties
+the cache); ``select()`` itself always walks the whole order.
 While a torch profiler is active, ``call()`` runs the kernel inside a ``turbo::<primitive>[<backend>]``
 ``record_function`` range (``turbo_core.profiling.labels``); otherwise it only reads one flag.
 """
@@ -42,6 +46,7 @@ from turbo_core.platform import Platform, platform_of
 from turbo_core.plugins.host import get_host
 from turbo_core.plugins.types import Kernel
 from turbo_core.profiling import labels as _labels
+from turbo_core.tuning import active as _tuning
 
 __all__ = ["BackendError", "Selection", "cache_info", "cached_select", "call", "clear_selection_cache",
            "clear_warnings", "decline_reason", "select", "stats"]
@@ -60,7 +65,7 @@ class BackendError(RuntimeError):
 
 @dataclass(frozen=True)
 class Selection:
-    """Which backend a call goes to and why (``how``: use_backend, code, env, autotune,
+    """Which backend a call goes to and why (``how``: use_backend, code, env, tuned, autotune,
     autotune-cache, autotune-disk, default, fallback)."""
 
     primitive: str
@@ -171,6 +176,13 @@ def _resolve(prim: Primitive, args: Any) -> tuple[Selection, Platform, bool]:
             return _explicit(prim, choice.backend, layer, source, args, platform), platform, True
 
     cacheable = True
+    if prim.tunable:
+        cacheable = not _tuning.overridden()  # tuning.disabled()/forcing(): tools' answers, not cached
+        tuned = _tuning.lookup(prim.name, args, platform)
+        if tuned is not None and decline_reason(prim, tuned[0], args, platform) is None:
+            backend, source, compared = tuned
+            if not compared or _default_backend(prim, args, platform) in (*compared, None):
+                return Selection(prim.name, backend, "tuned", source), platform, cacheable
     if prim.tunable and ((choice is not None and choice.auto_tune) or GlobalBackendManager.auto_tune_enabled()):
         cacheable = False
         kernels = {k.backend: k for k in registry.kernels_for(prim.name)}
@@ -205,6 +217,14 @@ def _resolve(prim: Primitive, args: Any) -> tuple[Selection, Platform, bool]:
     raise BackendError(f"{prim.name}: no backend can run this call on {platform.arch or platform.kind} ({detail})")
 
 
+def _default_backend(prim: Primitive, args: Any, platform: Platform) -> str | None:
+    """The backend step 4 would pick for this call (``None``: none, step 5 would fall back)."""
+    for name in default_order(prim.name, platform):
+        if decline_reason(prim, name, args, platform) is None:
+            return name
+    return None
+
+
 def _select_for_call(prim: Primitive, args: Any) -> tuple[Selection, Kernel]:
     """The selection and kernel of a call: from the cache when an answer for this key is there and
     its backend is still available, else from :func:`_resolve` (stored when deterministic)."""
@@ -221,8 +241,8 @@ def _select_for_call(prim: Primitive, args: Any) -> tuple[Selection, Kernel]:
     selection, platform, cacheable = _resolve(prim, args)
     kernel = registry.kernel(prim.name, selection.backend)
     if cacheable and key is not None and kernel is not None and settings_unchanged(key, prim):
-        # a default or fallback answer also rests on the defaults table (re-read on each hit)
-        defaults = default_order(prim.name, platform) if selection.how in ("default", "fallback") else None
+        # a default, fallback or tuned answer also rests on the defaults table (re-read on each hit)
+        defaults = default_order(prim.name, platform) if selection.how in ("default", "fallback", "tuned") else None
         record = registry.backend(selection.backend)
         _cache.put(key, CachedSelection(prim, selection, kernel, record, platform, defaults), registry, epoch)
     return selection, kernel

@@ -51,8 +51,10 @@ DEFAULT_CAPACITY = 4096
 
 # Variables read on the way through select() for every primitive, beside its own
 # TURBO_<PRIMITIVE>_BACKEND / TURBO_<FAMILY>_BACKEND (and their PRIMUS_TURBO_ aliases):
-# the auto-tune switch, and TRITON_INTERPRET, which the TRITON backend's capability checks read.
-_COMMON_ENV = ("TURBO_AUTO_TUNE", "PRIMUS_TURBO_AUTO_TUNE", "TRITON_INTERPRET")
+# the auto-tune switch, TRITON_INTERPRET, which the TRITON backend's capability checks read, and the
+# tuning-database variables (turbo_core.tuning.active: a change reloads the database on the next miss).
+_COMMON_ENV = ("TURBO_AUTO_TUNE", "PRIMUS_TURBO_AUTO_TUNE", "TRITON_INTERPRET", "TURBO_TUNING_DB", "TURBO_TUNING",
+               "TURBO_TUNING_VERSIONS")
 
 _env_names: dict[tuple[str, str], tuple[tuple[str, ...], tuple | None]] = {}
 
@@ -175,7 +177,7 @@ def settings_unchanged(key: tuple, prim: Any) -> bool:
 class CachedSelection(NamedTuple):
     """What a hit hands back: the primitive it was resolved for, the ``Selection``, the kernel to
     run, the backend's registry record (its availability is re-read on every hit), the call's
-    platform, and for a default or fallback answer the defaults-table entry it was resolved with
+    platform, and for a default, fallback or tuned answer the defaults-table entry it was resolved with
     (the very tuple: a hit requires ``default_order`` to still return it), else ``None``."""
 
     prim: Any

@@ -4,11 +4,22 @@ A config is ``(BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages)``. The
 what is known of each chip: sm90 (H100/H200: 228 KB shared memory per SM, wgmma on 64-row
 warpgroup tiles), gfx942 (MI300X: 64 KB LDS, 304 CUs, MFMA 32x32x8) and gfx950 (MI355X: 160 KB LDS,
 256 CUs). Small problems use smaller tiles so that every SM gets work.
+
+A tuned config from the tuning database (``turbo tune gemm``; ``turbo_core.tuning``) replaces the
+table's choice for its key: :func:`tuning_key` (arch, ``(M, N, K)``, operand and output element
+widths, B's orientation: what the table's choice depends on). A tuned config is used as stored (it
+was timed as it is; ``launch_fitted`` still shrinks one that does not fit). Without a database entry
+:func:`pick` is the table's choice, as before. :data:`CANDIDATES` is the search space per arch that
+this module offers to ``turbo tune`` (registered with ``turbo_core.tuning`` when it loads).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import logging
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from turbo_core.tuning import Key, Space, kernel_config, register_space
 
 
 @dataclass(frozen=True)
@@ -98,9 +109,21 @@ def fit(cfg: GemmConfig, arch: str, elem_bytes: int, out_bytes: int) -> GemmConf
 
 def pick(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int, out_bytes: int | None = None,
          b_row_major: bool = False) -> GemmConfig:
-    """The config for an ``M x N x K`` problem; ``b_row_major`` when op(B) is B itself (not trans_b)."""
-    cfg = _pick(arch, m, n, k, num_sms, elem_bytes, b_row_major)
-    return fit(cfg, arch, elem_bytes, out_bytes or elem_bytes)
+    """The config for an ``M x N x K`` problem; ``b_row_major`` when op(B) is B itself (not trans_b):
+    the tuning database's config for this key when it has one, else the table's."""
+    out_bytes = out_bytes or elem_bytes
+    tuned = kernel_config("TRITON", "gemm", _raw_key(arch, m, n, k, elem_bytes, out_bytes, b_row_major))
+    if tuned is not None:
+        cfg = _from_db(tuned)
+        if cfg is not None:
+            return cfg
+    return heuristic(arch, m, n, k, num_sms, elem_bytes, out_bytes, b_row_major)
+
+
+def heuristic(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int, out_bytes: int,
+              b_row_major: bool) -> GemmConfig:
+    """The table's config (fitted to the arch's shared memory), ignoring the tuning database."""
+    return fit(_pick(arch, m, n, k, num_sms, elem_bytes, b_row_major), arch, elem_bytes, out_bytes)
 
 
 def _pick(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int, b_row_major: bool) -> GemmConfig:
@@ -116,3 +139,136 @@ def _pick(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int, b_ro
     if -(-m // medium.block_m) * -(-n // medium.block_n) >= num_sms // 2:
         return medium
     return table["small"]
+
+
+# -- tuning (turbo_core.tuning) ---------------------------------------------------------------------
+
+#: Configs ``turbo tune gemm`` tries besides the table's choice, per arch. sm90: the variants of the
+#: H200 sweep (benchmarks/gemm-h200-2026-11-29.md) that came within a few percent of the table's large
+#: config on some layout; the AMD lists vary tiles and stages around their tables (not yet run on a
+#: GPU); the interpreter's keep the CPU runs of the tests quick.
+CANDIDATES: dict[str, tuple[GemmConfig, ...]] = {
+    "sm90": (
+        GemmConfig(128, 256, 64, 8, 8, 4, warp_specialize=True),
+        GemmConfig(128, 256, 64, 8, 8, 4, flatten=True, warp_specialize=True),
+        GemmConfig(128, 256, 64, 8, 8, 4, flatten=True, warp_specialize=True, subtile=True),
+        GemmConfig(128, 256, 64, 8, 8, 3, subtile=True),
+        GemmConfig(128, 256, 64, 16, 8, 3, flatten=True, subtile=True),
+        GemmConfig(256, 128, 64, 8, 8, 3, flatten=True, warp_specialize=True),
+        GemmConfig(128, 128, 64, 8, 4, 4, flatten=True),
+        GemmConfig(128, 128, 64, 8, 8, 4),
+    ),
+    "gfx942": (
+        GemmConfig(256, 256, 64, 8, 8, 2), GemmConfig(256, 128, 64, 8, 8, 2), GemmConfig(128, 256, 64, 8, 8, 2),
+        GemmConfig(128, 128, 64, 8, 4, 2), GemmConfig(128, 128, 64, 4, 8, 2), GemmConfig(256, 256, 32, 8, 8, 2),
+    ),
+    "gfx950": (
+        GemmConfig(256, 256, 64, 8, 8, 2), GemmConfig(256, 256, 64, 8, 8, 3), GemmConfig(256, 128, 64, 8, 8, 2),
+        GemmConfig(128, 256, 64, 8, 8, 2), GemmConfig(128, 128, 64, 8, 4, 2), GemmConfig(256, 256, 128, 8, 8, 2),
+    ),
+    "default": (
+        GemmConfig(128, 128, 32, 8, 4, 3), GemmConfig(128, 64, 32, 8, 4, 3), GemmConfig(64, 128, 32, 8, 4, 3),
+        GemmConfig(128, 128, 64, 8, 8, 3),
+    ),
+    "interpreter": (GemmConfig(32, 32, 16, 4, 1, 1), GemmConfig(16, 16, 16, 4, 1, 1), GemmConfig(32, 64, 32, 4, 1, 1)),
+}
+
+_BLOCKS = ("block_m", "block_n", "block_k")
+_INTS = ("group_m", "num_warps", "num_stages")
+_BOOLS = ("flatten", "warp_specialize", "subtile")
+_FIELDS = tuple(f.name for f in fields(GemmConfig))
+log = logging.getLogger("turbo")
+_converted: dict[int, tuple[dict, GemmConfig | None]] = {}
+_WIDTHS: dict[tuple[int, int], tuple[str, str]] = {}
+
+
+def tuning_key(arch: str, m: int, n: int, k: int, elem_bytes: int, out_bytes: int, b_row_major: bool) -> Key:
+    """The tuning-database key of a config choice: what :func:`pick`'s table depends on."""
+    return Key(*_raw_key(arch, m, n, k, elem_bytes, out_bytes, b_row_major))
+
+
+def _raw_key(arch: str, m: int, n: int, k: int, elem_bytes: int, out_bytes: int, b_row_major: bool) -> tuple:
+    """:func:`tuning_key` as a plain tuple (equal to the ``Key``, with the same hash; cheaper to build on
+    every launch)."""
+    widths = _WIDTHS.get((elem_bytes, out_bytes))
+    if widths is None:
+        widths = _WIDTHS.setdefault((elem_bytes, out_bytes), (f"{8 * elem_bytes}bit", f"{8 * out_bytes}bit"))
+    return (arch, (m, n, k), widths, "b_row_major" if b_row_major else "b_col_major")
+
+
+def to_dict(cfg: GemmConfig) -> dict:
+    return asdict(cfg)
+
+
+def from_dict(d: dict) -> GemmConfig:
+    """A config from its database form; ``ValueError`` naming the bad field."""
+    unknown = sorted(set(d) - set(_FIELDS))
+    if unknown:
+        raise ValueError(f"config: unknown field(s) {', '.join(unknown)}; known: {', '.join(_FIELDS)}")
+    missing = [f for f in (*_BLOCKS, *_INTS) if f not in d]
+    if missing:
+        raise ValueError(f"config: missing field(s) {', '.join(missing)}")
+    for f in _BLOCKS:
+        v = d[f]
+        if type(v) is not int or v < 16 or v & (v - 1):
+            raise ValueError(f"config.{f}: expected a power of two >= 16, got {v!r}")
+    for f in _INTS:
+        v = d[f]
+        if type(v) is not int or v < 1 or (f == "num_warps" and v & (v - 1)):
+            what = "a power of two" if f == "num_warps" else "a positive integer"
+            raise ValueError(f"config.{f}: expected {what}, got {v!r}")
+    for f in _BOOLS:
+        if f in d and type(d[f]) is not bool:
+            raise ValueError(f"config.{f}: expected true or false, got {d[f]!r}")
+    acc = d.get("imprecise_acc")
+    if acc is not None and (type(acc) is not int or acc < 1):
+        raise ValueError(f"config.imprecise_acc: expected a positive integer or null, got {acc!r}")
+    return GemmConfig(**d)
+
+
+def _from_db(d: dict) -> GemmConfig | None:
+    """The :class:`GemmConfig` of a database dict (converted once per dict; a bad one is reported once
+    and ignored, so the table's choice applies)."""
+    hit = _converted.get(id(d))
+    if hit is not None and hit[0] is d:
+        return hit[1]
+    try:
+        cfg = from_dict(d)
+    except ValueError as exc:
+        log.warning("turbo: ignoring a tuned TRITON gemm config: %s", exc)
+        cfg = None
+    if len(_converted) >= 1024:
+        _converted.clear()
+    _converted[id(d)] = (d, cfg)
+    return cfg
+
+
+def _facts(args: Any) -> tuple:
+    from turbo_core.dispatch.specs.gemm import gemm_dims
+    from turbo_triton import _runtime
+
+    arch, sms = _runtime.device_facts(args.a)
+    m, n, k = gemm_dims(args)
+    return arch, sms, m, n, k, args.a.element_size(), args.result_dtype.itemsize, not args.trans_b
+
+
+def _space_key(args: Any) -> Key:
+    arch, _, m, n, k, eb, ob, brm = _facts(args)
+    return tuning_key(arch, m, n, k, eb, ob, brm)
+
+
+def _space_candidates(args: Any) -> list[dict]:
+    """The arch's candidates for this call, without the table's own choice (``turbo tune`` times that
+    one as the baseline). Not fitted: one that needs more shared memory than the device has is shrunk
+    by ``launch_fitted`` when it fails to load, when tuned and again when used from the database."""
+    arch, sms, m, n, k, eb, ob, brm = _facts(args)
+    seen = {heuristic(arch, m, n, k, sms, eb, ob, brm)}
+    out = []
+    for cfg in CANDIDATES.get(arch, CANDIDATES["default"]):
+        if cfg not in seen:
+            seen.add(cfg)
+            out.append(to_dict(cfg))
+    return out
+
+
+register_space(Space("TRITON", "gemm", candidates=_space_candidates, key=_space_key, libraries=("triton",)))

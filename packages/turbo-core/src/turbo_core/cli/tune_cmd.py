@@ -1,0 +1,213 @@
+"""``turbo tune gemm [--quick] [--shapes ...] [--out FILE] ...`` and ``turbo tune --check FILE``.
+
+``turbo tune gemm`` searches the backend choice and, for backends that offer one (TRITON), a small
+kernel-config space for each shape of the gemm suite, and writes the winners to a tuning database
+(``turbo_core.tuning``; an existing ``--out`` file is merged into, the new results winning). Use it
+with ``TURBO_TUNING_DB=FILE``. ``turbo tune --check FILE`` re-times the stored choices against what
+the heuristics pick and exits 1 on a regression. On the CPU, ``--quick`` tunes tiny shapes on TORCH
+and TRITON (with ``TRITON_INTERPRET=1``). Exit status 2 on bad options.
+"""
+
+from __future__ import annotations
+
+SUITES = ("gemm",)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tune", help="offline tuning: backend choice and kernel configs per shape -> a tuning database")
+    p.add_argument("suite", nargs="?", choices=SUITES, help="what to tune (gemm: the gemm suite's shapes)")
+    p.add_argument("--check", metavar="FILE", help="re-time FILE's stored choices against the heuristics")
+    p.add_argument("--quick", action="store_true", help="tiny shapes, few configs and iterations (CPU smoke runs)")
+    p.add_argument("--shapes", nargs="*", metavar="MxNxK[:LAYOUT]",
+                   help="tune these shapes instead of the suite's (layout NN/NT/TN/TT, default NT)")
+    p.add_argument("--models", nargs="*", help="restrict the suite to these models")
+    p.add_argument("--tokens", type=int, default=None, help="tokens per micro-batch (default 8192; --quick 32)")
+    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    p.add_argument("--backends", nargs="*", help="candidate backends (default: every available one; TORCH on the "
+                                                 "CPU or with --include-reference)")
+    p.add_argument("--include-reference", action="store_true", help="also time the TORCH reference backend on a GPU")
+    p.add_argument("--no-configs", action="store_true", help="tune the backend choice only")
+    p.add_argument("--max-configs", type=int, default=None, help="try at most this many configs per backend")
+    p.add_argument("--min-gain", type=float, default=0.01,
+                   help="keep a tuned config only if it beats the heuristics by this fraction (default 0.01)")
+    p.add_argument("--threshold", type=float, default=0.03,
+                   help="--check: a stored choice slower than the heuristics by more than this fraction regresses")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up calls per timing (default 5; --quick 1)")
+    p.add_argument("--iters", type=int, default=None, help="timed calls per timing (default 20; --quick 3)")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help="seconds: start no new shape after this (the finished ones are written)")
+    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when present (cpu with --quick)")
+    p.add_argument("--out", help="the database to write (default turbo-tuning-<arch>.json; merged if it exists)")
+    p.add_argument("--report", help="write the rows (tune or check) as JSON to this file")
+
+
+def _write_json(path: str, obj) -> None:
+    import json
+    import os
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump(obj, fh, indent=1)
+        fh.write("\n")
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def run(args) -> int:
+    import torch
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if args.suite is None and not args.check:
+        console.print("turbo tune: give what to tune (gemm) or --check FILE")
+        return 2
+    if args.suite is not None and args.check:
+        console.print("turbo tune: --check re-times an existing database; do not also name a suite")
+        return 2
+    for name in ("warmup", "iters", "max_configs", "tokens"):
+        v = getattr(args, name)
+        low = 0 if name == "warmup" else 1
+        if v is not None and v < low:
+            want = "a count >= 0" if low == 0 else "a positive count"
+            console.print(f"turbo tune: --{name.replace('_', '-')}: expected {want}, got {v}")
+            return 2
+    if not 0 <= args.min_gain < 1 or not args.threshold >= 0:
+        console.print(f"turbo tune: --min-gain must be in [0, 1) and --threshold >= 0 "
+                      f"(got {args.min_gain}, {args.threshold})")
+        return 2
+    device = args.device or ("cuda" if torch.cuda.is_available() and not args.quick else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        console.print("turbo tune: --device cuda: no GPU is visible")
+        return 2
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 5)
+    iters = args.iters if args.iters is not None else (3 if args.quick else 20)
+    if args.check:
+        return _run_check(args, console, device, warmup, iters)
+    return _run_tune(args, console, device, warmup, iters)
+
+
+def _arch(device: str) -> str:
+    import torch
+
+    from turbo_core.platform import platform_of
+    from turbo_core.tuning.keys import arch_of
+
+    return arch_of(platform_of(torch.device(device)))
+
+
+def _meta(device: str, arch: str) -> dict:
+    import datetime
+    import sys
+
+    from turbo_core import __version__
+    from turbo_core.bench.runner import environment
+
+    return {"arch": arch, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "argv": ["turbo", *sys.argv[1:]], "turbo_core": __version__, "environment": environment(device)}
+
+
+def _run_tune(args, console, device: str, warmup: int, iters: int) -> int:
+    import os
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from turbo_core.backend import normalize_backend_name
+    from turbo_core.bench.runner import available_backends
+    from turbo_core.tuning import campaign, keys
+    from turbo_core.tuning.db import TuningDB
+
+    arch = _arch(device)
+    try:
+        dtype = keys.dtype_of(args.dtype)
+        cases = campaign.gemm_cases(arch=arch, dtype=dtype, device=device, quick=args.quick, shapes=args.shapes,
+                                    models=args.models, tokens=args.tokens)
+        available = available_backends("gemm", include_reference=device == "cpu" or args.include_reference)
+        if args.backends:
+            backends = [normalize_backend_name(b, argument="--backends") for b in args.backends]
+            missing = [b for b in backends if b not in available_backends("gemm")]
+            if missing:
+                raise ValueError(f"--backends: {', '.join(missing)} not available here "
+                                 f"(available: {', '.join(available_backends('gemm')) or 'none'})")
+        else:
+            backends = available
+    except ValueError as exc:
+        console.print(f"turbo tune: {exc}")
+        return 2
+    if not cases:
+        console.print("turbo tune: no shapes (unknown --models?)")
+        return 2
+    out = args.out or f"turbo-tuning-{arch}.json"
+    console.print(f"turbo tune gemm: {len(cases)} shapes on {arch}, backends {', '.join(backends) or 'none'}, "
+                  f"{warmup}+{iters} calls per timing")
+    db, rows = campaign.tune(
+        cases, backends=backends, device=device, warmup=warmup, iters=iters, configs=not args.no_configs,
+        max_configs=args.max_configs if args.max_configs is not None else (2 if args.quick else None),
+        min_gain=args.min_gain, time_limit=args.time_limit, progress=lambda label: console.print(f"  {label}"),
+    )
+    table = Table(title=f"turbo tune gemm ({arch})")
+    for col in ("shape", "heuristic", "tuned", "times (us)", "vs heuristic", "config gain", "status"):
+        table.add_column(col)
+    for r in rows:
+        times = ", ".join(f"{b} {_us(t)}" for b, t in r.times_us.items())
+        gain = ", ".join(f"{b} {g:.3f}x" for b, g in r.config_gain.items()) or "-"
+        table.add_row(r.label, r.heuristic or "-", r.backend or "-", times or "-",
+                      f"{r.speedup:.3f}x" if r.speedup else "-", gain, r.status)
+    Console().print(table)
+    if args.report:
+        _write_json(args.report, [_tune_row_json(r) for r in rows])
+    if not len(db):
+        console.print("turbo tune: nothing was tuned")
+        return 1
+    merged = TuningDB()
+    if os.path.exists(out):
+        try:
+            merged = TuningDB.load(out)
+        except (OSError, ValueError) as exc:
+            console.print(f"turbo tune: --out: cannot merge into {out}: {exc}")
+            return 2
+    merged.merge(db)
+    merged.save(out, _meta(device, arch))
+    console.print(f"wrote {len(db)} tuned shapes to {out} ({len(merged)} in the file); "
+                  f"use it with TURBO_TUNING_DB={out}")
+    return 0
+
+
+def _tune_row_json(r) -> dict:
+    return {"shape": r.label, "key": r.key.to_json(), "status": r.status, "heuristic": r.heuristic,
+            "backend": r.backend, "times_us": r.times_us, "heuristic_time_us": r.heuristic_time_us,
+            "speedup": r.speedup, "config_gain": r.config_gain, "rejected": r.rejected}
+
+
+def _run_check(args, console, device: str, warmup: int, iters: int) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from turbo_core.tuning import campaign
+    from turbo_core.tuning.db import TuningDB
+
+    try:
+        db = TuningDB.load(args.check)
+    except (OSError, ValueError) as exc:
+        console.print(f"turbo tune: --check: {exc}")
+        return 2
+    rows = campaign.check(db, device=device, warmup=warmup, iters=iters, threshold=args.threshold,
+                          time_limit=args.time_limit, progress=lambda label: console.print(f"  {label}"))
+    table = Table(title=f"turbo tune --check {args.check}")
+    for col in ("entry", "stored", "heuristic", "stored (us)", "heuristic (us)", "ratio", "status"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.label, r.what, r.heuristic or "-", _us(r.stored_us), _us(r.heuristic_us),
+                      f"{r.ratio:.3f}x" if r.ratio else "-", r.status)
+    Console().print(table)
+    if args.report:
+        _write_json(args.report, [{"entry": r.label, "stored": r.what, "status": r.status, "stored_us": r.stored_us,
+                                   "heuristic_us": r.heuristic_us, "heuristic": r.heuristic, "ratio": r.ratio}
+                                  for r in rows])
+    bad = [r for r in rows if r.status in ("regression", "wrong") or r.status.startswith("error")]
+    checked = [r for r in rows if not r.status.startswith("skipped")]
+    console.print(f"turbo tune --check: {len(checked)} checked, {len(bad)} regressed or wrong, "
+                  f"{sum(r.status == 'stale' for r in rows)} stale, {len(rows) - len(checked)} skipped")
+    return 1 if bad else 0

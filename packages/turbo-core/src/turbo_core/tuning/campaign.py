@@ -1,0 +1,379 @@
+"""Tuning campaigns (``turbo tune``): time backends and kernel configs per key, keep the winners.
+
+For each case (a key and random arguments of it):
+
+1. the *heuristic* choice: what the selection order picks with every database off;
+2. every candidate backend (the available ones with a kernel that accepts the call, plus the
+   heuristic's) with its own heuristics (no database): the baseline of its configs;
+3. for a backend that offers a search space (``turbo_core.tuning.spaces``), each candidate config,
+   forced through the normal dispatch path (``use_backend`` + ``turbo_core.tuning.forcing``); a
+   config whose first output is off the reference by more than the tolerance is rejected; the best
+   one is kept if it beats the backend's heuristics by more than ``min_gain``;
+4. the backend choice: the fastest backend, each timed with the config dispatch would then use.
+
+Timing: ``turbo_core.bench.timing.measure`` (CUDA events, inputs rotated beyond L2; wall clock on
+the CPU), median. :func:`check` re-times a database's stored choices against the heuristics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from turbo_core.bench import timing
+from turbo_core.bench.runner import tensor_bytes
+from turbo_core.bench.suites import gemm as gemm_suite
+from turbo_core.dispatch.dispatcher import call, decline_reason, select
+from turbo_core.dispatch.manager import use_backend
+from turbo_core.dispatch.primitives import get_primitive
+from turbo_core.platform import platform_of
+from turbo_core.plugins.host import get_host
+from turbo_core.tuning import active as _active
+from turbo_core.tuning import keys as _keys
+from turbo_core.tuning import versions
+from turbo_core.tuning.db import ConfigChoice, Entry, TuningDB
+from turbo_core.tuning.spaces import get_space, spaces
+
+__all__ = ["Case", "CheckRow", "TuneRow", "check", "gemm_cases", "tune"]
+
+#: ``max|out - ref| / max|ref|`` allowed for a candidate, by operand dtype (bf16/fp16 outputs round
+#: to 8/11 bits; fp32 GEMMs may run as tf32x3).
+TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-3}
+
+
+@dataclass
+class Case:
+    primitive: str
+    key: _keys.Key
+    label: str
+    make: Callable[[torch.Generator], Any]  # one random argument object of the key
+    flops: int = 0
+
+
+@dataclass
+class TuneRow:
+    label: str
+    key: _keys.Key
+    status: str
+    backend: str | None = None
+    heuristic: str | None = None
+    times_us: dict[str, float] = field(default_factory=dict)
+    heuristic_time_us: float | None = None
+    config_gain: dict[str, float] = field(default_factory=dict)  # backend -> heuristic time / tuned time
+    rejected: dict[str, str] = field(default_factory=dict)       # "BACKEND config" -> why
+
+    @property
+    def speedup(self) -> float | None:
+        if self.backend is None or self.heuristic_time_us is None:
+            return None
+        return self.heuristic_time_us / self.times_us[self.backend]
+
+
+@dataclass
+class CheckRow:
+    label: str
+    what: str            # "backend TRITON" or "TRITON config"
+    status: str          # ok | regression | wrong | stale | skipped: ... | error: ...
+    stored_us: float | None = None
+    heuristic_us: float | None = None
+    heuristic: str | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """Heuristic time / stored time (above 1: the stored choice is faster)."""
+        if self.stored_us is None or self.heuristic_us is None or self.stored_us == 0:
+            return None
+        return self.heuristic_us / self.stored_us
+
+
+# -- cases -----------------------------------------------------------------------------------------
+
+def parse_shape(text: str) -> tuple[int, int, int, str]:
+    """``"MxNxK"`` or ``"MxNxK:LAYOUT"`` (layout NN/NT/TN/TT, default NT) -> ``(m, n, k, layout)``."""
+    dims, _, layout = text.partition(":")
+    layout = (layout or "NT").upper()
+    parts = dims.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"--shapes: expected MxNxK or MxNxK:LAYOUT with positive sizes, got {text!r}")
+    if layout not in ("NN", "NT", "TN", "TT"):
+        raise ValueError(f"--shapes: layout must be NN, NT, TN or TT, got {layout!r} in {text!r}")
+    m, n, k = (int(p) for p in parts)
+    return m, n, k, layout
+
+
+def gemm_cases(*, arch: str, dtype: torch.dtype, device: str, quick: bool, shapes: Sequence[str] | None = None,
+               models: Sequence[str] | None = None, tokens: int | None = None) -> list[Case]:
+    """The gemm suite's cases (``turbo_core.bench.suites.gemm``; ``--quick``: its tiny shapes), or
+    the given ``MxNxK[:LAYOUT]`` shapes, one case per distinct key."""
+
+    items: list[tuple[str, int, int, int, str]] = []
+    if shapes:
+        for s in shapes:
+            m, n, k, layout = parse_shape(s)
+            items.append((f"{m}x{n}x{k} {layout}", m, n, k, layout))
+    else:
+        for c in gemm_suite.cases(tokens or (32 if quick else 8192), quick, list(models) if models else None):
+            items.append((c.label, c.m, c.n, c.k, c.layout))
+    name = _keys.dtype_name(dtype)
+    out: dict[_keys.Key, Case] = {}
+    for label, m, n, k, layout in items:
+        key = _keys.Key(arch, (m, n, k), (name, name), layout)
+        if key not in out:
+            out[key] = Case("gemm", key, label,
+                            lambda g, key=key: _keys.gemm_args_for(key, device, g), 2 * m * n * k)
+    return list(out.values())
+
+
+# -- timing ----------------------------------------------------------------------------------------
+
+def _reference(primitive: str, args: Any) -> torch.Tensor:
+    """An independent result to check candidates against: float64 math on the CPU; on a GPU
+    ``torch.matmul`` in the operands' dtype, kept in float32 (its rounding is within the tolerance,
+    and model-sized outputs stay a few GB)."""
+    if primitive != "gemm":
+        raise ValueError(f"primitive: no reference for {primitive!r}")
+    a, b = args.a, args.b
+    if a.device.type == "cpu":
+        a, b = a.double(), b.double()
+    c = (a.t() if args.trans_a else a) @ (b.t() if args.trans_b else b)
+    c = c.t() if args.trans_c else c
+    return c if c.dtype == torch.float64 else c.float()
+
+
+def _err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """``max|out - ref| / max|ref|`` (``max|ref|`` of 0 counts as 1), in ``ref``'s dtype."""
+    scale = ref.abs().max().item() or 1.0
+    return (out.to(ref.dtype) - ref).abs().max().item() / scale
+
+
+def _time(primitive: str, backend: str, sets: list, *, config: dict | None, warmup: int, iters: int,
+          ref: torch.Tensor | None = None, tol: float = math.inf) -> tuple[float, float | None]:
+    """``(median microseconds, error of the first output or None)`` of ``backend`` on ``sets``,
+    with ``config`` forced (else the backend's heuristics) and every database off."""
+
+    with use_backend(backend), _active.disabled():
+        ctx = _active.forcing(backend, primitive, config) if config is not None else contextlib.nullcontext()
+        with ctx:
+            err = None
+            if ref is not None:
+                err = _err(call(primitive, sets[0]), ref)
+                if not err <= tol:
+                    return math.inf, err
+            t = timing.measure(lambda args: call(primitive, args), [(s,) for s in sets], warmup=warmup, iters=iters)
+    return t.median_ms * 1e3, err
+
+
+def _input_sets(case: Case, gen: torch.Generator, device: str) -> list:
+
+    first = case.make(gen)
+    if device != "cuda":
+        return [first]
+    n = timing.copies_needed(tensor_bytes([getattr(first, f.name) for f in dataclasses.fields(first)]))
+    return [first] + [case.make(gen) for _ in range(n - 1)]
+
+
+def _heuristic(primitive: str, args: Any) -> str:
+
+    with _active.disabled():
+        return select(primitive, args).backend
+
+
+def _capable(primitive: str, args: Any, backends: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+
+    prim = get_primitive(primitive)
+    platform = platform_of(args.a.device)
+    ok, why = [], {}
+    for b in backends:
+        reason = decline_reason(prim, b, args, platform)
+        if reason is None:
+            ok.append(b)
+        else:
+            why[b] = reason
+    return ok, why
+
+
+def _backend_versions(backends: Sequence[str]) -> dict[str, str]:
+    """The packages of ``backends``, the libraries their spaces declare, torch for TORCH."""
+
+    registry = get_host().registry
+    libs: list[str] = []
+    out: dict[str, str] = {}
+    for b in backends:
+        rec = registry.backend(b)
+        if rec is not None:
+            out[rec.info.package] = rec.info.version
+        if b == "TORCH":
+            libs.append("torch")
+        for space in _spaces_of(b):
+            libs.extend(space.libraries)
+    now = versions.current({}, tuple(libs))
+    out.update({lib: now[lib] for lib in libs if lib in now})
+    return out
+
+
+def _spaces_of(backend: str):
+
+    return [s for s in spaces() if s.backend == backend]
+
+
+# -- the campaign ----------------------------------------------------------------------------------
+
+def tune(cases: Sequence[Case], *, backends: Sequence[str], device: str, warmup: int, iters: int,
+         configs: bool = True, max_configs: int | None = None, min_gain: float = 0.01,
+         time_limit: float | None = None, progress: Callable[[str], None] | None = None,
+         ) -> tuple[TuningDB, list[TuneRow]]:
+    """Tune every case; returns the database of winners and one report row per case."""
+    db = TuningDB()
+    rows: list[TuneRow] = []
+    gen = torch.Generator(device=device).manual_seed(0)
+    start = time.monotonic()
+    for case in cases:
+        if time_limit is not None and time.monotonic() - start > time_limit:
+            rows.append(TuneRow(case.label, case.key, f"skipped: --time-limit {time_limit:g}s reached"))
+            continue
+        if progress:
+            progress(case.label)
+        try:
+            entry, row = _tune_case(case, gen, backends=backends, device=device, warmup=warmup, iters=iters,
+                                    configs=configs, max_configs=max_configs, min_gain=min_gain)
+        except Exception as exc:  # one failing case does not lose the others
+            rows.append(TuneRow(case.label, case.key, f"error: {type(exc).__name__}: {exc}"))
+            continue
+        if entry is not None:
+            db.add(entry)
+        rows.append(row)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return db, rows
+
+
+def _tune_case(case: Case, gen: torch.Generator, *, backends, device, warmup, iters, configs, max_configs,
+               min_gain) -> tuple[Entry | None, TuneRow]:
+    sets = _input_sets(case, gen, device)
+    args = sets[0]
+    row = TuneRow(case.label, case.key, "ok")
+    heur = _heuristic(case.primitive, args)
+    row.heuristic = heur
+    candidates, declined = _capable(case.primitive, args, list(dict.fromkeys([*backends, heur])))
+    ref = _reference(case.primitive, args)
+    tol = TOLERANCE.get(case.key.dtypes[0], 1e-2)
+    entry = Entry(case.primitive, case.key)
+    for b in candidates:
+        t_default, err = _time(case.primitive, b, sets, config=None, warmup=warmup, iters=iters, ref=ref, tol=tol)
+        if math.isinf(t_default):
+            row.rejected[b] = f"wrong result with its heuristics (error {err:.2e} > {tol:g})"
+            continue
+        best_t, best_cfg = t_default, None
+        space = get_space(b, case.primitive) if configs else None  # registered by the first call
+        if space is not None:
+            for cfg in space.candidates(args)[:max_configs]:
+                try:
+                    t, err = _time(case.primitive, b, sets, config=cfg, warmup=warmup, iters=iters, ref=ref, tol=tol)
+                except Exception as exc:
+                    row.rejected[f"{b} {cfg}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                    continue
+                if math.isinf(t):
+                    row.rejected[f"{b} {cfg}"] = f"wrong result (error {err:.2e} > {tol:g})"
+                elif t < best_t:
+                    best_t, best_cfg = t, cfg
+            if best_cfg is not None and best_t < t_default * (1 - min_gain):
+                entry.configs[b] = ConfigChoice(space.key(args), best_cfg, best_t, t_default, _backend_versions([b]))
+                row.config_gain[b] = t_default / best_t
+            else:
+                best_t = t_default
+        row.times_us[b] = best_t
+        if b == heur:
+            row.heuristic_time_us = t_default
+    if not row.times_us:
+        row.status = "no backend ran: " + "; ".join([*(f"{b}: {r}" for b, r in declined.items()),
+                                                     *(f"{b}: {r}" for b, r in row.rejected.items())])
+        return None, row
+    winner = min(row.times_us, key=row.times_us.get)
+    row.backend = winner
+    entry.backend, entry.times_us = winner, dict(row.times_us)
+    entry.heuristic, entry.heuristic_time_us = heur, row.heuristic_time_us
+    entry.versions = _backend_versions(list(row.times_us))
+    return entry, row
+
+
+# -- --check ---------------------------------------------------------------------------------------
+
+def check(db: TuningDB, *, device: str, warmup: int, iters: int, threshold: float = 0.03,
+          time_limit: float | None = None, progress: Callable[[str], None] | None = None) -> list[CheckRow]:
+    """Re-time every stored choice of ``db`` tuned for this device's arch against the heuristics'
+    choice (every database off). Status: ``ok``; ``regression``: the stored choice is slower than the
+    heuristics by more than ``threshold``; ``wrong``: its output differs from the heuristics' by more
+    than the tolerance; ``stale``: tuned with other library versions (timed all the same); ``same``:
+    the heuristics pick the stored backend and no config is stored for it (not timed)."""
+
+    arch = _keys.arch_of(platform_of(torch.device(device)))
+    policy = versions.policy_from_env()
+    packages = {r.info.package: r.info.version for r in get_host().registry.backends.values()}
+    now = versions.current(packages, db.libraries())
+    gen = torch.Generator(device=device).manual_seed(0)
+    rows: list[CheckRow] = []
+    start = time.monotonic()
+    for e in db.entries():
+        label = f"{e.primitive} {e.key.label()}"
+        if e.key.arch != arch:
+            rows.append(CheckRow(label, "entry", f"skipped: tuned for {e.key.arch}, this device is {arch}"))
+            continue
+        if time_limit is not None and time.monotonic() - start > time_limit:
+            rows.append(CheckRow(label, "entry", f"skipped: --time-limit {time_limit:g}s reached"))
+            continue
+        if progress:
+            progress(label)
+        try:
+            rows.extend(_check_entry(e, label, gen, device, warmup, iters, threshold, now, policy))
+        except Exception as exc:
+            rows.append(CheckRow(label, "entry", f"error: {type(exc).__name__}: {exc}"))
+    return rows
+
+
+def _check_entry(e: Entry, label: str, gen, device, warmup, iters, threshold, now, policy) -> list[CheckRow]:
+
+    case = Case(e.primitive, e.key, label, lambda g: _keys.args_for(e.primitive, e.key, device, g))
+    sets = _input_sets(case, gen, device)
+    args = sets[0]
+    tol = TOLERANCE.get(e.key.dtypes[0], 1e-2)
+    heur = _heuristic(e.primitive, args)
+
+    with use_backend(heur), _active.disabled():
+        ref = call(e.primitive, args)
+        ref = ref.double() if ref.device.type == "cpu" else ref.float()
+    t_heur, _ = _time(e.primitive, heur, sets, config=None, warmup=warmup, iters=iters)
+    out: list[CheckRow] = []
+    plan: list[tuple[str, str, ConfigChoice | None, float | None]] = []
+    if e.backend is not None:
+        plan.append((f"backend {e.backend}", e.backend, e.configs.get(e.backend), t_heur))
+    for b, c in sorted(e.configs.items()):
+        if b != e.backend:
+            plan.append((f"{b} config", b, c, None))
+    for what, backend, cfg, base in plan:
+        if backend == heur and cfg is None:  # the heuristics' own choice: nothing to compare
+            out.append(CheckRow(label, what, "same", None, base, heur))
+            continue
+        fresh = versions.compatible(cfg.versions if cfg is not None and what.endswith("config") else e.versions,
+                                    now, policy)
+        if base is None:  # a config of a backend that did not win: against that backend's heuristics
+            base, _ = _time(e.primitive, backend, sets, config=None, warmup=warmup, iters=iters)
+        stored, err = _time(e.primitive, backend, sets, config=cfg.config if cfg else None, warmup=warmup,
+                            iters=iters, ref=ref, tol=tol)
+        if math.isinf(stored):
+            status = "wrong"
+        elif stored > base * (1 + threshold):
+            status = "regression"
+        else:
+            status = "ok"
+        if not fresh and status == "ok":
+            status = "stale"
+        out.append(CheckRow(label, what, status, None if math.isinf(stored) else stored, base,
+                            heur if what.startswith("backend") else f"{backend} heuristics"))
+    return out
