@@ -194,7 +194,9 @@ class GlobalBackendManager:
 
     @classmethod
     def reset(cls) -> None:
-        """Forget every code setting, the env-parse cache, the tune caches and one-time warnings."""
+        """Forget every code setting, the env-parse cache, the tune caches (recorded tuning-database
+        entries included) and one-time warnings."""
+        from turbo_core import tuning
         from turbo_core.dispatch import autotune, dispatcher
 
         with cls._lock:
@@ -203,6 +205,7 @@ class GlobalBackendManager:
             cls.generation += 1
         _env.clear_cache()
         autotune.get_tuner().clear()
+        tuning.reset()
         dispatcher.clear_warnings()
 
     # -- lookups used by the dispatcher ----------------------------------------------------------
