@@ -24,19 +24,23 @@ MOE = {"moe_permute_preprocess", "moe_permute", "moe_unpermute", "moe_unpermute_
        "indices_to_multihot_bwd", "tokens_per_expert_to_mask", "moe_routing_fwd", "moe_routing_bwd"}
 FP4 = {"quantize_fp4", "quantize_fp4_with_trans", "dequantize_fp4"}
 ATTENTION = {"attention_fwd", "attention_bwd"}
-SERVED = QUANT | FP4 | MOE | ATTENTION | {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
+FP8_ATTENTION = {"attention_fp8_fwd", "attention_fp8_bwd"}
+SERVED = QUANT | FP4 | MOE | ATTENTION | FP8_ATTENTION | {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
           "swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd"}
 
 
 def test_registers_only_what_it_can_run(row):
     assert set(row["primitives"]) == SERVED
-    for name in SERVED - {"gemm_fp8", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"} - QUANT - FP4 - MOE - ATTENTION:
+    for name in SERVED - {"gemm_fp8", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"} - QUANT - FP4 - MOE - ATTENTION - FP8_ATTENTION:
         assert row["primitives"][name]["variants"] == ["bf16", "fp16", "fp32"]
     assert row["primitives"]["gemm_fp8"]["variants"] == ["TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE",
                                                          "e4m3", "e5m2", "hybrid"]
     for name in ("grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"):
         assert row["primitives"][name]["variants"] == ["TENSORWISE", "ROWWISE", "BLOCKWISE", "e4m3", "e5m2",
                                                        "hybrid", "fnuz"]
+    for name in FP8_ATTENTION:
+        assert row["primitives"][name]["variants"] == ["e4m3", "blockwise-64", "dense", "gqa", "causal", "window",
+                                                       "deterministic"]
     for name in ATTENTION:
         assert row["primitives"][name]["variants"] == ["fp32", "fp16", "bf16", "dense", "varlen", "gqa", "causal",
                                                        "window", "sink", "deterministic"]

@@ -21,12 +21,13 @@ def turbo_backend_info():
         description="Triton kernels (portable: AMD and NVIDIA; the CPU through TRITON_INTERPRET=1)",
         notes="dense gemm, FP8 gemm (tensorwise, rowwise, blockwise, emulated MX), grouped gemm and grouped FP8 "
               "gemm (tensorwise, rowwise, blockwise; forward/dgrad and the variable-K wgrad), flash attention "
-              "(forward and backward: dense and varlen, causal, window, GQA, sink, head dims up to 256), rmsnorm "
+              "(forward and backward: dense and varlen, causal, window, GQA, sink, head dims up to 256; FP8 E4M3 "
+              "with 64-row block scales, dense), rmsnorm "
               "and swiglu/geglu (forward and backward), FP8 quantize/dequantize (every granularity, fused row+column "
               "with_trans), MXFP4 quantize/with_trans/dequantize, the MoE router (group-limited top-k, forward and "
               "backward) and MoE permutation (preprocess, permute, unpermute forward and backward, "
               "indices_to_multihot, tokens_per_expert_to_mask) are implemented (quantization and MoE not yet the GPU "
-              "default); FP8 attention, grouped MX FP8 and grouped FP8/FP4 quantization are not implemented yet",
+              "default); grouped MX FP8 and grouped FP8/FP4 quantization are not implemented yet",
     )
 
 
@@ -74,6 +75,10 @@ def turbo_register_kernels(register):
     for name in ("attention_fwd", "attention_bwd"):
         register(Kernel(name, "TRITON", f"turbo_triton.attention.launch:{name}",
                         check="turbo_triton.attention.launch:can_handle", variants=attention))
+    fp8_attention = ("e4m3", "blockwise-64", "dense", "gqa", "causal", "window", "deterministic")
+    for name in ("attention_fp8_fwd", "attention_fp8_bwd"):
+        register(Kernel(name, "TRITON", f"turbo_triton.attention.fp8_launch:{name}",
+                        check="turbo_triton.attention.fp8_launch:can_handle", variants=fp8_attention))
     router = ("bf16", "fp16", "fp32", "sigmoid", "softmax")
     register(Kernel("moe_routing_fwd", "TRITON", "turbo_triton.moe.routing:moe_routing_fwd",
                     check="turbo_triton.moe.routing:can_handle", variants=router))

@@ -9,7 +9,8 @@ deterministic (no atomics), so ``deterministic=True`` is served as is.
 Tiles: ``Tile(block_m, block_n, num_warps, num_stages)`` per kernel ("fwd", "dq", "dkdv"); the
 forward's ``block_n`` and the dk/dv kernel's ``block_m`` divide 64 (the tile's keys, resp. query
 rows, share one scale of v, resp. dout, the operand they multiply in an FP8 dot), and every tile
-edge divides ``fp8_quant.ROW_PAD``. sm90 tiles are first guesses, to be swept on the H200;
+edge divides ``fp8_quant.ROW_PAD``. sm90 tiles are first guesses (picked by ptxas's spill counts for
+sm_90a, compiled ahead of time without a GPU), to be swept on the H200;
 ``TURBO_TRITON_ATTN_FP8_TILES="fwd=128,64,8,3;dq=128,64,8,2;dkdv=64,128,8,2"`` overrides them.
 """
 
@@ -32,7 +33,7 @@ MAX_HEAD_DIM = 256
 _SM90 = {
     64: {"fwd": Tile(128, 64, 4, 3), "dq": Tile(128, 64, 8, 2), "dkdv": Tile(64, 128, 8, 2)},
     128: {"fwd": Tile(128, 64, 8, 3), "dq": Tile(128, 64, 8, 2), "dkdv": Tile(64, 128, 8, 2)},
-    256: {"fwd": Tile(128, 64, 8, 2), "dq": Tile(64, 64, 8, 2), "dkdv": Tile(64, 64, 8, 2)},
+    256: {"fwd": Tile(128, 32, 8, 2), "dq": Tile(64, 32, 8, 2), "dkdv": Tile(64, 32, 8, 2)},
 }
 _GFX950 = {d: {"fwd": Tile(128, 64, 4, 1), "dq": Tile(64, 64, 4, 1), "dkdv": Tile(64, 64, 4, 1)} for d in (64, 128)}
 _GFX950[256] = {"fwd": Tile(64, 32, 4, 1), "dq": Tile(32, 32, 4, 1), "dkdv": Tile(32, 32, 4, 1)}
