@@ -31,8 +31,13 @@ numbers or the error; ``summary`` holds the lines also printed at the end):
    skip reasons with their counts.
 3. ``conformance``: turbo-core's conformance cases of the chosen families with HIPBLASLT pinned on
    the primitives it serves (forward and backward through the public ops): counts of passed /
-   declined (the capability check's reason) / failed / skipped, each failure's first message lines,
-   every case's outcome.
+   declined (the capability check's reason) / failed / skipped / unpinned, each failure's first message
+   lines, every case's outcome. Each case runs with torch.autograd.set_multithreading_enabled(False): a
+   CUDA backward otherwise runs on autograd's device thread, where the use_backend pin (a context
+   variable) is unset, so the backward's primitives were not pinned (the second run's fused-wgrad
+   "failure": HIPBLASLT declines the fp32 main_grad, so the default order's next backend, TRITON, ran
+   that wgrad). ``unpinned``: the cases whose pinned primitives were still served by another backend
+   (from the dispatcher's call statistics; a passed case among them counts as unpinned, not passed).
 4. ``precision``: fp32 results of FP8 GEMMs (TENSORWISE, hybrid, ROWWISE, BLOCKWISE; K = 512 and 4096)
    against float64, ours (with TURBO_HIPBLASLT_FP8_FP32_OUT=1) beside torch._scaled_mm /
    F.scaled_mm on the same operands: whether fp32 results miss fp32's tolerance in the library itself
@@ -186,27 +191,32 @@ def run_pytest(timeout: int, k_expr: str | None):
 # -- 3. conformance ------------------------------------------------------------------------------------------
 
 @section("conformance")
-def conformance(max_s: float, families: list[str]):
+def conformance(max_s: float, families: list[str], backend: str = "HIPBLASLT", device: str = "cuda"):
+    from turbo_core.dispatch import dispatcher
     from turbo_core.dispatch.dispatcher import BackendError
     from turbo_core.dispatch.manager import use_backend
     from turbo_core.testing.conformance import _served
 
-    dev = torch.device("cuda")
-    counts = {"passed": 0, "declined": 0, "skipped": 0, "failed": 0, "not_run": 0}
-    failures, declines, outcomes = [], {}, {}
+    dev = torch.device(device)
+    counts = {"passed": 0, "declined": 0, "skipped": 0, "failed": 0, "unpinned": 0, "not_run": 0}
+    failures, declines, outcomes, unpinned = [], {}, {}, {}
     t0 = time.time()
     for fam in families:
         for case in importlib.import_module(f"turbo_core.testing.cases.{fam}").CASES:
             if time.time() - t0 > max_s:
                 counts["not_run"] += 1
                 continue
-            served, reason = _served("HIPBLASLT", case.primitives)
+            served, reason = _served(backend, case.primitives)
             if reason is not None:
                 counts["skipped"] += 1
                 outcomes[case.id] = "skipped"
                 continue
+            dispatcher.clear_warnings()  # empties the call statistics read below
             try:
-                with use_backend("HIPBLASLT", primitives=served):
+                # The backward on this thread: a CUDA backward otherwise runs on autograd's device thread,
+                # where use_backend's pin (a context variable) is unset, so the dgrad/wgrad primitives would
+                # go through the default selection instead of HIPBLASLT.
+                with use_backend(backend, primitives=served), torch.autograd.set_multithreading_enabled(False):
                     case.run(device=dev)
                 outcome = "passed"
             except BackendError as exc:
@@ -220,11 +230,21 @@ def conformance(max_s: float, families: list[str]):
             except Exception as exc:
                 outcome = "failed"
                 failures.append({"case": case.id, "message": first_lines(f"{type(exc).__name__}: {exc}")})
+            # Which backend served each of the case's pinned primitives (a guard: all of them `backend`).
+            ran = {f"{prim}->{name} ({how})": n for (prim, name, how), n in dispatcher.stats().items()
+                   if prim in served and name != backend}
+            if ran:
+                unpinned[case.id] = ran
+                if outcome == "passed":
+                    outcome = "unpinned"
+                elif outcome == "failed":
+                    failures[-1]["served_by"] = ran
             counts[outcome] += 1
             outcomes[case.id] = outcome
-    return {"ok": counts["failed"] == 0 and counts["not_run"] == 0, "families": families, "counts": counts,
-            "failures": failures, "declined": {k: {"n": len(v), "cases": v[:8]} for k, v in declines.items()},
-            "outcomes": outcomes}
+    ok = counts["failed"] == 0 and counts["unpinned"] == 0 and counts["not_run"] == 0
+    return {"ok": ok, "families": families, "counts": counts, "failures": failures,
+            "declined": {k: {"n": len(v), "cases": v[:8]} for k, v in declines.items()},
+            "unpinned": unpinned, "outcomes": outcomes}
 
 
 # -- 4. FP8 accumulation precision: ours and torch's cuBLASLt calls on the same operands ---------------------
@@ -536,6 +556,7 @@ def summary() -> list[str]:
         out += [f"  FAILED {f['case']}: {' | '.join(f['message'].splitlines()[:3])[:300]}"
                 for f in r.get("failures", [])[:8]]
         out += [f"  declined x{v['n']}: {k[:160]}" for k, v in list(r.get("declined", {}).items())[:6]]
+        out += [f"  UNPINNED {case}: {ran}" for case, ran in list(r.get("unpinned", {}).items())[:8]]
     if "precision" in RESULT:
         r = RESULT["precision"]
         out.append(f"precision (fp32 results vs float64; max_rel = max abs err / max |ref|): ok={r['ok']}")

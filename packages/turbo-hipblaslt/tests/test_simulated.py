@@ -10,6 +10,7 @@ agrees with those semantics is what the ``gpu`` tests check on the GPU machine.
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import itertools
 
@@ -263,3 +264,83 @@ def test_fp8_fp32_result_is_declined_through_the_dispatcher_without_the_opt_in(s
         got = call("gemm_fp8", GemmFp8Args(a, sa, b, sb, False, True, torch.bfloat16))
     want = reference_gemm_fp8(GemmFp8Args(a, sa, b, sb, False, True, F64))
     assert_close_to_reference(got, want, dtype=torch.bfloat16)
+
+
+# -- the op's fused wgrad: FP8 accumulated into an fp32 main_grad ----------------------------------------------
+
+FUSED_CASE = "gemm_fp8-BLOCKWISE-E4M3-fused-wgrad-128x256x384-NT-bfloat16"
+FP32_DECLINE = r"no fp32 result \(out_dtype=float32 or an fp32 out\) on sm90"
+FP32_NEEDLE_SIM = "no fp32 result (out_dtype=float32 or an fp32 out) on sm90"
+
+
+def test_fused_wgrad_call_into_fp32_main_grad_is_declined(sim, monkeypatch):
+    # The primitive call turbo_core.ops.gemm_fp8's fused wgrad makes for the NT 128x256x384 BLOCKWISE case:
+    # dB = op(A).T @ dC (GEMM M=384, N=256, contracting over the op's M=128), a = A's 1x128-along-M copy
+    # [128, 384] (trans_a), b = dC [128, 256], written transposed (trans_c) into b.main_grad [256, 384] fp32,
+    # out_dtype=None: the fp32 target is only in `out`.
+    monkeypatch.delenv("TURBO_HIPBLASLT_FP8_FP32_OUT", raising=False)
+    a, sa, b, sb = _fp8("BLOCKWISE", True, False, 384, 256, 128)
+    assert (tuple(a.shape), tuple(sa.shape), tuple(b.shape), tuple(sb.shape)) == ((128, 384), (1, 384), (128, 256),
+                                                                                  (1, 256))
+    want = reference_gemm_fp8(GemmFp8Args(a, sa, b, sb, True, False, F64, "BLOCKWISE", 128, True))  # [256, 384]
+
+    def fused(main_grad):
+        return GemmFp8Args(a, sa, b, sb, True, False, None, "BLOCKWISE", 128, True, main_grad)
+
+    main_grad = torch.ones(256, 384)
+    reason = gemm_fp8.can_handle(fused(main_grad))
+    assert isinstance(reason, str) and FP32_NEEDLE_SIM in reason and "TURBO_HIPBLASLT_FP8_FP32_OUT=1" in reason
+    with pytest.raises(ValueError, match=FP32_DECLINE):  # called directly (no dispatcher): refused too
+        gemm_fp8.gemm_fp8(fused(main_grad))
+    assert sim.calls == [] and torch.all(main_grad == 1.0)
+    main_bf16 = torch.ones(256, 384, dtype=torch.bfloat16)  # a bf16 accumulation target is served
+    assert gemm_fp8.can_handle(fused(main_bf16)) is None
+    assert gemm_fp8.gemm_fp8(fused(main_bf16)) is main_bf16
+    assert_close_to_reference(main_bf16, want + 1.0, dtype=torch.bfloat16)
+    assert (sim.calls[-1].d_type, sim.calls[-1].beta) == (2, 1.0)
+    monkeypatch.setenv("TURBO_HIPBLASLT_FP8_FP32_OUT", "1")  # the opt-in serves it (exact in the simulator)
+    assert gemm_fp8.can_handle(fused(main_grad)) is None
+    gemm_fp8.gemm_fp8(fused(main_grad))
+    assert_close_to_reference(main_grad, want + 1.0, dtype=torch.float32)
+    assert (sim.calls[-1].d_type, sim.calls[-1].beta) == (0, 1.0)
+
+
+def test_fused_wgrad_case_pinned_declines_the_fp32_main_grad(sim, monkeypatch):
+    # The conformance case that failed on the H200, through the public op with gemm_fp8 pinned: the forward
+    # and the dgrad (bf16 results) are served, the wgrad into the fp32 main_grad is refused before a launch.
+    from turbo_core.dispatch.dispatcher import BackendError
+    from turbo_core.dispatch.manager import use_backend
+
+    monkeypatch.delenv("TURBO_HIPBLASLT_FP8_FP32_OUT", raising=False)
+    case = next(c for c in CASES if c.id == FUSED_CASE)
+    with use_backend("BLASLTSIM", primitives=("gemm_fp8",)):
+        with pytest.raises(BackendError, match=f"cannot run this call: HIPBLASLT gemm_fp8: {FP32_DECLINE}"):
+            case.run(device=torch.device("cpu"))
+    assert [c.d_type for c in sim.calls] == [2, 2]  # forward, dgrad: bf16
+
+
+def test_a_backward_run_outside_the_pin_reaches_another_backend(sim, monkeypatch):
+    # Why that case failed on the H200 instead of being declined: autograd runs a CUDA backward on its device
+    # worker thread, where use_backend's context variable is unset, so the dgrad and the wgrad went through
+    # the default selection (cuda: HIPBLASLT, which declines the fp32 main_grad, then TRITON) and the wgrad
+    # ran elsewhere. Reproduced here by running the backward in an empty context; the GPU check runs its
+    # cases with torch.autograd.set_multithreading_enabled(False) (the backward on the calling thread).
+    from turbo_core.dispatch import dispatcher
+    from turbo_core.dispatch.manager import use_backend
+    from turbo_core.low_precision import Float8QuantConfig, ScalingGranularity
+    from turbo_core.ops.gemm_fp8 import gemm_fp8 as op
+
+    monkeypatch.delenv("TURBO_HIPBLASLT_FP8_FP32_OUT", raising=False)
+    g = torch.Generator().manual_seed(9)
+    a = torch.randn(128, 128, generator=g).bfloat16().requires_grad_()
+    b = torch.randn(128, 128, generator=g).bfloat16().requires_grad_()
+    b.main_grad = torch.zeros(128, 128)
+    dispatcher.clear_warnings()
+    with use_backend("BLASLTSIM", primitives=("gemm_fp8",)):
+        c = op(a, b, False, True, config=Float8QuantConfig(granularity=ScalingGranularity.BLOCKWISE, block_size=128),
+               fuse_bgrad_accum_pattern="megatron")
+        contextvars.Context().run(c.backward, torch.ones_like(c))
+    assert len(sim.calls) == 1  # the forward only
+    ran = {backend: n for (prim, backend, _), n in dispatcher.stats().items() if prim == "gemm_fp8"}
+    assert ran.pop("BLASLTSIM") == 1 and sum(ran.values()) == 2, ran  # dgrad and wgrad: not the pinned backend
+    assert torch.count_nonzero(b.main_grad) > 0

@@ -259,7 +259,10 @@ def use_backend(name: str, primitives: Iterable[str] | None = None) -> Iterator[
     GEMM backend is tested with whatever quantizer the platform selects).
 
     A call the backend cannot serve raises with the backend's reason (never a silent swap).
-    Nested blocks override outer ones; the pin is per thread / asyncio task.
+    Nested blocks override outer ones; the pin is per thread / asyncio task. A backward pass that
+    autograd runs on its CUDA/ROCm device threads does not see the pin: wrap ``.backward()`` in
+    ``torch.autograd.set_multithreading_enabled(False)`` to keep it (turbo's own ops that need it,
+    attention, pin their backward themselves).
     """
     backend = normalize_backend_name(name)
     known = _known_backend_names()

@@ -132,8 +132,9 @@ def conformance_suite(backend: str, device: torch.device | str | None = None) ->
         if reason is not None:
             pytest.skip(reason)
         # Pin only the case primitives the backend serves: the rest, and helpers the op calls, are
-        # selected as usual.
-        with use_backend(name, primitives=served):
+        # selected as usual. The backward runs on this thread: on a GPU autograd runs it on a device
+        # worker thread, where use_backend's pin (a context variable) is not set.
+        with use_backend(name, primitives=served), torch.autograd.set_multithreading_enabled(False):
             try:
                 case.run(device=dev)
             except BackendError as exc:
