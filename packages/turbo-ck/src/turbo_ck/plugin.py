@@ -1,16 +1,29 @@
 """Plugin module of the CK backend (entry point ``ck`` in ``turbo.backends``).
 
-Cheap to import: the kernel library is only imported by the probe and the kernels, on first use.
+Cheap to import: registration only checks that the wheel ships a compiled ``turbo_ck._C`` (without
+importing it); the probe loads it, and the kernels on first use.
 """
 
 from __future__ import annotations
 
 from turbo_ck import __version__
-from turbo_core.plugins import BackendInfo, hookimpl
+from turbo_core.plugins import BackendInfo, Kernel, hookimpl
+
+SERVES = ("gemm_fp8 (TENSORWISE/ROWWISE and BLOCKWISE 1x128 x 128x128; E4M3/E5M2 and mixed pairs; bf16/fp16 "
+          "results; gfx942 FNUZ, gfx950 OCP), grouped_gemm (bf16/fp16), grouped_gemm_fp8 (TENSORWISE/ROWWISE); "
+          "grouped calls read the group offsets on the host")
+NOT_DONE = "variable-K grouped GEMMs, accumulate-into-out, fp32 results and MX/FP4 are not implemented"
+
+
+def _missing() -> str | None:
+    from turbo_ck._ext import missing_reason
+
+    return missing_reason()
 
 
 @hookimpl
 def turbo_backend_info():
+    missing = _missing()
     return BackendInfo(
         name="CK",
         package="turbo-ck",
@@ -18,11 +31,20 @@ def turbo_backend_info():
         platforms=("rocm",),
         archs=("gfx942", "gfx950"),
         probe="turbo_ck.probe:probe",
-        description="Composable Kernel instances (ROCm only): FP8 GEMM, grouped GEMM",
-        notes="no kernels registered yet: the CK instances and their build hook are not implemented yet",
+        description="Composable Kernel instances (ROCm only): FP8 GEMM, grouped GEMM; CPython stable-ABI "
+                    "extension, no libtorch",
+        notes=f"{SERVES}; {NOT_DONE}" if missing is None else f"no kernels registered: {missing}",
     )
 
 
 @hookimpl
 def turbo_register_kernels(register):
-    """Registers nothing yet: this backend has no kernel that can run (see ``notes``)."""
+    """Registers the kernels only when the wheel ships the compiled extension."""
+    if _missing() is not None:
+        return
+    register(Kernel("gemm_fp8", "CK", "turbo_ck.gemm_fp8:gemm_fp8", check="turbo_ck.gemm_fp8:can_handle",
+                    variants=("TENSORWISE", "ROWWISE", "BLOCKWISE", "e4m3", "e5m2", "hybrid", "fnuz")))
+    register(Kernel("grouped_gemm", "CK", "turbo_ck.grouped_gemm:grouped_gemm",
+                    check="turbo_ck.grouped_gemm:can_handle", variants=("bf16", "fp16")))
+    register(Kernel("grouped_gemm_fp8", "CK", "turbo_ck.grouped_gemm:grouped_gemm_fp8",
+                    check="turbo_ck.grouped_gemm:can_handle_fp8", variants=("TENSORWISE", "ROWWISE")))
