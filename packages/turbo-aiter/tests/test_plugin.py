@@ -18,10 +18,9 @@ def test_listed_through_entry_point(row):
     assert row["plugin"] == "aiter"  # the installed entry point, not TURBO_PLUGINS
 
 
-def test_registers_only_what_it_can_run(row):
-    # No kernels yet: the listing must say so rather than advertise primitives.
-    assert row["primitives"] == {}
-    assert "not implemented yet" in row["notes"]
+def test_registers_the_aiter_adapters(row):
+    assert set(row["primitives"]) == {"attention_fwd", "attention_bwd", "gemm_fp8", "gemm_fp4", "rmsnorm_fwd"}
+    assert "never compiled or run on AMD hardware" in row["notes"]
 
 
 def test_discovery_imports_no_kernel_library():
@@ -36,9 +35,19 @@ def test_unavailable_without_rocm(row):
     assert row["reason"].startswith("needs ROCm (gfx942/gfx950); no ROCm found")
 
 
-def test_amd_aiter_is_installed_but_never_imported():
+def test_probing_never_imports_aiter():
+    # amd-aiter is the optional extra turbo-aiter[rocm]; installed or not, probing only looks for it.
+    mods = imported_modules_after("import turbo_core.cli.inventory as i; i.backend_rows()")
+    assert "aiter" not in mods  # (importing it without ROCm raises)
+
+
+def test_probe_reasons(monkeypatch):
     import importlib.util
 
-    assert importlib.util.find_spec("aiter") is not None, "amd-aiter is a dependency of turbo-aiter"
-    mods = imported_modules_after("import turbo_core.cli.inventory as i; i.backend_rows()")
-    assert "aiter" not in mods  # even probing never imports it (it raises without ROCm)
+    from turbo_aiter import probe
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert probe.probe().startswith("needs ROCm (gfx942/gfx950); no ROCm found (this torch is a ")
+    monkeypatch.setattr(torch.version, "hip", "7.0")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert probe.probe() == "aiter is not importable: amd-aiter is not installed (pip install turbo-aiter[rocm])"

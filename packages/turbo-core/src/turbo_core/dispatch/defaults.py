@@ -22,6 +22,10 @@ _CPU = {"cpu": (B.TORCH,)}
 DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
     "gemm": {"rocm": (B.HIPBLASLT, B.TRITON), "cuda": (B.HIPBLASLT, B.TRITON), **_CPU},
     "gemm_fp8": {"rocm": (B.HIPBLASLT, B.TRITON), "cuda": (B.HIPBLASLT, B.TRITON), **_CPU},
+    # MXFP4 GEMM is gfx950-only; Primus-Turbo defaults to AITER only for preshuffled weights, and
+    # turbo-aiter preshuffles per call, so hipBLASLt leads.
+    "gemm_fp4": {"gfx950": (B.HIPBLASLT, B.AITER, B.TRITON), "rocm": (B.HIPBLASLT, B.TRITON),
+                 "cuda": (B.HIPBLASLT, B.TRITON), **_CPU},
     "grouped_gemm": {"rocm": (B.TRITON, B.CK, B.HIPBLASLT), "cuda": (B.TRITON,), **_CPU},
     "grouped_gemm_variable_k": {"rocm": (B.TRITON, B.CK, B.HIPBLASLT), "cuda": (B.TRITON,), **_CPU},
     "grouped_gemm_fp8": {"rocm": (B.TRITON, B.CK, B.HIPBLASLT), "cuda": (B.TRITON,), **_CPU},
@@ -35,6 +39,12 @@ DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
     "attention_fp8_fwd": {"rocm": (B.TORCH, B.TRITON), "cuda": (B.TORCH, B.TRITON), **_CPU},
     "attention_fp8_bwd": {"rocm": (B.TORCH, B.TRITON), "cuda": (B.TORCH, B.TRITON), **_CPU},
 }
+
+# Norms and GLUs: TRITON (measured on the H200: benchmarks/norm-activation-h200-2026-11-29.md); AITER serves
+# the RMSNorm forward on ROCm (Primus-Turbo runs RMSNorm on Triton).
+DEFAULTS.update({name: {"rocm": (B.TRITON, B.AITER), "cuda": (B.TRITON,), **_CPU} for name in ("rmsnorm_fwd",)})
+DEFAULTS.update({name: {"rocm": (B.TRITON,), "cuda": (B.TRITON,), **_CPU}
+                 for name in ("rmsnorm_bwd", "swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd")})
 
 # Quantization: the reference kernels are plain, sync-free PyTorch, a sound default on a GPU until
 # a faster backend serves the call. TRITON's FP8 quantize/dequantize kernels (turbo-triton) are
