@@ -1,6 +1,7 @@
 """Tune the dense GEMM on the H200 with ``turbo tune gemm`` over the gemm suite's model shapes
 (Llama-3.1 8B/70B/405B; forward NT, dgrad NN, wgrad TN; bf16; 8192 tokens), then re-time the
-result with ``turbo tune --check``. About 5-6 minutes.
+result with ``turbo tune --check``. About 5 minutes with the defaults (``--tune-seconds 180``:
+start no new shape after 3 minutes; ``--check-seconds 60``).
 
 Run from the repository root:
 
@@ -8,9 +9,17 @@ Run from the repository root:
     TURBO_PLUGINS=turbo_core.reference.plugin,turbo_triton.plugin \\
     python3 benchmarks/scripts/tune_gemm_h200.py --out sm90.json
 
-Writes ``--out`` (the tuning database), ``<out>.tune.json`` (one row per shape: every timing, the
-config gains, rejected configs and why) and ``<out>.check.json`` (the check's rows), and prints both
-tables and a summary. Exit status: 0, or 1 when the check finds a regression or nothing was tuned.
+First a preflight: ``torch.matmul`` at 8192^3 bf16 timed by the campaign's own timer
+(``turbo_core.tuning.campaign.measure_us``); the script stops (exit 1) if that implies more than the
+H200's 989 TFLOP/s or less than 100 (expected: about 700). Every row of the tuning then passes the
+campaign's sanity guard (``turbo_core.tuning.plausible``): a shape whose fastest time implies more
+than the sm90 peak, or twice the run's best baseline throughput, is reported ``invalid`` and is
+not written.
+
+Writes ``--out`` (the tuning database), ``<out>.tune.json`` (one row per shape: every timing and
+its TFLOP/s, the config gains, rejected configs and why) and ``<out>.check.json`` (the check's
+rows), and prints both tables and a summary. Exit status: 0, or 1 when the preflight fails, nothing
+was tuned, a shape is invalid, or the check finds a regression or an invalid time.
 
 Candidates: every available gemm backend (TRITON here; TORCH, the float32-upcasting reference, only
 with ``--include-reference``; add ``turbo_hipblaslt.plugin`` to TURBO_PLUGINS to compare it too) and,
@@ -36,7 +45,7 @@ import time
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="the tuning database to write (replaced unless --merge)")
-    p.add_argument("--tune-seconds", type=float, default=250.0, help="start no new shape after this (default 250)")
+    p.add_argument("--tune-seconds", type=float, default=180.0, help="start no new shape after this (default 180)")
     p.add_argument("--check-seconds", type=float, default=60.0, help="start no new check after this (default 60)")
     p.add_argument("--models", nargs="*", default=["llama3.1-8b", "llama3.1-70b", "llama3.1-405b"])
     p.add_argument("--tokens", type=int, default=8192)
@@ -58,6 +67,8 @@ def main() -> int:
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         print(f"GPU {props.name} sm{props.major}{props.minor}, torch {torch.__version__}", flush=True)
+    if not args.quick and not preflight():
+        return 1
     if os.path.exists(args.out) and not args.merge:
         os.remove(args.out)
     base = args.out[:-5] if args.out.endswith(".json") else args.out
@@ -79,7 +90,8 @@ def main() -> int:
     print(f"tuning took {t1 - t0:.0f} s", flush=True)
     if rc_tune != 0:
         print(f"tune_gemm_h200: turbo tune exited {rc_tune}", file=sys.stderr)
-        return 1
+        if rc_tune != 1 or not os.path.exists(args.out):
+            return 1
 
     argv = ["tune", "--check", args.out, *common, "--time-limit", str(args.check_seconds), "--report", check_report]
     print("turbo " + " ".join(argv), flush=True)
@@ -88,6 +100,10 @@ def main() -> int:
 
     rows = json.load(open(tune_report))
     done = [r for r in rows if r["status"] == "ok"]
+    won = sorted(r["tflops"][r["backend"]] for r in done if r.get("tflops"))
+    if won:
+        print(f"\nTFLOP/s of the chosen kernels: min {won[0]:.4g}, median {won[len(won) // 2]:.4g}, "
+              f"max {won[-1]:.4g} (sm90 bf16 peak 989)")
     gains = [g for r in done for g in r["config_gain"].values()]
     print(f"\nsummary: {len(done)}/{len(rows)} shapes tuned; a TRITON config kept for {len(gains)}", flush=True)
     if gains:
@@ -101,8 +117,33 @@ def main() -> int:
         if r["status"] != "ok":
             print(f"  {r['shape']}: {r['status']}")
     print(f"database: {args.out}; rows: {tune_report}, {check_report}")
+    invalid = [r for r in rows if r["status"].startswith("invalid")]
+    if invalid or rc_tune != 0 or rc_check != 0:
+        print(f"do not ship it: {len(invalid)} shapes invalid, turbo tune exited {rc_tune}, the check {rc_check}")
+        return 1
     print("ship it as packages/turbo-triton/src/turbo_triton/tuning_db/sm90.json")
-    return 1 if rc_check != 0 else 0
+    return 0
+
+
+def preflight() -> bool:
+    """``torch.matmul`` at 8192^3 bf16 NT through the campaign's timer: a plausible TFLOP/s, or False."""
+    import torch
+
+    from turbo_core.dispatch.specs.gemm import GemmArgs
+    from turbo_core.tuning.campaign import measure_us
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    n = 8192
+    sets = [GemmArgs(torch.randn(n, n, device="cuda", generator=g).bfloat16(),
+                     torch.randn(n, n, device="cuda", generator=g).bfloat16(), False, True) for _ in range(2)]
+    us = measure_us(lambda a: torch.matmul(a.a, a.b.t()), sets, device="cuda", warmup=5, iters=20)
+    tf = 2 * n**3 / (us * 1e-6) / 1e12
+    ok = 100 <= tf <= 989
+    print(f"preflight: torch.matmul 8192^3 bf16 NT by the campaign's timer: {us:.1f} us = {tf:.0f} TFLOP/s "
+          f"({'plausible' if ok else 'IMPLAUSIBLE: the timer is broken, stopping'})", flush=True)
+    del sets
+    torch.cuda.empty_cache()
+    return ok
 
 
 if __name__ == "__main__":

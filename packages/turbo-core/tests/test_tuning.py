@@ -16,6 +16,7 @@ import importlib.util
 import json
 import logging
 import os
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -25,12 +26,13 @@ import torch
 
 from turbo_core import GlobalBackendManager, use_backend
 from turbo_core import tuning as T
+from turbo_core.bench import timing
 from turbo_core.cli import main
 from turbo_core.dispatch import call, dispatcher, select, stats
 from turbo_core.dispatch import defaults as _defaults
-from turbo_core.dispatch.specs.gemm import GemmArgs
+from turbo_core.dispatch.specs.gemm import GemmArgs, gemm_dims
 from turbo_core.platform import CPU
-from turbo_core.tuning import ConfigChoice, Entry, Key, TuningDB
+from turbo_core.tuning import ConfigChoice, Entry, Key, TuningDB, campaign, plausible
 from turbo_core.tuning import versions as V
 
 M = GlobalBackendManager
@@ -448,6 +450,175 @@ def test_triton_offers_its_search_space(triton_configs):
     assert all(triton_configs.from_dict(c) in triton_configs.CANDIDATES["interpreter"] for c in cands)
 
 
+# -- the campaign's timing and its sanity guard ----------------------------------------------------
+#
+# On the H200 the campaign once reported every GEMM at 90-160 us (8192x6144x4096 bf16: >4000 TFLOP/s
+# for a 0.55 ms kernel): it handed ``timing.measure`` bare GemmArgs, in which measure found no tensor
+# to choose its clock from, so it timed with the wall clock and no synchronize: the launch only.
+
+
+def _clock_tensor(input_set) -> torch.Tensor | None:
+    """What ``turbo_core.bench.timing.measure`` picks its clock from: the first tensor of the set
+    (a CUDA tensor: CUDA events and a synchronize; else, or none: the wall clock, no synchronize)."""
+    return next((t for t in input_set if isinstance(t, torch.Tensor)), None)
+
+
+def _gemm_of(input_set) -> GemmArgs:
+    return next(x for x in input_set if isinstance(x, GemmArgs))
+
+
+def _cases(shapes, arch="cpu"):
+    return campaign.gemm_cases(arch=arch, dtype=torch.float32, device="cpu", quick=True, shapes=shapes)
+
+
+def test_the_timer_is_handed_the_device_tensor_and_the_gemm_of_each_set(fakes, monkeypatch):
+    real, sets_seen, clocks = timing.measure, [], []
+
+    def spy(fn, input_sets, **kw):
+        for s in input_sets:
+            args = _gemm_of(s)
+            clock = _clock_tensor(s)
+            clocks.append(None if clock is None else (clock.device, args.a.device))
+            check(fn(*s), args)  # each timed call computes its own set's product
+        sets_seen.append(len(input_sets))
+        return real(fn, input_sets, **kw)
+
+    monkeypatch.setattr(timing, "measure", spy)
+    db, rows = campaign.tune(_cases(["8x6x4", "6x8x4:TN"]), backends=["TORCH", "FAKEA", "FAKEB"], device="cpu",
+                             warmup=0, iters=2)
+    # None: measure would have timed with the wall clock, unsynchronized (the H200 bug)
+    assert clocks and all(c is not None and c[0] == c[1] for c in clocks), clocks
+    assert [r.status for r in rows] == ["ok", "ok"] and len(db) == 2
+    assert len(sets_seen) == 6  # 2 shapes x 3 backends
+    checked = campaign.check(TuningDB([choice("FAKEA", cpu_key((8, 6, 4), layout="NT"))]), device="cpu",
+                             warmup=0, iters=2)
+    assert [r.status for r in checked] in (["ok"], ["regression"]) and len(sets_seen) == 8  # heuristic + stored
+
+
+def test_measure_us_refuses_sets_it_cannot_time_on_the_device():
+    a = torch.randn(4, 4)
+    with pytest.raises(ValueError, match=r"sets\[0\]: the arguments hold no tensor"):
+        campaign.measure_us(lambda x: x, [object()], device="cpu", warmup=0, iters=1)
+    with pytest.raises(ValueError, match=r"sets\[0\]: the arguments hold tensors on cpu; timing on cuda"):
+        campaign.measure_us(lambda x: x, [GemmArgs(a, a)] * 2, device="cuda", warmup=0, iters=1)
+
+
+def test_a_kernel_of_known_cost_is_timed_at_least_at_that_cost(fakes):
+    fakes.cfg("FAKEA")["sleep"], fakes.cfg("FAKEB")["sleep"] = 0.02, 0.005
+    db, rows = campaign.tune(_cases(["8x6x4"]), backends=["FAKEA", "FAKEB"], device="cpu", warmup=0, iters=2)
+    (row,) = rows
+    assert row.status == "ok" and row.heuristic == "TORCH"  # the heuristics' choice is always timed too
+    assert row.times_us["FAKEA"] >= 20_000 and 5_000 <= row.times_us["FAKEB"] < 20_000
+    assert row.times_us["TORCH"] < 5_000
+    assert row.backend == "TORCH" and db.best("gemm", row.key).times_us == row.times_us
+
+
+@pytest.fixture
+def device_model(fakes, monkeypatch):
+    """``timing.measure`` replaced by a device of known speed: each set's GEMM really runs (and is
+    checked against float64), and is "timed" at ``2*M*N*K / rate``; ``rates[backend]`` in TFLOP/s,
+    times the ``"speed"`` of a config forced on that backend. Returns ``rates`` to fill in."""
+    rates: dict[str, float] = {}
+
+    def measure(fn, input_sets, *, warmup, iters):
+        ms = []
+        for s in input_sets:
+            args = _gemm_of(s)
+            before = {n: fakes.cfg(n)["calls"] for n in ("FAKEA", "FAKEB")}
+            check(fn(*s), args)
+            ran = next((n for n in before if fakes.cfg(n)["calls"] > before[n]), "TORCH")
+            speed = (T.kernel_config(ran, "gemm", ("any",)) or {}).get("speed", 1.0)
+            m, n, k = gemm_dims(args)
+            ms.append(2 * m * n * k / (rates[ran] * speed * 1e12) * 1e3)
+        return timing.Timing(statistics.median(ms), min(ms), max(ms), len(ms))
+
+    monkeypatch.setattr(timing, "measure", measure)
+    return rates
+
+
+def _offer_configs(monkeypatch, *speeds):
+    space = T.Space("FAKEA", "gemm", candidates=lambda args: [{"speed": s} for s in speeds],
+                    key=lambda args: cpu_key((1, 1, 1), layout="cfg"))
+    monkeypatch.setitem(importlib.import_module("turbo_core.tuning.spaces")._SPACES, ("FAKEA", "gemm"), space)
+
+
+def test_reported_times_are_the_timers_and_grow_with_the_work(device_model):
+    device_model.update(TORCH=1e-3, FAKEA=2e-3)
+    db, rows = campaign.tune(_cases(["8x6x4", "16x12x8", "32x24x16"]), backends=["TORCH", "FAKEA"], device="cpu",
+                             warmup=0, iters=1)
+    for r, (m, n, k) in zip(rows, [(8, 6, 4), (16, 12, 8), (32, 24, 16)], strict=True):
+        assert r.status == "ok" and r.flops == 2 * m * n * k
+        assert r.times_us["TORCH"] == pytest.approx(2 * m * n * k / 1e-3 / 1e12 * 1e6)
+        assert r.times_us["FAKEA"] == pytest.approx(r.times_us["TORCH"] / 2)
+        assert r.tflops["FAKEA"] == pytest.approx(2e-3) and r.backend == "FAKEA" and r.speedup == pytest.approx(2)
+    assert rows[0].times_us["FAKEA"] < rows[1].times_us["FAKEA"] < rows[2].times_us["FAKEA"]
+    assert len(db) == 3
+
+
+@pytest.mark.parametrize(("torch_tflops", "fakea_tflops", "valid"), [(300.0, 450.0, True), (300.0, 4000.0, False)])
+def test_a_time_above_the_arch_peak_is_invalid_and_not_stored(device_model, torch_tflops, fakea_tflops, valid):
+    device_model.update(TORCH=torch_tflops, FAKEA=fakea_tflops)
+    db, (row,) = campaign.tune(_cases(["8x6x4"], arch="sm90"), backends=["TORCH", "FAKEA"], device="cpu",
+                               warmup=0, iters=1)
+    assert row.backend == "FAKEA" and row.fastest[0] == "FAKEA with its heuristics"
+    if valid:
+        assert row.status == "ok" and len(db) == 1
+    else:
+        assert row.status.startswith("invalid: FAKEA with its heuristics measured")
+        assert "= 4,000 TFLOP/s, above the sm90 fp32 peak of 494 TFLOP/s" in row.status
+        assert len(db) == 0
+
+
+@pytest.mark.parametrize(("speeds", "valid"), [((1.5, 0.5), True), ((1.5, 3.0), False)])
+def test_a_config_more_than_twice_the_best_baseline_is_invalid(device_model, monkeypatch, speeds, valid):
+    device_model.update(TORCH=1e-3, FAKEA=2e-3)  # no peak for "cpu": the relative bound applies
+    _offer_configs(monkeypatch, *speeds)
+    db, (row,) = campaign.tune(_cases(["8x6x4"]), backends=["TORCH", "FAKEA"], device="cpu", warmup=0, iters=1)
+    assert row.baseline_us == pytest.approx({"TORCH": 384 / 1e-3 / 1e6, "FAKEA": 384 / 2e-3 / 1e6})
+    if valid:  # the 1.5x config is kept; 1.5 * 2e-3 TFLOP/s is within twice the best baseline (2e-3)
+        assert row.status == "ok" and row.config_gain == {"FAKEA": pytest.approx(1.5)}
+        assert db.kernel_config("FAKEA", "gemm", cpu_key((1, 1, 1), layout="cfg")) == {"speed": 1.5}
+    else:
+        assert row.status.startswith("invalid: FAKEA config {'speed': 3.0} measured")
+        assert "more than 2x the best baseline of this run" in row.status and len(db) == 0
+
+
+@pytest.mark.parametrize(("fakea_tflops", "speed", "cpu_peak", "status"), [
+    (1.5e-3, None, None, "regression"),  # slower than the heuristics' TORCH (2e-3): plausible
+    (3e-3, None, None, "ok"),
+    (20e-3, None, None, "ok"),  # another backend with its own heuristics is a baseline, however fast
+    (2e-3, 1.5, None, "ok"),    # a stored config 1.5x its backend's heuristics
+    (2e-3, 3.0, None, "invalid: the stored backend FAKEA measured"),  # > 2x every baseline of the run
+    (3e-3, None, 2e-3, "invalid: the stored backend FAKEA measured"),  # above a (test) peak for "cpu"
+])
+def test_check_marks_implausible_times_invalid(device_model, monkeypatch, fakea_tflops, speed, cpu_peak, status):
+    device_model.update(TORCH=2e-3, FAKEA=fakea_tflops)
+    if cpu_peak is not None:
+        monkeypatch.setitem(plausible.PEAK_16BIT, "cpu", cpu_peak / plausible.PRECISION_SCALE["fp32"])
+    configs = {} if speed is None else {"FAKEA": ConfigChoice(cpu_key((1, 1, 1), layout="cfg"), {"speed": speed})}
+    (row,) = campaign.check(TuningDB([choice("FAKEA", cpu_key((8, 6, 4), layout="NT"), configs=configs)]),
+                            device="cpu", warmup=0, iters=1)
+    assert (row.heuristic, row.flops, row.config) == ("TORCH", 384, speed is not None)
+    assert row.stored_us == pytest.approx(384 / (fakea_tflops * (speed or 1.0) * 1e12) * 1e6)
+    assert row.status.startswith(status), row.status
+
+
+def test_plausible_bounds_against_the_h200_numbers():
+    assert plausible.peak_tflops("sm90", "bf16") == 989.0
+    assert plausible.peak_tflops("sm90", "fp32") == 494.5
+    assert plausible.peak_tflops("sm90", "float8_e4m3fn") == 1978.0
+    assert plausible.peak_tflops("cpu", "bf16") is None and plausible.peak_tflops("sm90", "int8") is None
+    flops = 2 * 8192 * 6144 * 4096  # llama3.1-8b qkv fwd
+    assert plausible.tflops(flops, 550.0) == pytest.approx(flops / 550e-6 / 1e12)
+    kw = {"arch": "sm90", "dtype": "bf16", "what": "TRITON"}
+    assert plausible.fault(flops, 550.0, best_baseline_tflops=None, **kw) is None  # ~750 TFLOP/s
+    bad = plausible.fault(flops, 96.8, best_baseline_tflops=None, **kw)  # what run8 reported
+    assert bad is not None and "4,259 TFLOP/s, above the sm90 bf16 peak of 989" in bad
+    assert plausible.fault(flops, 550.0, best_baseline_tflops=300.0, **kw) is not None  # > 2 x 300
+    assert plausible.fault(flops, 550.0, best_baseline_tflops=400.0, **kw) is None
+    assert plausible.fault(0, 1e-9, best_baseline_tflops=1.0, **kw) is None  # unknown work: no bound
+
+
 # -- the CLI ---------------------------------------------------------------------------------------
 
 QUICK = ["--quick", "--warmup", "0", "--iters", "1", "--backends", "TORCH", "TRITON"]
@@ -543,7 +714,7 @@ def test_cli_check_reports_a_regression(tmp_path):
     assert slow["status"] == "regression" and slow["heuristic"] == "TORCH" and slow["ratio"] < 0.5
     assert rows[("gemm cpu 8x8x8 fp32,fp32 NT", "backend TORCH")]["status"] == "same"
     assert rows[("gemm sm90 16x16x16 bf16,bf16 NT", "entry")]["status"].startswith("skipped: tuned for sm90")
-    assert "1 regressed or wrong" in res.stderr
+    assert "1 regressed, wrong or invalid" in res.stderr
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -40,7 +40,10 @@ def _quantile(values: list[float], q: float) -> float:
 def measure(fn: Callable, input_sets: Sequence, *, warmup: int = 10, iters: int = 50) -> Timing:
     """Time ``fn(*inputs)`` over ``input_sets`` in rotation."""
     first = next((t for t in input_sets[0] if isinstance(t, torch.Tensor)), None)
-    cuda = first is not None and first.device.type == "cuda"
+    if first is None:  # the device decides how to time: never guess (an unsynchronized GPU time is a launch time)
+        raise TypeError("input_sets[0]: no tensor among the inputs, so the device to time on is unknown "
+                        "(put a tensor of the inputs in each set, e.g. (anchor, args))")
+    cuda = first.device.type == "cuda"
     n = len(input_sets)
     for i in range(warmup):
         fn(*input_sets[i % n])

@@ -6,6 +6,10 @@ kernel-config space for each shape of the gemm suite, and writes the winners to 
 with ``TURBO_TUNING_DB=FILE``. ``turbo tune --check FILE`` re-times the stored choices against what
 the heuristics pick and exits 1 on a regression. On the CPU, ``--quick`` tunes tiny shapes on TORCH
 and TRITON (with ``TRITON_INTERPRET=1``). Exit status 2 on bad options.
+
+A shape whose fastest time implies more than the device can do (``turbo_core.tuning.plausible``:
+the arch's peak, or twice the run's best baseline throughput) is reported ``invalid`` and not
+written; ``turbo tune`` then exits 1 (after writing the valid shapes), as ``--check`` does.
 """
 
 from __future__ import annotations
@@ -151,15 +155,20 @@ def _run_tune(args, console, device: str, warmup: int, iters: int) -> int:
     for col in ("shape", "heuristic", "tuned", "times (us)", "vs heuristic", "config gain", "status"):
         table.add_column(col)
     for r in rows:
-        times = ", ".join(f"{b} {_us(t)}" for b, t in r.times_us.items())
+        tf = r.tflops
+        times = ", ".join(f"{b} {_us(t)}" + (f" ({tf[b]:,.0f} TFLOP/s)" if b in tf else "")
+                          for b, t in r.times_us.items())
         gain = ", ".join(f"{b} {g:.3f}x" for b, g in r.config_gain.items()) or "-"
         table.add_row(r.label, r.heuristic or "-", r.backend or "-", times or "-",
                       f"{r.speedup:.3f}x" if r.speedup else "-", gain, r.status)
     Console().print(table)
     if args.report:
         _write_json(args.report, [_tune_row_json(r) for r in rows])
+    invalid = [r for r in rows if r.status.startswith("invalid")]
+    for r in invalid:
+        console.print(f"turbo tune: {r.label}: {r.status}")
     if not len(db):
-        console.print("turbo tune: nothing was tuned")
+        console.print("turbo tune: nothing was tuned" + (f" ({len(invalid)} shapes invalid)" if invalid else ""))
         return 1
     merged = TuningDB()
     if os.path.exists(out):
@@ -172,13 +181,18 @@ def _run_tune(args, console, device: str, warmup: int, iters: int) -> int:
     merged.save(out, _meta(device, arch))
     console.print(f"wrote {len(db)} tuned shapes to {out} ({len(merged)} in the file); "
                   f"use it with TURBO_TUNING_DB={out}")
+    if invalid:
+        console.print(f"turbo tune: {len(invalid)} shapes invalid (timing fault), not written")
+        return 1
     return 0
 
 
 def _tune_row_json(r) -> dict:
     return {"shape": r.label, "key": r.key.to_json(), "status": r.status, "heuristic": r.heuristic,
             "backend": r.backend, "times_us": r.times_us, "heuristic_time_us": r.heuristic_time_us,
-            "speedup": r.speedup, "config_gain": r.config_gain, "rejected": r.rejected}
+            "speedup": r.speedup, "config_gain": r.config_gain, "rejected": r.rejected, "flops": r.flops,
+            "tflops": r.tflops, "baseline_us": r.baseline_us,
+            "fastest": None if r.fastest is None else {"what": r.fastest[0], "us": r.fastest[1]}}
 
 
 def _run_check(args, console, device: str, warmup: int, iters: int) -> int:
@@ -204,10 +218,15 @@ def _run_check(args, console, device: str, warmup: int, iters: int) -> int:
     Console().print(table)
     if args.report:
         _write_json(args.report, [{"entry": r.label, "stored": r.what, "status": r.status, "stored_us": r.stored_us,
-                                   "heuristic_us": r.heuristic_us, "heuristic": r.heuristic, "ratio": r.ratio}
+                                   "heuristic_us": r.heuristic_us, "heuristic": r.heuristic, "ratio": r.ratio,
+                                   "flops": r.flops}
                                   for r in rows])
-    bad = [r for r in rows if r.status in ("regression", "wrong") or r.status.startswith("error")]
+    bad = [r for r in rows if r.status in ("regression", "wrong") or r.status.startswith(("error", "invalid"))]
     checked = [r for r in rows if not r.status.startswith("skipped")]
-    console.print(f"turbo tune --check: {len(checked)} checked, {len(bad)} regressed or wrong, "
-                  f"{sum(r.status == 'stale' for r in rows)} stale, {len(rows) - len(checked)} skipped")
+    invalid = [r for r in rows if r.status.startswith("invalid")]
+    for r in invalid:
+        console.print(f"turbo tune --check: {r.label} {r.what}: {r.status}")
+    console.print(f"turbo tune --check: {len(checked)} checked, {len(bad)} regressed, wrong or invalid "
+                  f"({len(invalid)} invalid), {sum(r.status == 'stale' for r in rows)} stale, "
+                  f"{len(rows) - len(checked)} skipped")
     return 1 if bad else 0

@@ -11,8 +11,18 @@ For each case (a key and random arguments of it):
    one is kept if it beats the backend's heuristics by more than ``min_gain``;
 4. the backend choice: the fastest backend, each timed with the config dispatch would then use.
 
-Timing: ``turbo_core.bench.timing.measure`` (CUDA events, inputs rotated beyond L2; wall clock on
-the CPU), median. :func:`check` re-times a database's stored choices against the heuristics.
+Timing: ``turbo_core.bench.timing.measure`` (CUDA events on the current stream and a synchronize,
+inputs rotated beyond L2; wall clock on the CPU), median. ``measure`` picks its clock from the first
+tensor of an input set, and an argument object (``GemmArgs``) is not a tensor: each set is handed to
+it as ``(tensor of the arguments on the device, arguments)`` (:func:`measure_us`). Handed the bare
+argument object, ``measure`` fell back to the wall clock without synchronizing on a GPU and timed
+only the launch (about 100 us for any GEMM size).
+
+Sanity guard (``turbo_core.tuning.plausible``): a row whose fastest time implies more than the
+arch's peak, or more than twice the best baseline throughput of the run, is marked ``invalid`` and
+not stored; :func:`check` marks such rows the same way.
+
+:func:`check` re-times a database's stored choices against the heuristics.
 """
 
 from __future__ import annotations
@@ -37,11 +47,11 @@ from turbo_core.platform import platform_of
 from turbo_core.plugins.host import get_host
 from turbo_core.tuning import active as _active
 from turbo_core.tuning import keys as _keys
-from turbo_core.tuning import versions
+from turbo_core.tuning import plausible, versions
 from turbo_core.tuning.db import ConfigChoice, Entry, TuningDB
 from turbo_core.tuning.spaces import get_space, spaces
 
-__all__ = ["Case", "CheckRow", "TuneRow", "check", "gemm_cases", "tune"]
+__all__ = ["Case", "CheckRow", "TuneRow", "check", "gemm_cases", "measure_us", "tune"]
 
 #: ``max|out - ref| / max|ref|`` allowed for a candidate, by operand dtype (bf16/fp16 outputs round
 #: to 8/11 bits; fp32 GEMMs may run as tf32x3).
@@ -59,21 +69,34 @@ class Case:
 
 @dataclass
 class TuneRow:
+    """One case of a campaign. ``status``: ``ok``, ``invalid: ...`` (a time failed the sanity guard;
+    nothing stored), ``no backend ran: ...``, ``skipped: ...``, ``error: ...``. Times in microseconds."""
+
     label: str
     key: _keys.Key
     status: str
     backend: str | None = None
     heuristic: str | None = None
-    times_us: dict[str, float] = field(default_factory=dict)
+    times_us: dict[str, float] = field(default_factory=dict)     # backend -> its time (tuned config if kept)
     heuristic_time_us: float | None = None
     config_gain: dict[str, float] = field(default_factory=dict)  # backend -> heuristic time / tuned time
     rejected: dict[str, str] = field(default_factory=dict)       # "BACKEND config" -> why
+    flops: int = 0                                               # floating-point operations of one call
+    baseline_us: dict[str, float] = field(default_factory=dict)  # backend -> its time with its heuristics
+    fastest: tuple[str, float] | None = None                     # (what, us): the fastest time measured
 
     @property
     def speedup(self) -> float | None:
         if self.backend is None or self.heuristic_time_us is None:
             return None
         return self.heuristic_time_us / self.times_us[self.backend]
+
+    @property
+    def tflops(self) -> dict[str, float]:
+        """Backend -> TFLOP/s of ``times_us`` (empty without ``flops``)."""
+        if not self.flops:
+            return {}
+        return {b: plausible.tflops(self.flops, t) for b, t in self.times_us.items()}
 
 
 @dataclass
@@ -84,6 +107,11 @@ class CheckRow:
     stored_us: float | None = None
     heuristic_us: float | None = None
     heuristic: str | None = None
+    flops: int = 0       # floating-point operations of one call (0: unknown, no sanity guard)
+    config: bool = False  # a stored kernel config was forced for stored_us (else: the backend's heuristics)
+    own_heuristics_us: float | None = None  # the stored backend with its heuristics, when not heuristic_us
+    arch: str = ""
+    dtype: str = ""      # operand dtype name of the key
 
     @property
     def ratio(self) -> float | None:
@@ -153,10 +181,52 @@ def _err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return (out.to(ref.dtype) - ref).abs().max().item() / scale
 
 
-def _time(primitive: str, backend: str, sets: list, *, config: dict | None, warmup: int, iters: int,
-          ref: torch.Tensor | None = None, tol: float = math.inf) -> tuple[float, float | None]:
-    """``(median microseconds, error of the first output or None)`` of ``backend`` on ``sets``,
-    with ``config`` forced (else the backend's heuristics) and every database off."""
+def _first_tensor(obj: Any) -> torch.Tensor | None:
+    """The first tensor in ``obj``: a tensor, a dataclass's fields (``GemmArgs``), a tuple, list or
+    dict's values, searched in order."""
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        values = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+    elif isinstance(obj, dict):
+        values = list(obj.values())
+    elif isinstance(obj, (tuple, list)):
+        values = list(obj)
+    else:
+        return None
+    for v in values:
+        t = _first_tensor(v)
+        if t is not None:
+            return t
+    return None
+
+
+def measure_us(fn: Callable[[Any], Any], sets: list, *, device: str, warmup: int, iters: int) -> float:
+    """Median microseconds of ``fn(args)``, ``args`` taken from ``sets`` in rotation, on ``device``.
+
+    ``timing.measure`` chooses its clock from the first element of an input set that is a tensor:
+    CUDA events bracketing each call on the current stream, then a synchronize, for a CUDA tensor;
+    the wall clock otherwise. An argument object is not a tensor, so each set goes to it as
+    ``(anchor, args)``, ``anchor`` a tensor of ``args``, which must be on ``device``: a set that would
+    be timed with another clock than the device's is an error, not a time.
+    """
+    want = torch.device(device).type
+    timed = []
+    for i, args in enumerate(sets):
+        anchor = _first_tensor(args)
+        if anchor is None or anchor.device.type != want:
+            where = "no tensor" if anchor is None else f"tensors on {anchor.device.type}"
+            raise ValueError(f"sets[{i}]: the arguments hold {where}; timing on {device} needs them there")
+        timed.append((anchor, args))
+    t = timing.measure(lambda _anchor, args: fn(args), timed, warmup=warmup, iters=iters)
+    return t.median_ms * 1e3
+
+
+def _time(primitive: str, backend: str, sets: list, *, device: str, config: dict | None, warmup: int,
+          iters: int, ref: torch.Tensor | None = None, tol: float = math.inf) -> tuple[float, float | None]:
+    """``(median microseconds, error of the first output or None)`` of ``backend`` on ``sets``
+    (timed on ``device``), with ``config`` forced (else the backend's heuristics) and every database
+    off."""
 
     with use_backend(backend), _active.disabled():
         ctx = _active.forcing(backend, primitive, config) if config is not None else contextlib.nullcontext()
@@ -166,8 +236,16 @@ def _time(primitive: str, backend: str, sets: list, *, config: dict | None, warm
                 err = _err(call(primitive, sets[0]), ref)
                 if not err <= tol:
                     return math.inf, err
-            t = timing.measure(lambda args: call(primitive, args), [(s,) for s in sets], warmup=warmup, iters=iters)
-    return t.median_ms * 1e3, err
+            us = measure_us(lambda args: call(primitive, args), sets, device=device, warmup=warmup, iters=iters)
+    return us, err
+
+
+def _flops(primitive: str, key: _keys.Key) -> int:
+    """Floating-point operations of one call at ``key`` (0 when unknown: no sanity guard)."""
+    if primitive == "gemm" and len(key.shape) == 3:
+        m, n, k = key.shape
+        return 2 * m * n * k
+    return 0
 
 
 def _input_sets(case: Case, gen: torch.Generator, device: str) -> list:
@@ -230,8 +308,8 @@ def tune(cases: Sequence[Case], *, backends: Sequence[str], device: str, warmup:
          time_limit: float | None = None, progress: Callable[[str], None] | None = None,
          ) -> tuple[TuningDB, list[TuneRow]]:
     """Tune every case; returns the database of winners and one report row per case."""
-    db = TuningDB()
     rows: list[TuneRow] = []
+    found: list[tuple[Entry, TuneRow]] = []
     gen = torch.Generator(device=device).manual_seed(0)
     start = time.monotonic()
     for case in cases:
@@ -247,18 +325,45 @@ def tune(cases: Sequence[Case], *, backends: Sequence[str], device: str, warmup:
             rows.append(TuneRow(case.label, case.key, f"error: {type(exc).__name__}: {exc}"))
             continue
         if entry is not None:
-            db.add(entry)
+            found.append((entry, row))
         rows.append(row)
         if device == "cuda":
             torch.cuda.empty_cache()
+    _guard_tune(rows)
+    db = TuningDB()
+    for entry, row in found:
+        if row.status == "ok":
+            db.add(entry)
     return db, rows
+
+
+def _guard_tune(rows: Sequence[TuneRow]) -> None:
+    """Mark ``invalid`` every ok row whose fastest time fails ``turbo_core.tuning.plausible``."""
+    best: dict[str, float] = {}  # operand dtype -> best baseline TFLOP/s of the run
+    for r in rows:
+        if r.status == "ok" and r.flops:
+            for us in r.baseline_us.values():
+                dt = r.key.dtypes[0]
+                best[dt] = max(best.get(dt, 0.0), plausible.tflops(r.flops, us))
+    for r in rows:
+        if r.status != "ok" or r.fastest is None:
+            continue
+        why = plausible.fault(r.flops, r.fastest[1], arch=r.key.arch, dtype=r.key.dtypes[0],
+                              best_baseline_tflops=best.get(r.key.dtypes[0]), what=r.fastest[0])
+        if why:
+            r.status = f"invalid: {why}"
 
 
 def _tune_case(case: Case, gen: torch.Generator, *, backends, device, warmup, iters, configs, max_configs,
                min_gain) -> tuple[Entry | None, TuneRow]:
     sets = _input_sets(case, gen, device)
     args = sets[0]
-    row = TuneRow(case.label, case.key, "ok")
+    row = TuneRow(case.label, case.key, "ok", flops=case.flops or _flops(case.primitive, case.key))
+
+    def seen(what: str, us: float) -> None:
+        if row.fastest is None or us < row.fastest[1]:
+            row.fastest = (what, us)
+
     heur = _heuristic(case.primitive, args)
     row.heuristic = heur
     candidates, declined = _capable(case.primitive, args, list(dict.fromkeys([*backends, heur])))
@@ -266,22 +371,28 @@ def _tune_case(case: Case, gen: torch.Generator, *, backends, device, warmup, it
     tol = TOLERANCE.get(case.key.dtypes[0], 1e-2)
     entry = Entry(case.primitive, case.key)
     for b in candidates:
-        t_default, err = _time(case.primitive, b, sets, config=None, warmup=warmup, iters=iters, ref=ref, tol=tol)
+        t_default, err = _time(case.primitive, b, sets, device=device, config=None, warmup=warmup, iters=iters,
+                               ref=ref, tol=tol)
         if math.isinf(t_default):
             row.rejected[b] = f"wrong result with its heuristics (error {err:.2e} > {tol:g})"
             continue
+        row.baseline_us[b] = t_default
+        seen(f"{b} with its heuristics", t_default)
         best_t, best_cfg = t_default, None
         space = get_space(b, case.primitive) if configs else None  # registered by the first call
         if space is not None:
             for cfg in space.candidates(args)[:max_configs]:
                 try:
-                    t, err = _time(case.primitive, b, sets, config=cfg, warmup=warmup, iters=iters, ref=ref, tol=tol)
+                    t, err = _time(case.primitive, b, sets, device=device, config=cfg, warmup=warmup, iters=iters,
+                                   ref=ref, tol=tol)
                 except Exception as exc:
                     row.rejected[f"{b} {cfg}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                     continue
                 if math.isinf(t):
                     row.rejected[f"{b} {cfg}"] = f"wrong result (error {err:.2e} > {tol:g})"
-                elif t < best_t:
+                    continue
+                seen(f"{b} config {cfg}", t)
+                if t < best_t:
                     best_t, best_cfg = t, cfg
             if best_cfg is not None and best_t < t_default * (1 - min_gain):
                 entry.configs[b] = ConfigChoice(space.key(args), best_cfg, best_t, t_default, _backend_versions([b]))
@@ -311,7 +422,9 @@ def check(db: TuningDB, *, device: str, warmup: int, iters: int, threshold: floa
     choice (every database off). Status: ``ok``; ``regression``: the stored choice is slower than the
     heuristics by more than ``threshold``; ``wrong``: its output differs from the heuristics' by more
     than the tolerance; ``stale``: tuned with other library versions (timed all the same); ``same``:
-    the heuristics pick the stored backend and no config is stored for it (not timed)."""
+    the heuristics pick the stored backend and no config is stored for it (not timed); ``invalid:
+    ...``: a time failed the sanity guard (``turbo_core.tuning.plausible``; the baselines: every
+    backend timed with its own heuristics in this run)."""
 
     arch = _keys.arch_of(platform_of(torch.device(device)))
     policy = versions.policy_from_env()
@@ -334,7 +447,29 @@ def check(db: TuningDB, *, device: str, warmup: int, iters: int, threshold: floa
             rows.extend(_check_entry(e, label, gen, device, warmup, iters, threshold, now, policy))
         except Exception as exc:
             rows.append(CheckRow(label, "entry", f"error: {type(exc).__name__}: {exc}"))
+    _guard_check(rows)
     return rows
+
+
+def _guard_check(rows: Sequence[CheckRow]) -> None:
+    """Mark ``invalid`` every timed row whose faster time fails ``turbo_core.tuning.plausible``."""
+    best: dict[str, float] = {}  # baselines: every time of a backend with its own heuristics
+    for r in rows:
+        if r.status.startswith(("skipped", "error")):
+            continue
+        for us in (r.heuristic_us, r.own_heuristics_us, None if r.config else r.stored_us):
+            if r.flops and us is not None:
+                best[r.dtype] = max(best.get(r.dtype, 0.0), plausible.tflops(r.flops, us))
+    for r in rows:
+        timed = [(f"the stored {r.what}", r.stored_us), (f"the heuristics ({r.heuristic})", r.heuristic_us)]
+        timed = [(what, us) for what, us in timed if us is not None]
+        if not r.flops or not timed or r.status.startswith(("skipped", "error")):
+            continue
+        what, us = min(timed, key=lambda t: t[1])
+        why = plausible.fault(r.flops, us, arch=r.arch, dtype=r.dtype, best_baseline_tflops=best.get(r.dtype),
+                              what=what)
+        if why:
+            r.status = f"invalid: {why}"
 
 
 def _check_entry(e: Entry, label: str, gen, device, warmup, iters, threshold, now, policy) -> list[CheckRow]:
@@ -348,7 +483,8 @@ def _check_entry(e: Entry, label: str, gen, device, warmup, iters, threshold, no
     with use_backend(heur), _active.disabled():
         ref = call(e.primitive, args)
         ref = ref.double() if ref.device.type == "cpu" else ref.float()
-    t_heur, _ = _time(e.primitive, heur, sets, config=None, warmup=warmup, iters=iters)
+    t_heur, _ = _time(e.primitive, heur, sets, device=device, config=None, warmup=warmup, iters=iters)
+    facts = {"flops": _flops(e.primitive, e.key), "arch": e.key.arch, "dtype": e.key.dtypes[0]}
     out: list[CheckRow] = []
     plan: list[tuple[str, str, ConfigChoice | None, float | None]] = []
     if e.backend is not None:
@@ -358,14 +494,17 @@ def _check_entry(e: Entry, label: str, gen, device, warmup, iters, threshold, no
             plan.append((f"{b} config", b, c, None))
     for what, backend, cfg, base in plan:
         if backend == heur and cfg is None:  # the heuristics' own choice: nothing to compare
-            out.append(CheckRow(label, what, "same", None, base, heur))
+            out.append(CheckRow(label, what, "same", None, base, heur, **facts))
             continue
         fresh = versions.compatible(cfg.versions if cfg is not None and what.endswith("config") else e.versions,
                                     now, policy)
+        own = None  # a baseline of the sanity guard: the stored backend with its own heuristics
         if base is None:  # a config of a backend that did not win: against that backend's heuristics
-            base, _ = _time(e.primitive, backend, sets, config=None, warmup=warmup, iters=iters)
-        stored, err = _time(e.primitive, backend, sets, config=cfg.config if cfg else None, warmup=warmup,
-                            iters=iters, ref=ref, tol=tol)
+            base, _ = _time(e.primitive, backend, sets, device=device, config=None, warmup=warmup, iters=iters)
+        elif backend != heur and cfg is not None:
+            own, _ = _time(e.primitive, backend, sets, device=device, config=None, warmup=warmup, iters=iters)
+        stored, err = _time(e.primitive, backend, sets, device=device, config=cfg.config if cfg else None,
+                            warmup=warmup, iters=iters, ref=ref, tol=tol)
         if math.isinf(stored):
             status = "wrong"
         elif stored > base * (1 + threshold):
@@ -375,5 +514,6 @@ def _check_entry(e: Entry, label: str, gen, device, warmup, iters, threshold, no
         if not fresh and status == "ok":
             status = "stale"
         out.append(CheckRow(label, what, status, None if math.isinf(stored) else stored, base,
-                            heur if what.startswith("backend") else f"{backend} heuristics"))
+                            heur if what.startswith("backend") else f"{backend} heuristics", config=cfg is not None,
+                            own_heuristics_us=own, **facts))
     return out
