@@ -25,10 +25,7 @@ from turbo_core.dispatch.specs.attention import AttentionFp8BwdArgs, AttentionFp
 from turbo_triton import _runtime
 from turbo_triton.attention.configs import Tile
 from turbo_triton.attention.fp8_quant import ROW_PAD, block_d, quantize_blocks
-
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-#: Largest head dim (of q/k or v) the kernels keep in registers.
-MAX_HEAD_DIM = 256
+from turbo_triton.attention.launch import input_reason
 
 _SM90 = {
     64: {"fwd": Tile(128, 64, 4, 3), "dq": Tile(128, 64, 8, 2), "dkdv": Tile(64, 128, 8, 2)},
@@ -54,17 +51,7 @@ def _arch_reason(arch: str) -> str | None:
 
 
 def can_handle(args: AttentionFp8FwdArgs | AttentionFp8BwdArgs) -> str | None:
-    reason = _runtime.device_reason(args.q)
-    if reason:
-        return reason
-    if args.q.dtype not in _DTYPES:
-        return f"TRITON FP8 attention takes fp16/bf16/fp32 inputs, not {args.q.dtype}"
-    if args.dropout_p != 0.0:
-        return f"TRITON FP8 attention implements dropout_p=0.0 only (got {args.dropout_p})"
-    d_qk, d_v = args.q.shape[-1], args.v.shape[-1]
-    if max(d_qk, d_v) > MAX_HEAD_DIM:
-        return f"TRITON FP8 attention serves head dims up to {MAX_HEAD_DIM} (got q/k {d_qk}, v {d_v})"
-    return _arch_reason(_runtime.device_facts(args.q)[0])
+    return input_reason(args, "TRITON FP8 attention") or _arch_reason(_runtime.device_facts(args.q)[0])
 
 
 # -- tiles ---------------------------------------------------------------------------------------

@@ -30,18 +30,23 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
 
 
-def can_handle(args: AttentionFwdArgs | AttentionBwdArgs) -> str | None:
+def input_reason(args, what: str = "TRITON attention") -> str | None:
+    """Device, input dtype, dropout and head-dim limits (shared with the FP8 kernels)."""
     reason = _runtime.device_reason(args.q)
     if reason:
         return reason
     if args.q.dtype not in _DTYPES:
-        return f"TRITON attention serves fp16/bf16/fp32, not {args.q.dtype}"
+        return f"{what} takes fp16/bf16/fp32 inputs, not {args.q.dtype}"
     if args.dropout_p != 0.0:
-        return f"TRITON attention implements dropout_p=0.0 only (got {args.dropout_p})"
+        return f"{what} implements dropout_p=0.0 only (got {args.dropout_p})"
     d_qk, d_v = args.q.shape[-1], args.v.shape[-1]
     if max(d_qk, d_v) > MAX_HEAD_DIM:
-        return f"TRITON attention serves head dims up to {MAX_HEAD_DIM} (got q/k {d_qk}, v {d_v})"
+        return f"{what} serves head dims up to {MAX_HEAD_DIM} (got q/k {d_qk}, v {d_v})"
     return None
+
+
+def can_handle(args: AttentionFwdArgs | AttentionBwdArgs) -> str | None:
+    return input_reason(args)
 
 
 # -- argument plumbing ---------------------------------------------------------------------------
