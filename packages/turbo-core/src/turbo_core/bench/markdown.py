@@ -23,6 +23,9 @@ fastest baseline), so that a slow eager baseline never flatters it.
 A turbo row may name another turbo provider in ``compare_to`` (the attention suite's deterministic
 backward names the default one): that pair gets its own ratio column and geomean line too, but
 is never a headline (it compares turbo with itself).
+
+A row's ``note`` (what a peer provider computes when that differs from the case, e.g. liger-kernel's
+SwiGLU without probs) is listed under its table, once per provider and note.
 """
 
 from __future__ import annotations
@@ -346,10 +349,12 @@ def group_table(group: Group) -> list[str]:
     for r in group.rows:
         if r["status"] != "ok":
             not_run[(r["provider"], r["status"])] = not_run.get((r["provider"], r["status"]), 0) + 1
-    if not_run:
+    notes = dict.fromkeys((r["provider"], r["note"]) for r in group.rows if r.get("note") and r["status"] == "ok")
+    if not_run or notes:
         lines.append("")
         for (p, status), n in not_run.items():
             lines.append(f"- `{p}`: {_esc(status)} ({n} case{'s' if n > 1 else ''})")
+        lines += [f"- `{p}`: {_esc(note)}" for p, note in notes]
     return lines
 
 

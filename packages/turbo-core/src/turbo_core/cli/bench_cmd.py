@@ -33,12 +33,13 @@ def add_parser(sub) -> None:
     p.add_argument("--out", help="write JSON (environment + rows) to this file")
     p.add_argument("--tokens", type=int, default=None,
                    help="tokens per micro-batch (default: the suite's; 8192 for GEMMs, 16384 for norm/activation; "
-                        "attention: batch x seq, 16384)")
+                        "moe: 4096 and 16384; attention: batch x seq, 16384)")
     p.add_argument("--models", nargs="*", help="restrict to these models (default: all of the suite)")
     p.add_argument("--providers", nargs="*",
                    help="restrict to these providers, e.g. torch turbo:TRITON (FP8 suites: bf16:torch.matmul, "
                         "torch._scaled_mm, F.scaled_mm, bf16:torch._grouped_mm, torch._scaled_grouped_mm; attention: "
-                        "sdpa:cudnn sdpa:flash turbo:TRITON turbo:TRITON:deterministic)")
+                        "sdpa:cudnn sdpa:flash turbo:TRITON turbo:TRITON:deterministic; norm/activation: liger liger:gate_up "
+                        "when liger-kernel is importable)")
     p.add_argument("--include-reference", action="store_true", help="also time the TORCH reference backend")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=50)

@@ -6,6 +6,9 @@ returning JSON-ready rows, and may have ``print_table(rows, console)`` (else the
 suites ``gemm-fp8`` / ``grouped-gemm-fp8`` (modules ``gemm_fp8`` / ``grouped_gemm_fp8``) also take
 ``granularities``, ``fp8_format`` and ``passes``. ``attention`` (flash attention, forward and
 backward) is scored in TFLOP/s against SDPA's cuDNN and flash backends and also takes ``passes``
-(``fwd``, ``bwd``)."""
+(``fwd``, ``bwd``). ``moe`` (the router and the token permutation, forward and backward, at
+DeepSeek-V3 / Qwen3-235B / Mixtral shapes) is memory-bound, scored like ``norm``. ``norm`` and
+``activation`` also time liger-kernel where it has the op and is importable."""
 
-SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8", "attention")
+SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8", "attention",
+          "moe")

@@ -9,12 +9,22 @@ Providers: ``torch`` (eager PyTorch, the usual fp32 RMSNorm expression), ``torch
 same function compiled, static shapes), and ``turbo:<BACKEND>`` for every available backend with a
 kernel for the primitive (the TORCH reference only with ``--include-reference``). The turbo
 providers call the primitive (``rmsnorm_fwd``/``rmsnorm_bwd``); the torch providers time the
-forward expression, or ``torch.autograd.grad`` of it over a graph built before timing.
+forward expression, or ``torch.autograd.grad`` of it over a graph built before timing. ``liger``
+(when liger-kernel is importable; else a declined row with the reason): ``LigerRMSNormFunction``
+(``LigerFusedAddRMSNormFunction`` for the residual case) from its ``liger_kernel.ops`` submodule
+(the default Triton implementation) with ``casting_mode="gemma"`` (fp32 math, rounded once, as
+here) and, backward, liger's default ``in_place=True`` (dx written over a private copy of dy).
 Accuracy: max relative error of every output against float64 math.
+
+Peers: a suite may also define ``peer_providers(case) -> list[Peer]`` (other libraries' kernels of
+the op, e.g. liger-kernel's, see :func:`liger_attr`): each is timed like the others, or gets a row
+``declined: <reason>`` (library not importable, op not there); its ``note`` is copied into its
+rows (what exactly it computes when that differs from the case).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,7 +32,8 @@ import torch
 
 from turbo_core.bench import timing
 
-__all__ = ["MemCase", "cases", "copy_bandwidth", "print_table", "run", "run_bandwidth"]
+__all__ = ["MemCase", "Peer", "cases", "copy_bandwidth", "liger_attr", "peer_providers", "print_table", "run",
+           "run_bandwidth"]
 
 #: Model hidden sizes (Hugging Face configs): the RMSNorm width.
 HIDDEN = {"llama3.1-8b": 4096, "deepseek-v3": 7168, "llama3.1-70b": 8192, "llama3.1-405b": 16384}
@@ -33,7 +44,8 @@ EPS = 1e-6
 
 @dataclass
 class MemCase:
-    """One timed case of a memory-bound suite. ``hidden``: the row width (the GLU half width)."""
+    """One timed case of a memory-bound suite. ``hidden``: the row width (the GLU half width).
+    ``extra``: suite-private data; ``fields``: JSON values copied into every row of the case."""
 
     suite: str
     op: str
@@ -44,6 +56,7 @@ class MemCase:
     dtype: torch.dtype
     bytes: int
     extra: dict = field(default_factory=dict)
+    fields: dict = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -166,6 +179,78 @@ def turbo_provider(case: MemCase, backend: str) -> Callable:
     return prepare
 
 
+# ---- peers: other libraries' kernels of the op ------------------------------------------------
+
+
+@dataclass
+class Peer:
+    """One peer provider of a case: ``prepare(inputs) -> zero-argument callable`` returning the
+    outputs, or ``declined`` (why it does not run); ``reference(inputs)``: float64 outputs of what
+    the peer computes when that differs from the case's op (else the case's reference is used);
+    ``note``: copied into its rows."""
+
+    name: str
+    prepare: Callable | None = None
+    declined: str | None = None
+    reference: Callable | None = None
+    note: str | None = None
+
+
+def _liger_version() -> str:
+    import importlib.metadata as md
+
+    try:
+        return md.version("liger-kernel")
+    except md.PackageNotFoundError:
+        import sys
+
+        return str(getattr(sys.modules.get("liger_kernel"), "__version__", "unknown"))
+
+
+def liger_attr(module: str, attr: str):
+    """``(obj, version)``: ``attr`` of liger-kernel's ``module`` and the liger-kernel version; or
+    ``(None, reason)`` when liger-kernel is not importable or has no such attribute."""
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:  # not installed, or a broken install (e.g. its triton import failing)
+        return None, f"liger-kernel not importable ({type(exc).__name__}: {str(exc)[:120]})"
+    obj = getattr(mod, attr, None)
+    if obj is None:
+        return None, f"{module}.{attr} not found (liger-kernel {_liger_version()})"
+    return obj, _liger_version()
+
+
+def _liger_rmsnorm(case: MemCase) -> Peer:
+    """liger-kernel's ``LigerRMSNormFunction`` (``LigerFusedAddRMSNormFunction`` for the residual
+    case) with ``casting_mode="gemma"`` (fp32 math, rounded once: the case's numerics)."""
+    residual = case.op == "rmsnorm_residual"
+    fn, info = liger_attr("liger_kernel.ops.rms_norm" if not residual else "liger_kernel.ops.fused_add_rms_norm",
+                          "LigerFusedAddRMSNormFunction" if residual else "LigerRMSNormFunction")
+    if fn is None:
+        return Peer("liger", declined=info)
+    if residual:  # apply(X, R, W, eps, offset, casting_mode, in_place) -> (Y, X + R)
+        note = f"liger-kernel {info}: LigerFusedAddRMSNormFunction, casting_mode='gemma'"
+        return Peer("liger", lambda inp: lambda: list(fn.apply(inp[0], inp[2], inp[1], EPS, 0.0, "gemma", False)),
+                    note=note)
+    note = f"liger-kernel {info}: LigerRMSNormFunction, casting_mode='gemma' (fp32 math, rounded once)"
+    if case.pass_ == "fwd":  # apply(X, W, eps, offset, casting_mode, in_place) -> Y
+        return Peer("liger", lambda inp: lambda: [fn.apply(inp[0], inp[1], EPS, 0.0, "gemma", True)], note=note)
+
+    def prepare(inputs):
+        x, w, other = inputs
+        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+        y = fn.apply(xg, wg, EPS, 0.0, "gemma", True)
+        dy = other.clone()  # in_place=True (liger's default): dx is written over dy
+        return lambda: list(torch.autograd.grad(y, (xg, wg), dy, retain_graph=True))
+
+    return Peer("liger", prepare, note=note + "; in_place=True: dx written over a private copy of dy")
+
+
+def peer_providers(case: MemCase) -> list[Peer]:
+    """liger-kernel's RMSNorm (see :func:`_liger_rmsnorm`)."""
+    return [_liger_rmsnorm(case)]
+
+
 # ---- the runner shared by the memory-bound suites ----------------------------------------------
 
 
@@ -187,11 +272,28 @@ def _backends(primitive: str) -> list[str]:
             if registry.backend(k.backend).unavailable_reason() is None]
 
 
+def _row_slices(out: torch.Tensor, ref: torch.Tensor, elems: int = 2**25):
+    """``(out, ref)`` in matching row slices of at most about ``elems`` elements, as float64."""
+    if ref.dim() == 0:
+        yield out.double(), ref.double()
+        return
+    step = max(1, elems // max(1, ref[0].numel()))
+    for i in range(0, ref.shape[0], step):
+        yield out[i:i + step].double(), ref[i:i + step].double()
+
+
 def _max_rel_err(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> float:
+    """``max |out - ref| / max |ref|`` over the outputs, in float64 row slices (GB-sized outputs
+    need no GB-sized temporaries)."""
     worst = 0.0
     for out, ref in zip(outs, refs, strict=True):
-        scale = ref.abs().max().item() or 1.0
-        worst = max(worst, (out.double() - ref).abs().max().item() / scale)
+        if out.shape != ref.shape:
+            raise ValueError(f"output of shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+        if ref.numel() == 0:
+            continue
+        scale = max(r.abs().max().item() for _, r in _row_slices(ref, ref)) or 1.0
+        for o, r in _row_slices(out, ref):
+            worst = max(worst, (o - r).abs().max().item() / scale)
     return worst
 
 
@@ -218,6 +320,7 @@ def run_bandwidth(suite, all_cases: list[MemCase], *, providers: list[str] | Non
         if compile_provider:
             table.append(("torch.compile", None))  # compiled lazily: only when selected
         table += [(f"turbo:{b}", None) for b in _backends(prim_name) if include_reference or b != "TORCH"]
+        table += [(p.name, p) for p in getattr(suite, "peer_providers", lambda c: [])(case)]
         if providers:
             table = [(n, f) for n, f in table if n in providers]
         refs = suite.reference(case, first)
@@ -225,9 +328,18 @@ def run_bandwidth(suite, all_cases: list[MemCase], *, providers: list[str] | Non
         for name, prepare in table:
             row = {"suite": case.suite, "case": case.label, "op": case.op, "model": case.model, "pass": case.pass_,
                    "tokens": case.tokens, "hidden": case.hidden, "dtype": str(case.dtype).replace("torch.", ""),
-                   "bytes": case.bytes, "provider": name, "copy_gbps": copy_gbps}
+                   "bytes": case.bytes, **case.fields, "provider": name, "copy_gbps": copy_gbps}
+            case_refs = refs
             try:
-                if name.startswith("turbo:"):
+                if isinstance(prepare, Peer):
+                    peer = prepare
+                    row.update({"note": peer.note} if peer.note else {})
+                    if peer.declined:
+                        rows.append({**row, "status": f"declined: {peer.declined}"})
+                        continue
+                    case_refs = peer.reference(first) if peer.reference else refs
+                    prepare = peer.prepare
+                elif name.startswith("turbo:"):
                     backend = name.split(":", 1)[1]
                     reason = decline_reason(get_primitive(prim_name), backend, prim_args, platform_of(first[0].device))
                     if reason:
@@ -237,7 +349,7 @@ def run_bandwidth(suite, all_cases: list[MemCase], *, providers: list[str] | Non
                 elif name == "torch.compile":
                     prepare = suite.torch_provider(case, True)
                 calls = [(prepare(s), s[0]) for s in sets]
-                err = _max_rel_err(calls[0][0](), refs)
+                err = _max_rel_err(calls[0][0](), case_refs)
                 t = timing.measure(lambda c, _anchor: c(), calls, warmup=warmup, iters=iters)
                 del calls
             except Exception as exc:  # one failing provider is reported, the suite goes on

@@ -1,0 +1,401 @@
+"""MoE router and token permutation (``turbo bench moe``): memory-bound, scored in GB/s.
+
+Ops, each forward (``fwd``) and backward (``bwd``):
+
+* ``moe_routing``: the ``moe_routing_fwd`` / ``moe_routing_bwd`` primitives on fp32 logits
+  ``[T, E]`` (the router GEMM's output; DeepSeek-V3 and Megatron keep it in fp32). Forward reads
+  the logits, writes ``scores``, ``probs`` (fp32) and ``routing_map`` (bool); backward reads
+  ``logits``, ``routing_map``, ``grad_scores``, ``grad_probs`` and writes ``grad_logits``. The
+  case's ``hidden`` is E (the row width).
+* ``moe_permute``: forward ``moe_permute`` of bf16 tokens ``[T, H]`` with fp32 probs ``[T, E]``
+  (routing-map layout) into ``[N, H]`` + ``[N]``, ``N = T * K``; backward = its autograd backward,
+  ``moe_unpermute`` of the gradients (each token's K rows summed, probs gradients scattered back
+  into a dense ``[T, E]``).
+* ``moe_unpermute``: forward the probs-weighted ``moe_unpermute`` of ``[N, H]`` back to
+  ``[T, H]``; backward ``moe_unpermute_bwd`` (``grad_permuted [N, H]``, ``grad_merging_probs [T, E]``).
+
+The routing of the permutation cases is random top-K per token (balanced on average); its row map
+(``moe_permute_preprocess``, int32 ``[T, 2E + 1]``) is built once per input set, outside the
+timed region, by the reference backend (the layout is the spec's, the same for every backend).
+
+Bytes (``e`` = 2 for bf16, 4 per fp32 probs / logits element, ``M = 4 (1 + 2K)`` the row-map
+entries a kernel needs per token: the copy count, K rows, K probs columns; sparse ``[T, E]`` probs
+read at their K used entries; dense outputs written in full; every input read once, every output
+written once):
+
+* routing fwd ``T E (4 + 4 + 4 + 1)``; routing bwd ``T E (4 + 1 + 4 + 4 + 4)``;
+* permute fwd ``T H e + T M + 4 T K + N H e + 4 N``; permute bwd ``N H e + 4 N + T M + T H e + 4 T E``;
+* unpermute fwd ``N H e + T M + 4 T K + T H e``; unpermute bwd ``T H e + N H e + T M + 4 T K + N H e + 4 T E``.
+
+Providers: ``torch`` (eager PyTorch: for the router the reference backend's functions, which are
+plain sync-free PyTorch in fp32 on a GPU; for the permutation the usual gather / gather-sum
+expressions over index tensors derived from the row map outside the timed region, e.g.
+``tokens.index_select(0, src)``), ``torch.compile`` of the same functions (static shapes), and
+``turbo:<BACKEND>`` for every available backend with a kernel for the primitive (the TORCH
+reference only with ``--include-reference``). Accuracy: max relative error of every output against
+float64 math (the permutation from the routing map itself, independent of the row map; the router
+from the reference functions run in float64 on the CPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from turbo_core.bench.suites.norm import MemCase, print_table, run_bandwidth
+
+__all__ = ["MODELS", "MoeModel", "case_bytes", "cases", "print_table", "run"]
+
+
+@dataclass(frozen=True)
+class MoeModel:
+    """A model's router: ``experts`` E, ``topk`` K, ``hidden`` H, group-limited routing
+    (``groups`` / ``selected_groups``), score function and the probs' scaling factor."""
+
+    experts: int
+    topk: int
+    hidden: int
+    groups: int = 1
+    selected_groups: int = 1
+    score_function: str = "softmax"
+    scaling_factor: float = 1.0
+
+
+#: Hugging Face configs (../shared/reference/benchmarks.md); DeepSeek-V3's routed scaling 2.5.
+MODELS = {
+    "deepseek-v3": MoeModel(256, 8, 7168, 8, 4, "sigmoid", 2.5),
+    "qwen3-235b-a22b": MoeModel(128, 8, 4096),
+    "mixtral-8x7b": MoeModel(8, 2, 4096),
+}
+QUICK_MODELS = {"tiny-grouped": MoeModel(16, 4, 48, 4, 2, "sigmoid", 2.5), "tiny": MoeModel(8, 2, 40)}
+TOKENS = (4096, 16384)
+QUICK_TOKENS = (24,)
+OPS = (("moe_routing", "fwd"), ("moe_routing", "bwd"), ("moe_permute", "fwd"), ("moe_permute", "bwd"),
+       ("moe_unpermute", "fwd"), ("moe_unpermute", "bwd"))
+TOKEN_DTYPE = torch.bfloat16
+LOGITS_DTYPE = torch.float32
+PROBS_DTYPE = torch.float32
+
+
+def case_bytes(op: str, pass_: str, tokens: int, m: MoeModel) -> int:
+    """The explicit byte count of one case (see the module docstring)."""
+    t, e, k, h = tokens, m.experts, m.topk, m.hidden
+    n, te, f = t * k, t * e, 4  # f: bytes of an fp32 probs / logits element
+    if op == "moe_routing":
+        return te * (3 * f + 1) if pass_ == "fwd" else te * (4 * f + 1)
+    b = TOKEN_DTYPE.itemsize
+    rmap = t * 4 * (1 + 2 * k)
+    if op == "moe_permute":
+        if pass_ == "fwd":
+            return t * h * b + rmap + f * t * k + n * h * b + f * n
+        return n * h * b + f * n + rmap + t * h * b + f * te
+    if pass_ == "fwd":
+        return n * h * b + rmap + f * t * k + t * h * b
+    return t * h * b + n * h * b + rmap + f * t * k + n * h * b + f * te
+
+
+def cases(tokens: int | None, quick: bool, models: list[str] | None) -> list[MemCase]:
+    """Every op and pass per model and token count (``tokens`` given: that count only)."""
+    table = QUICK_MODELS if quick else MODELS
+    counts = (tokens,) if tokens else (QUICK_TOKENS if quick else TOKENS)
+    out = []
+    for t in counts:
+        for name, m in table.items():
+            if models and name not in models:
+                continue
+            for op, pass_ in OPS:
+                routing = op == "moe_routing"
+                out.append(MemCase("moe", op, name, pass_, t, m.experts if routing else m.hidden,
+                                   LOGITS_DTYPE if routing else TOKEN_DTYPE, case_bytes(op, pass_, t, m),
+                                   extra={"model": m},
+                                   fields={"experts": m.experts, "topk": m.topk, "expert_groups": m.groups,
+                                           "selected_groups": m.selected_groups,
+                                           "score_function": m.score_function}))
+    return out
+
+
+def _model(case: MemCase) -> MoeModel:
+    return case.extra["model"]
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+
+
+def _routing_map(t: int, m: MoeModel, device: str, gen: torch.Generator) -> torch.Tensor:
+    """bool ``[T, E]``: K distinct random experts per token."""
+    picked = torch.rand(t, m.experts, device=device, generator=gen).topk(m.topk, dim=1).indices
+    return torch.zeros(t, m.experts, dtype=torch.bool, device=device).scatter_(1, picked, True)
+
+
+def _row_map(routing_map: torch.Tensor) -> torch.Tensor:
+    from turbo_core.dispatch.specs.moe import MoePermutePreprocessArgs
+    from turbo_core.reference.moe_permute import moe_permute_preprocess
+
+    return moe_permute_preprocess(MoePermutePreprocessArgs(routing_map, routing_map.shape[1]))[0]
+
+
+def make_inputs(case: MemCase, device: str, gen: torch.Generator) -> tuple:
+    """The case's tensors, the timed op's first (the timing anchor):
+
+    routing fwd ``(logits,)``; routing bwd ``(logits, routing_map, grad_scores, grad_probs)``;
+    permute fwd ``(tokens, row_id_map, probs, routing_map)``; permute bwd ``(grad_permuted,
+    row_id_map, grad_permuted_probs, routing_map)``; unpermute fwd ``(permuted, row_id_map, probs,
+    routing_map)``; unpermute bwd ``(grad_tokens, permuted, row_id_map, probs, routing_map)``.
+    """
+    m, t = _model(case), case.tokens
+    e, n, h = m.experts, case.tokens * m.topk, m.hidden
+    if case.op == "moe_routing":
+        logits = torch.randn(t, e, device=device, generator=gen, dtype=LOGITS_DTYPE)
+        if case.pass_ == "fwd":
+            return (logits,)
+        from turbo_core.dispatch.specs.moe import MoeRoutingFwdArgs
+        from turbo_core.reference.moe_routing import moe_routing_fwd
+
+        rmap = moe_routing_fwd(MoeRoutingFwdArgs(logits, m.topk, m.groups, m.selected_groups, m.score_function,
+                                                 m.scaling_factor))[2]
+        grads = [torch.randn(t, e, device=device, generator=gen, dtype=LOGITS_DTYPE) for _ in range(2)]
+        return (logits, rmap, *grads)
+    routing_map = _routing_map(t, m, device, gen)
+    row_id_map = _row_map(routing_map)
+    probs = torch.rand(t, e, device=device, generator=gen, dtype=PROBS_DTYPE) * routing_map
+
+    def rows(count):
+        return torch.randn(count, h, device=device, generator=gen).to(TOKEN_DTYPE)
+
+    if case.op == "moe_permute":
+        if case.pass_ == "fwd":
+            return rows(t), row_id_map, probs, routing_map
+        return rows(n), row_id_map, torch.randn(n, device=device, generator=gen, dtype=PROBS_DTYPE), routing_map
+    if case.pass_ == "fwd":
+        return rows(n), row_id_map, probs, routing_map
+    return rows(t), rows(n), row_id_map, probs, routing_map
+
+
+# ---- float64 references --------------------------------------------------------------------------
+
+_CHUNK_ROWS_ELEMS = 2**25  # float64 temporaries of at most 256 MB
+
+
+def _pairs(routing_map: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(token, expert)`` int64 ``[N]`` of every permuted row: experts in order, tokens in order
+    inside an expert (the layout of the spec, derived from the routing map, not the row map)."""
+    pairs = routing_map.t().nonzero()
+    return pairs[:, 1], pairs[:, 0]
+
+
+def _chunks(n: int, width: int):
+    step = max(1, _CHUNK_ROWS_ELEMS // max(1, width))
+    for start in range(0, n, step):
+        yield slice(start, min(n, start + step))
+
+
+def _routing_reference(case: MemCase, inputs: tuple) -> list[torch.Tensor]:
+    from turbo_core.dispatch.specs.moe import MoeRoutingBwdArgs, MoeRoutingFwdArgs
+    from turbo_core.reference.moe_routing import moe_routing_bwd, moe_routing_fwd
+
+    m = _model(case)
+    dev = inputs[0].device
+    cpu = [x.cpu().double() if x.is_floating_point() else x.cpu() for x in inputs]
+    if case.pass_ == "fwd":
+        out = moe_routing_fwd(MoeRoutingFwdArgs(cpu[0], m.topk, m.groups, m.selected_groups, m.score_function,
+                                                m.scaling_factor))
+    else:
+        out = [moe_routing_bwd(MoeRoutingBwdArgs(*cpu, m.score_function, m.scaling_factor))]
+    return [x.to(dev) for x in out]
+
+
+def reference(case: MemCase, inputs: tuple) -> list[torch.Tensor]:
+    """float64 outputs (exact copies keep their dtype): routing fwd ``[scores, probs, routing_map]``,
+    bwd ``[grad_logits]``; permute fwd ``[permuted, permuted_probs]``, bwd ``[grad_tokens,
+    grad_probs]``; unpermute fwd ``[tokens]``, bwd ``[grad_permuted, grad_merging_probs]``."""
+    if case.op == "moe_routing":
+        return _routing_reference(case, inputs)
+    m, t = _model(case), case.tokens
+    f64 = torch.float64
+    src, expert = _pairs(inputs[-1])
+    dev, h = src.device, m.hidden
+    if case.op == "moe_permute" and case.pass_ == "fwd":
+        tokens, _, probs, _ = inputs
+        return [tokens[src], probs[src, expert].double()]
+    if case.op == "moe_permute":
+        grad_rows, _, grad_pprobs, _ = inputs
+        g = torch.zeros(t, h, dtype=f64, device=dev)
+        for s in _chunks(src.numel(), h):
+            g.index_add_(0, src[s], grad_rows[s].double())
+        gp = torch.zeros(t, m.experts, dtype=f64, device=dev)
+        gp[src, expert] = grad_pprobs.double()
+        return [g, gp]
+    if case.pass_ == "fwd":
+        permuted, _, probs, _ = inputs
+        w = probs[src, expert].double()
+        out = torch.zeros(t, h, dtype=f64, device=dev)
+        for s in _chunks(src.numel(), h):
+            out.index_add_(0, src[s], permuted[s].double() * w[s, None])
+        return [out]
+    grad, permuted, _, probs, _ = inputs
+    w = probs[src, expert].double()
+    gx = torch.empty(src.numel(), h, dtype=f64, device=dev)
+    dots = torch.empty(src.numel(), dtype=f64, device=dev)
+    for s in _chunks(src.numel(), h):
+        g = grad[src[s]].double()
+        gx[s] = g * w[s, None]
+        dots[s] = (g * permuted[s].double()).sum(-1)
+    gm = torch.zeros(t, m.experts, dtype=f64, device=dev)
+    gm[src, expert] = dots
+    return [gx, gm]
+
+
+# ---- the torch expressions (eager and compiled) ---------------------------------------------------
+
+
+def _routing_fwd_expr(logits, topk, groups, selected, score_function, scale):
+    from turbo_core.dispatch.specs.moe import MoeRoutingFwdArgs
+    from turbo_core.reference.moe_routing import moe_routing_fwd
+
+    return moe_routing_fwd(MoeRoutingFwdArgs(logits, topk, groups, selected, score_function, scale))
+
+
+def _routing_bwd_expr(logits, routing_map, grad_scores, grad_probs, score_function, scale):
+    from turbo_core.dispatch.specs.moe import MoeRoutingBwdArgs
+    from turbo_core.reference.moe_routing import moe_routing_bwd
+
+    return moe_routing_bwd(MoeRoutingBwdArgs(logits, routing_map, grad_scores, grad_probs, score_function, scale))
+
+
+def _permute_expr(tokens, probs, src, col):
+    """Gather each permuted row from its token (Megatron's ``index_select`` permute)."""
+    return tokens.index_select(0, src), probs[src, col]
+
+
+def _permute_bwd_expr(grad_rows, grad_pprobs, rows, cols, num_experts: int):
+    """Sum each token's K gradient rows (fp32 accumulation); scatter the probs gradients back."""
+    t, k = rows.shape
+    g = grad_rows.index_select(0, rows.reshape(-1)).view(t, k, -1).sum(1, dtype=torch.float32)
+    gp = torch.zeros(t, num_experts, dtype=grad_pprobs.dtype, device=grad_pprobs.device)
+    return g.to(grad_rows.dtype), gp.scatter_(1, cols, grad_pprobs[rows])
+
+
+def _unpermute_expr(permuted, probs, rows, cols):
+    """Each token's K rows weighted by its probs, summed in fp32."""
+    t, k = rows.shape
+    x = permuted.index_select(0, rows.reshape(-1)).view(t, k, -1).float()
+    return (x * probs.gather(1, cols).float().unsqueeze(-1)).sum(1).to(permuted.dtype)
+
+
+def _unpermute_bwd_expr(grad, permuted, probs, src, col):
+    """``grad_permuted[r] = grad[src[r]] * w[r]``; ``grad_probs[src[r], col[r]] = <grad[src[r]], permuted[r]>``."""
+    g = grad.index_select(0, src).float()
+    gx = (g * probs[src, col].float().unsqueeze(1)).to(grad.dtype)
+    dots = (g * permuted.float()).sum(-1)
+    return gx, torch.zeros_like(probs).index_put_((src, col), dots.to(probs.dtype))
+
+
+def _layout(row_id_map: torch.Tensor, topk: int):
+    """From the row map (every token has exactly ``topk`` copies here: no cap, no drops):
+    ``rows``/``cols`` int64 ``[T, K]`` (permuted row and expert of each copy) and ``src``/``col``
+    int64 ``[N]`` (token and expert of each permuted row)."""
+    t, e = row_id_map.shape[0], (row_id_map.shape[1] - 1) // 2
+    rows, cols = row_id_map[:, :topk].long(), row_id_map[:, e:e + topk].long()
+    flat = rows.reshape(-1)
+    src = torch.empty(t * topk, dtype=torch.long, device=rows.device)
+    src[flat] = torch.arange(t, device=rows.device).repeat_interleave(topk)
+    col = torch.empty_like(src)
+    col[flat] = cols.reshape(-1)
+    return rows, cols, src, col
+
+
+def torch_provider(case: MemCase, compiled: bool) -> Callable:
+    """``prepare(inputs) -> zero-argument callable``; index tensors are derived in ``prepare``."""
+    m = _model(case)
+    fns = {("moe_routing", "fwd"): _routing_fwd_expr, ("moe_routing", "bwd"): _routing_bwd_expr,
+           ("moe_permute", "fwd"): _permute_expr, ("moe_permute", "bwd"): _permute_bwd_expr,
+           ("moe_unpermute", "fwd"): _unpermute_expr, ("moe_unpermute", "bwd"): _unpermute_bwd_expr}
+    fn = fns[(case.op, case.pass_)]
+    if compiled:
+        torch._dynamo.reset()
+        fn = torch.compile(fn, dynamic=False)
+
+    def prepare(inputs):
+        if case.op == "moe_routing":
+            if case.pass_ == "fwd":
+                return lambda: list(fn(inputs[0], m.topk, m.groups, m.selected_groups, m.score_function,
+                                       m.scaling_factor))
+            return lambda: [fn(*inputs, m.score_function, m.scaling_factor)]
+        rmap = inputs[2] if (case.op, case.pass_) == ("moe_unpermute", "bwd") else inputs[1]
+        rows, cols, src, col = _layout(rmap, m.topk)
+        if case.op == "moe_permute" and case.pass_ == "fwd":
+            return lambda: list(fn(inputs[0], inputs[2], src, col))
+        if case.op == "moe_permute":
+            return lambda: list(fn(inputs[0], inputs[2], rows, cols, m.experts))
+        if case.pass_ == "fwd":
+            return lambda: [fn(inputs[0], inputs[2], rows, cols)]
+        return lambda: list(fn(inputs[0], inputs[1], inputs[3], src, col))
+
+    return prepare
+
+
+# ---- turbo primitives ----------------------------------------------------------------------------
+
+
+def turbo_args(case: MemCase, inputs: tuple):
+    """``(primitive name, args)`` of the case."""
+    from turbo_core.dispatch.specs import moe as spec
+
+    m = _model(case)
+    if case.op == "moe_routing":
+        if case.pass_ == "fwd":
+            return "moe_routing_fwd", spec.MoeRoutingFwdArgs(inputs[0], m.topk, m.groups, m.selected_groups,
+                                                             m.score_function, m.scaling_factor)
+        return "moe_routing_bwd", spec.MoeRoutingBwdArgs(*inputs, m.score_function, m.scaling_factor)
+    n = case.tokens * m.topk
+    if case.op == "moe_permute" and case.pass_ == "fwd":
+        tokens, rmap, probs, _ = inputs
+        return "moe_permute", spec.MoePermuteArgs(tokens, rmap, n, None, probs)
+    if case.op == "moe_permute":
+        grad_rows, rmap, grad_pprobs, _ = inputs
+        return "moe_unpermute", spec.MoeUnpermuteArgs(grad_rows, rmap, grad_pprobs, m.experts, None)
+    if case.pass_ == "fwd":
+        permuted, rmap, probs, _ = inputs
+        return "moe_unpermute", spec.MoeUnpermuteArgs(permuted, rmap, None, 0, probs)
+    grad, permuted, rmap, probs, _ = inputs
+    return "moe_unpermute_bwd", spec.MoeUnpermuteBwdArgs(grad, permuted, rmap, probs)
+
+
+def _outputs(case: MemCase, out) -> list[torch.Tensor]:
+    if case.op == "moe_routing":
+        return list(out) if case.pass_ == "fwd" else [out]
+    if case.op == "moe_permute" and case.pass_ == "fwd":
+        return [out[0], out[2]]  # (permuted, scales=None, permuted_probs)
+    if case.op == "moe_unpermute" and case.pass_ == "fwd":
+        return [out[0]]  # (tokens, unpermuted_probs=None)
+    return list(out)
+
+
+def turbo_provider(case: MemCase, backend: str) -> Callable:
+    from turbo_core.dispatch.dispatcher import call
+    from turbo_core.dispatch.manager import use_backend
+
+    def prepare(inputs):
+        name, args = turbo_args(case, inputs)
+
+        def run_once():
+            with use_backend(backend):
+                return _outputs(case, call(name, args))
+
+        return run_once
+
+    return prepare
+
+
+def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
+        include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
+    """The MoE suite: rows as :func:`turbo_core.bench.suites.norm.run_bandwidth`'s, plus the case's
+    ``experts``, ``topk``, ``expert_groups``, ``selected_groups``, ``score_function``."""
+    import sys
+
+    return run_bandwidth(sys.modules[__name__], cases(tokens, quick, models), providers=providers,
+                         include_reference=include_reference, compile_provider=device == "cuda",
+                         warmup=warmup, iters=iters, device=device, progress=progress)
+
