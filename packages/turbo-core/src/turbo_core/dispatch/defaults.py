@@ -56,7 +56,7 @@ _QUANT = ("quantize_fp8", "quantize_fp8_with_trans", "dequantize_fp8", "grouped_
           "grouped_quantize_fp4_with_trans", "grouped_dequantize_fp4")
 DEFAULTS.update({name: {"rocm": (B.TORCH, B.TRITON), "cuda": (B.TORCH, B.TRITON), **_CPU} for name in _QUANT})
 # MXFP4 and the MoE router: TRITON's kernels were checked on the H200 (bit-exact FP4 at model shapes, identical
-# router selections over 1..65536 tokens; benchmarks/router-fp4-h200-2026-11-30.md) and run 15-60x faster
+# router selections over 1..65536 tokens; benchmarks/router-fp4-h200-2026-11-30.md) and run 5-65x faster
 # than the reference there: TRITON first on GPUs.
 _CHECKED = ("quantize_fp4", "quantize_fp4_with_trans", "dequantize_fp4", "moe_routing_fwd", "moe_routing_bwd")
 DEFAULTS.update({name: {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU} for name in _CHECKED})
