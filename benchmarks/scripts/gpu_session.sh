@@ -5,6 +5,7 @@
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normbench groupedcheck groupedbench
 #        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
+#        attnfp8 tunegemm demoparity moebench
 set -u
 OUT=${OUT:?set OUT}
 ROOT=$(pwd)
@@ -44,6 +45,10 @@ for part in $parts; do
     attnbench) timeout 580 python3 benchmarks/scripts/attention_h200.py --out "$OUT/attention_bench.json" --max-minutes ${ATTN_MINUTES:-8.5} ${ATTN_MODELS:+--models $ATTN_MODELS} > "$OUT/attention_bench.log" 2>&1; tail -40 "$OUT/attention_bench.log" ;;
     attntiles) timeout 580 python3 benchmarks/scripts/attention_h200.py --sweep --out "$OUT/attention_tiles.json" --max-minutes 8.5 > "$OUT/attention_tiles.log" 2>&1; tail -30 "$OUT/attention_tiles.log" ;;
     hipblaslt) timeout 580 python3 benchmarks/scripts/hipblaslt_gpu_check.py --out "$OUT/hipblaslt_gpu_check.json" ${HIPBLASLT_PARTS:+--parts $HIPBLASLT_PARTS} > "$OUT/hipblaslt_gpu_check.log" 2>&1; tail -40 "$OUT/hipblaslt_gpu_check.log" ;;
+    attnfp8) timeout 580 python3 benchmarks/scripts/attention_fp8_gpu_check.py --parts ${ATTN_FP8_PARTS:-check,speed} --out "$OUT/attention_fp8.json" > "$OUT/attention_fp8.log" 2>&1; tail -30 "$OUT/attention_fp8.log" ;;
+    tunegemm) timeout 580 python3 benchmarks/scripts/tune_gemm_h200.py --out "$OUT/sm90.json" --tune-seconds 180 --check-seconds 60 > "$OUT/tune.log" 2>&1; tail -30 "$OUT/tune.log" ;;
+    demoparity) timeout 580 python3 benchmarks/scripts/demo_parity_gpu.py --out "$OUT/demo_parity.json" --pytest > "$OUT/demo_parity.log" 2>&1; tail -30 "$OUT/demo_parity.log" ;;
+    moebench) timeout 580 python3 benchmarks/scripts/moe_bench_h200.py --out "$OUT/moe_bench.json" ${MOE_PARTS:+--parts $MOE_PARTS} > "$OUT/moe_bench.log" 2>&1; tail -40 "$OUT/moe_bench.log" ;;
     *) echo "unknown part $part" ;;
   esac
 done
