@@ -32,3 +32,19 @@ def test_gives_up_with_the_error_when_nothing_fits():
 
     with pytest.raises(OutOfResources):
         _runtime.launch_fitted(never, GemmConfig(64, 64, 32, 4, 4, 2), ("key-b",))
+
+
+def test_takes_the_launcher_s_own_shrink_rule():
+    # The attention launchers shrink their (block_m, block_n, warps, stages) tiles by their own rule.
+    from turbo_triton.attention.configs import Tile
+    from turbo_triton.attention.launch import _shrink
+
+    calls = []
+
+    def fake_launch(tile):
+        calls.append(tile)
+        if tile.num_stages > 1 or tile.block_n > 64:
+            raise OutOfResources(300000, 232448, "shared memory")
+
+    _runtime.launch_fitted(fake_launch, Tile(128, 128, 8, 3), ("key-c",), shrink=_shrink)
+    assert calls == [Tile(128, 128, 8, 3), Tile(128, 128, 8, 2), Tile(128, 128, 8, 1), Tile(128, 64, 8, 1)]

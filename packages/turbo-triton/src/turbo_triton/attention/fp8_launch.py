@@ -25,7 +25,7 @@ from turbo_core.dispatch.specs.attention import AttentionFp8BwdArgs, AttentionFp
 from turbo_triton import _runtime
 from turbo_triton.attention.configs import Tile
 from turbo_triton.attention.fp8_quant import ROW_PAD, block_d, quantize_blocks
-from turbo_triton.attention.launch import input_reason
+from turbo_triton.attention.launch import input_reason, launch_tiled
 
 _SM90 = {
     64: {"fwd": Tile(128, 64, 4, 3), "dq": Tile(128, 64, 8, 2), "dkdv": Tile(64, 128, 8, 2)},
@@ -92,44 +92,20 @@ def pick(kernel: str, arch: str, head_dim: int) -> Tile:
     return _check_tile(kernel, tile)
 
 
-def _smaller(kernel: str, tile: Tile) -> list[Tile]:
-    """Fallbacks (same constraints) when a tile needs more shared memory than the device has."""
-    out = []
+def _shrink(kernel: str, tile: Tile) -> Tile | None:
+    """The next smaller tile (same constraints) when one needs more shared memory than the device has."""
     if tile.num_stages > 1:
-        out.append(Tile(tile.block_m, tile.block_n, tile.num_warps, tile.num_stages - 1))
+        return Tile(tile.block_m, tile.block_n, tile.num_warps, tile.num_stages - 1)
     if tile.block_n > 32 and kernel != "fwd" or tile.block_n > 64:
-        out.append(Tile(tile.block_m, tile.block_n // 2, tile.num_warps, 1))
+        return Tile(tile.block_m, tile.block_n // 2, tile.num_warps, 1)
     if tile.block_m > 32:
-        out.append(Tile(tile.block_m // 2, tile.block_n, max(4, tile.num_warps // 2), 1))
-    return out
-
-
-_fitted: dict[tuple, Tile] = {}
+        return Tile(tile.block_m // 2, tile.block_n, max(4, tile.num_warps // 2), 1)
+    return None
 
 
 def _launch(kernel, name: str, grid_of, tile: Tile, key: tuple, *args, **consts) -> None:
-    """Launch ``kernel`` with ``tile``; on OutOfResources retry smaller tiles (remembered per key)."""
-    from triton.runtime.errors import OutOfResources
-
-    start = tile
-    tile = _fitted.get((key, start), start)
-    tried = [tile]
-    while True:
-        grid = grid_of(tile)
-        if min(grid) == 0:
-            return
-        try:
-            kernel[grid](*args, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, num_warps=tile.num_warps,
-                         num_stages=tile.num_stages, **consts)
-        except OutOfResources:
-            smaller = [t for t in _smaller(name, tile) if t not in tried]
-            if not smaller:
-                raise
-            tile = smaller[0]
-            tried.append(tile)
-            continue
-        _fitted[(key, start)] = tile
-        return
+    """``launch.launch_tiled`` with this kernel's shrink rule."""
+    launch_tiled(kernel, grid_of, tile, key, lambda t: args, shrink=lambda t: _shrink(name, t), **consts)
 
 
 # -- shared facts --------------------------------------------------------------------------------

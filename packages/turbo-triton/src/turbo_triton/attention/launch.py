@@ -104,45 +104,30 @@ class _Problem:
                     PRECISION=self.precision)
 
 
-_fitted: dict[tuple, Tile] = {}
-
-
-def _smaller(tile: Tile) -> list[Tile]:
-    """Fallbacks when a tile needs more shared memory than the device has."""
-    out = []
+def _shrink(tile: Tile) -> Tile | None:
+    """The next smaller tile when one needs more shared memory than the device has: a stage fewer,
+    else half the key rows, else half the query rows."""
     if tile.num_stages > 1:
-        out.append(Tile(tile.block_m, tile.block_n, tile.num_warps, tile.num_stages - 1))
+        return Tile(tile.block_m, tile.block_n, tile.num_warps, tile.num_stages - 1)
     if tile.block_n > 16:
-        out.append(Tile(tile.block_m, tile.block_n // 2, tile.num_warps, max(1, tile.num_stages - 1)))
+        return Tile(tile.block_m, tile.block_n // 2, tile.num_warps, 1)
     if tile.block_m > 16:
-        out.append(Tile(tile.block_m // 2, max(16, tile.block_n // 2), max(4, tile.num_warps // 2), 1))
-    return out
+        return Tile(tile.block_m // 2, max(16, tile.block_n // 2), max(4, tile.num_warps // 2), 1)
+    return None
 
 
-def _launch(kernel, grid_of, tile: Tile, key: tuple, *args, args_of=None, **consts) -> None:
-    """Launch ``kernel`` with ``tile``; on OutOfResources retry smaller tiles (remembered per key).
-    ``args_of(tile)``, when given, builds the positional arguments per tile (descriptors)."""
-    from triton.runtime.errors import OutOfResources
+def launch_tiled(kernel, grid_of, tile: Tile, key: tuple, args_of, shrink=_shrink, **consts) -> None:
+    """Launch ``kernel`` on the grid ``grid_of(tile)`` with the positional arguments ``args_of(tile)``
+    (descriptors depend on the tile); ``_runtime.launch_fitted`` retries smaller tiles on
+    OutOfResources and remembers the one that fitted per ``key``. An empty grid launches nothing."""
 
-    tile = _fitted.get((key, tile), tile)
-    start = tile
-    tried = [tile]
-    while True:
-        grid = grid_of(tile)
-        if min(grid) == 0:
-            return
-        try:
-            kernel[grid](*(args_of(tile) if args_of else args), BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, num_warps=tile.num_warps,
-                         num_stages=tile.num_stages, **consts)
-        except OutOfResources:
-            smaller = [t for t in _smaller(tile) if t not in tried]
-            if not smaller:
-                raise
-            tile = smaller[0]
-            tried.append(tile)
-            continue
-        _fitted[(key, start)] = tile
-        return
+    def run(t: Tile) -> None:
+        grid = grid_of(t)
+        if min(grid) > 0:
+            kernel[grid](*args_of(t), BLOCK_M=t.block_m, BLOCK_N=t.block_n, num_warps=t.num_warps,
+                         num_stages=t.num_stages, **consts)
+
+    _runtime.launch_fitted(run, tile, (kernel.fn.__name__, *key), shrink=shrink)
 
 
 # -- forward -------------------------------------------------------------------------------------
@@ -182,10 +167,10 @@ def attention_fwd(args: AttentionFwdArgs) -> tuple[torch.Tensor, torch.Tensor]:
     rest = (out, lse, sink, p.cu_q, p.cu_k,
             *_bsh(q, p.varlen), *_bsh(k, p.varlen), *_bsh(v, p.varlen), *_bsh(out, p.varlen),
             *_lse_strides(lse, p.varlen), p.seq_q, p.seq_k, p.group, p.scale, p.left, p.right)
-    _launch(attn_fwd_kernel, lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch), p.tile("fwd"),
-            ("fwd", tma, q.dtype, p.d_qk, p.d_v),
-            args_of=lambda t: (*(_descriptors(args, p, t) if tma else (q, k, v)), *rest),
-            HAS_SINK=args.sink is not None, TMA=tma, **p.consts())
+    launch_tiled(attn_fwd_kernel, lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch), p.tile("fwd"),
+                 ("fwd", tma, q.dtype, p.d_qk, p.d_v),
+                 lambda t: (*(_descriptors(args, p, t) if tma else (q, k, v)), *rest),
+                 HAS_SINK=args.sink is not None, TMA=tma, **p.consts())
     return out, lse
 
 
@@ -226,14 +211,14 @@ def attention_bwd(args: AttentionBwdArgs):
               *_bsh(dq, p.varlen))
     tail = (*_lse_strides(lse, p.varlen), p.seq_q, p.seq_k, p.group, p.scale, p.left, p.right)
     key = (q.dtype, p.d_qk, p.d_v)
-    _launch(attn_bwd_dkdv_kernel, lambda t: (triton.cdiv(p.seq_k, t.block_n), p.h_kv, p.batch), p.tile("dkdv"),
-            ("dkdv", atomic, *key),
-            q, k, v, dout, lse, delta, dq, dk, dv, p.cu_q, p.cu_k, *common,
-            *_bsh(dk, p.varlen), *_bsh(dv, p.varlen), *tail, ATOMIC_DQ=atomic, **p.consts())
+    dkdv_args = (q, k, v, dout, lse, delta, dq, dk, dv, p.cu_q, p.cu_k, *common,
+                 *_bsh(dk, p.varlen), *_bsh(dv, p.varlen), *tail)
+    launch_tiled(attn_bwd_dkdv_kernel, lambda t: (triton.cdiv(p.seq_k, t.block_n), p.h_kv, p.batch),
+                 p.tile("dkdv"), ("dkdv", atomic, *key), lambda t: dkdv_args, ATOMIC_DQ=atomic, **p.consts())
     if atomic:
         dq = dq.to(q.dtype)
     else:
-        _launch(attn_bwd_dq_kernel, lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch), p.tile("dq"),
-                ("dq", *key),
-                q, k, v, dout, lse, delta, dq, p.cu_q, p.cu_k, *common, *tail, **p.consts())
+        dq_args = (q, k, v, dout, lse, delta, dq, p.cu_q, p.cu_k, *common, *tail)
+        launch_tiled(attn_bwd_dq_kernel, lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch),
+                     p.tile("dq"), ("dq", *key), lambda t: dq_args, **p.consts())
     return dq, dk, dv, dsink
