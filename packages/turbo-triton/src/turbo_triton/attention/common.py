@@ -27,6 +27,25 @@ def visible(rows, cols, len_q, len_k, left, right, HAS_LEFT: tl.constexpr, HAS_R
 
 
 @triton.jit
+def online_softmax(s, m_i, l_i, rows, cols, len_q, len_k, left, right, MASK: tl.constexpr,
+                   HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """One key tile of the base-2 online softmax: ``s`` (scores times ``scale * log2(e)``) masked
+    when ``MASK``; returns ``(p, alpha, l, m)``: the tile's unnormalized probabilities, the factor
+    that rescales the running sums, and the new running denominator and max. A row that has seen
+    no key keeps ``m = -inf`` and gets ``p = 0`` (never ``exp2(-inf - -inf)``)."""
+    if MASK:
+        s = tl.where(visible(rows, cols, len_q, len_k, left, right, HAS_LEFT, HAS_RIGHT), s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_sub = m_new
+    p = tl.math.exp2(s - m_sub[:, None])
+    alpha = tl.math.exp2(m_i - m_sub)
+    return p, alpha, l_i * alpha + tl.sum(p, 1), m_new
+
+
+@triton.jit
 def key_ranges(m0, len_q, len_k, left, right, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
     """Key tiles for the query rows ``[m0, m0 + BLOCK_M)``: ``lo <= full_lo <= full_hi <= hi``;

@@ -25,7 +25,7 @@ a row that sees no key).
 import triton
 import triton.language as tl
 
-from turbo_triton.attention.common import LN2, LOG2E, key_ranges, visible
+from turbo_triton.attention.common import LN2, LOG2E, key_ranges, online_softmax
 from turbo_triton.quantization.numerics import encode_fp8
 
 SCALE_ROWS = tl.constexpr(64)
@@ -64,19 +64,10 @@ def _tiles(acc, l_i, m_i, q, qk_row, k_base, vt_base, sk_base, sv_base, rows_k, 
         sk = tl.load(sk_base + n0 // SCALE_ROWS)
         sv = tl.load(sv_base + n0 // SCALE_ROWS)
         s = tl.dot(q, kt) * (qk_row * sk)[:, None]
-        if MASK:
-            s = tl.where(visible(rows, cols, len_q, len_k, left, right, HAS_LEFT, HAS_RIGHT), s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_sub = m_new
-        p = tl.math.exp2(s - m_sub[:, None])
-        alpha = tl.math.exp2(m_i - m_sub)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, l_i, m_i = online_softmax(s, m_i, l_i, rows, cols, len_q, len_k, left, right, MASK, HAS_LEFT,
+                                            HAS_RIGHT)
         pv = tl.dot(quant_p(p, SOFT), tl.trans(vt))
         acc = acc * alpha[:, None] + pv * (sv / P_SCALE)
-        m_i = m_new
     return acc, l_i, m_i
 
 

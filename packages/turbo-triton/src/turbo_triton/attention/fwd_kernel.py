@@ -12,7 +12,7 @@ sees no key and has no sink).
 import triton
 import triton.language as tl
 
-from turbo_triton.attention.common import LN2, LOG2E, key_ranges, mm, sequence, visible
+from turbo_triton.attention.common import LN2, LOG2E, key_ranges, mm, online_softmax, sequence
 
 
 @triton.jit
@@ -50,18 +50,9 @@ def _tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_row0, hk, r
             else:
                 v = tl.load(v_ptrs, mask=dv_ok[None, :], other=0.0)
         s = mm(q, kt, tl.zeros([q.shape[0], BLOCK_N], dtype=tl.float32), UPCAST, PRECISION) * qk_scale
-        if MASK:
-            s = tl.where(visible(rows, cols, len_q, len_k, left, right, HAS_LEFT, HAS_RIGHT), s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_sub = m_new
-        p = tl.math.exp2(s - m_sub[:, None])
-        alpha = tl.math.exp2(m_i - m_sub)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, l_i, m_i = online_softmax(s, m_i, l_i, rows, cols, len_q, len_k, left, right, MASK, HAS_LEFT,
+                                            HAS_RIGHT)
         acc = mm(p.to(v.dtype), v, acc * alpha[:, None], UPCAST, PRECISION)
-        m_i = m_new
     return acc, l_i, m_i
 
 
