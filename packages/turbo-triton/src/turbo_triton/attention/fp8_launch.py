@@ -25,7 +25,7 @@ from turbo_core.dispatch.specs.attention import AttentionFp8BwdArgs, AttentionFp
 from turbo_triton import _runtime
 from turbo_triton.attention.configs import Tile
 from turbo_triton.attention.fp8_quant import ROW_PAD, block_d, quantize_blocks
-from turbo_triton.attention.launch import input_reason, launch_tiled
+from turbo_triton.attention.launch import input_reason, launch_tiled, window_bounds
 
 _SM90 = {
     64: {"fwd": Tile(128, 64, 4, 3), "dq": Tile(128, 64, 8, 2), "dkdv": Tile(64, 128, 8, 2)},
@@ -116,11 +116,7 @@ class _Problem:
         self.batch, self.seq_q, self.h_q, self.d_qk = q.shape
         self.seq_k, self.h_kv, self.d_v = k.shape[1], k.shape[2], v.shape[-1]
         self.group = self.h_q // self.h_kv
-        left, right = args.window_size
-        if args.causal:
-            right = 0
-        self.left, self.right = max(left, 0), max(right, 0)
-        self.has_left, self.has_right = left >= 0, right >= 0
+        self.left, self.right, self.has_left, self.has_right = window_bounds(args)
         self.scale = args.scale
         self.soft = _runtime.interpreting()
         self.arch = _runtime.device_facts(q)[0]

@@ -65,6 +65,15 @@ def _lse_strides(lse: torch.Tensor, varlen: bool) -> tuple[int, int]:
     return lse.stride(0), lse.stride(1)
 
 
+def window_bounds(args) -> tuple[int, int, bool, bool]:
+    """``(left, right, has_left, has_right)`` for the kernels: causal sets ``right = 0``; an unbounded
+    side (-1) becomes 0 with its flag off."""
+    left, right = args.window_size
+    if args.causal:
+        right = 0
+    return max(left, 0), max(right, 0), left >= 0, right >= 0
+
+
 class _Problem:
     """Shapes and launch facts shared by the forward and the backward."""
 
@@ -82,11 +91,7 @@ class _Problem:
             self.batch = q.shape[0]
             self.seq_q, self.seq_k = q.shape[1], k.shape[1]
             self.cu_q = self.cu_k = q.new_empty(1, dtype=torch.int32)
-        left, right = args.window_size
-        if args.causal:
-            right = 0
-        self.left, self.right = max(left, 0), max(right, 0)
-        self.has_left, self.has_right = left >= 0, right >= 0
+        self.left, self.right, self.has_left, self.has_right = window_bounds(args)
         self.scale = args.scale
         self.interp = _runtime.interpreting()
         self.arch = _runtime.device_facts(q)[0]
