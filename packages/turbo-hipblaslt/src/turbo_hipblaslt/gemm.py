@@ -63,15 +63,21 @@ def can_handle(args: GemmArgs) -> str | None:
                                 args.trans_c, False, False)
     except LayoutUnsupported as exc:
         return f"HIPBLASLT gemm: {exc}"
-    code = DTYPE_CODES[args.a.dtype]
-    d_ptr = args.out.data_ptr() if (args.out is not None and direct) else 0
-    call = blaslt.call_args(p, Side(args.a.data_ptr(), code), Side(args.b.data_ptr(), code), d_ptr,
-                            DTYPE_CODES[d_dtype], device=runtime.device_index(args.a),
-                            beta=1.0 if (args.out is not None and direct) else 0.0,
-                            compute=runtime.tf32() if args.a.dtype == torch.float32 else 0,
+    return plan_reason("gemm", p, args.a, args.b, args.out if direct else None, d_dtype)
+
+
+def plan_reason(what: str, p: blaslt.BlasPlan, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None,
+                d_dtype: torch.dtype) -> str | None:
+    """Why the library has no algorithm for a 16/32-bit plan of ``a`` and ``b`` (``out``: the result is
+    accumulated into it, beta = 1), or ``None``."""
+    code = DTYPE_CODES[a.dtype]
+    call = blaslt.call_args(p, Side(a.data_ptr(), code), Side(b.data_ptr(), code),
+                            out.data_ptr() if out is not None else 0, DTYPE_CODES[d_dtype],
+                            device=runtime.device_index(a), beta=1.0 if out is not None else 0.0,
+                            compute=runtime.tf32() if a.dtype == torch.float32 else 0,
                             workspace_size=runtime.workspace_bytes())
     why = blaslt.check(call)
-    return None if why is None else f"HIPBLASLT gemm: {why}"
+    return None if why is None else f"HIPBLASLT {what}: {why}"
 
 
 def gemm(args: GemmArgs) -> torch.Tensor:

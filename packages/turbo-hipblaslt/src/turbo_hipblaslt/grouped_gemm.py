@@ -18,10 +18,10 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmVariableKArgs, grouped_gemm_dims
-from turbo_hipblaslt import blaslt, runtime
+from turbo_hipblaslt import blaslt
 from turbo_hipblaslt.blaslt import Side
 from turbo_hipblaslt.codes import DTYPE_CODES
-from turbo_hipblaslt.gemm import DIRECT, gpu_reason, result_layout
+from turbo_hipblaslt.gemm import DIRECT, gpu_reason, plan_reason, result_layout
 from turbo_hipblaslt.layout import LayoutUnsupported
 
 __all__ = ["can_handle", "can_handle_variable_k", "group_calls", "grouped_gemm", "grouped_gemm_variable_k"]
@@ -93,13 +93,7 @@ def can_handle(args: GroupedGemmArgs) -> str | None:
         p = _forward_plan(args)
     except LayoutUnsupported as exc:
         return f"HIPBLASLT grouped_gemm: {exc}"
-    code = DTYPE_CODES[args.a.dtype]
-    call = blaslt.call_args(p, Side(args.a.data_ptr(), code), Side(args.b.data_ptr(), code), 0, code,
-                            device=runtime.device_index(args.a),
-                            compute=runtime.tf32() if args.a.dtype == torch.float32 else 0,
-                            workspace_size=runtime.workspace_bytes())
-    why = blaslt.check(call)
-    return None if why is None else f"HIPBLASLT grouped_gemm: {why}"
+    return plan_reason("grouped_gemm", p, args.a, args.b, None, args.a.dtype)
 
 
 def grouped_gemm(args: GroupedGemmArgs) -> torch.Tensor:
@@ -150,14 +144,7 @@ def can_handle_variable_k(args: GroupedGemmVariableKArgs) -> str | None:
         p = _vk_plan(args, d_matrix)
     except LayoutUnsupported as exc:
         return f"HIPBLASLT grouped_gemm_variable_k: {exc}"
-    code = DTYPE_CODES[args.a.dtype]
-    call = blaslt.call_args(p, Side(args.a.data_ptr(), code), Side(args.b.data_ptr(), code),
-                            args.out.data_ptr() if use_out else 0, DTYPE_CODES[d_dtype],
-                            device=runtime.device_index(args.a), beta=1.0 if use_out else 0.0,
-                            compute=runtime.tf32() if args.a.dtype == torch.float32 else 0,
-                            workspace_size=runtime.workspace_bytes())
-    why = blaslt.check(call)
-    return None if why is None else f"HIPBLASLT grouped_gemm_variable_k: {why}"
+    return plan_reason("grouped_gemm_variable_k", p, args.a, args.b, args.out if use_out else None, d_dtype)
 
 
 def grouped_gemm_variable_k(args: GroupedGemmVariableKArgs) -> torch.Tensor:
