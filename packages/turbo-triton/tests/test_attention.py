@@ -17,32 +17,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_math import f64_attention
 
 from turbo_core.dispatch.specs.attention import AttentionBwdArgs, AttentionFwdArgs
 from turbo_core.testing import assert_close_normwise, assert_close_to_reference
 from turbo_triton.attention import launch
-
-
-def _f64_attention(q, k, v, scale, causal, window):
-    """float64 attention of ``[b, s, h, d]`` inputs (GQA by repeat), bottom-right masks."""
-    b, s_q, h_q, _ = q.shape
-    s_k, h_k = k.shape[1], k.shape[2]
-    rep = h_q // h_k
-    qd, kd, vd = (t.double().transpose(1, 2) for t in (q, k, v))
-    kd, vd = kd.repeat_interleave(rep, 1), vd.repeat_interleave(rep, 1)
-    s = qd @ kd.transpose(-1, -2) * scale
-    i = torch.arange(s_q)[:, None] + (s_k - s_q)
-    j = torch.arange(s_k)[None, :]
-    left, right = window
-    right = 0 if causal else right
-    ok = torch.ones(s_q, s_k, dtype=torch.bool)
-    if right >= 0:
-        ok &= j <= i + right
-    if left >= 0:
-        ok &= j >= i - left
-    s = s.masked_fill(~ok, float("-inf"))
-    p = torch.softmax(s, -1)
-    return (p @ vd).transpose(1, 2)
 
 
 def _inputs(b, s_q, s_k, h_q, h_k, d_qk, d_v, dtype=torch.float16, seed=0):
@@ -59,7 +38,7 @@ def _check(q, k, v, dout, causal=False, window=(-1, -1), deterministic=False):
     fwd = AttentionFwdArgs(q, k, v, causal=causal, window_size=window)
     out, lse = launch.attention_fwd(fwd)
     leaves = [t.double().requires_grad_() for t in (q, k, v)]
-    want = _f64_attention(*leaves, scale, causal, window)
+    want = f64_attention(*leaves, scale, causal, window)
     want.backward(dout.double())
     assert_close_to_reference(out, want.detach(), dtype=q.dtype, what="out")
     bwd = AttentionBwdArgs(dout, q, k, v, out, lse, causal=causal, window_size=window, deterministic=deterministic)

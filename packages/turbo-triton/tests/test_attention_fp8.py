@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_math import f64_attention
 
 from turbo_core.dispatch.specs.attention import AttentionFp8BwdArgs, AttentionFp8FwdArgs
 from turbo_core.reference import attention as ref
@@ -88,27 +89,6 @@ def test_quantize_strided_input():
 
 # -- attention -----------------------------------------------------------------------------------
 
-def _f64_attention(q, k, v, scale, causal, window):
-    """float64 softmax attention of ``[b, s, h, d]`` inputs (GQA by repeat, bottom-right masks);
-    rows that see no key give 0."""
-    b, s_q, h_q, _ = q.shape
-    s_k, h_k = k.shape[1], k.shape[2]
-    qd, kd, vd = (t.transpose(1, 2) for t in (q, k, v))
-    kd, vd = kd.repeat_interleave(h_q // h_k, 1), vd.repeat_interleave(h_q // h_k, 1)
-    i = torch.arange(s_q)[:, None] + (s_k - s_q)
-    j = torch.arange(s_k)[None, :]
-    left, right = window
-    right = 0 if causal else right
-    ok = torch.ones(s_q, s_k, dtype=torch.bool)
-    if right >= 0:
-        ok &= j <= i + right
-    if left >= 0:
-        ok &= j >= i - left
-    s = (qd @ kd.transpose(-1, -2) * scale).masked_fill(~ok, float("-inf"))
-    p = torch.softmax(s, -1).nan_to_num(0.0)  # empty rows: all -inf -> NaN -> 0
-    return (p @ vd).transpose(1, 2)
-
-
 # (b, s_q, s_kv, h_q, h_kv, d_qk, d_v), causal, window
 CASES = [
     ((1, 70, 70, 4, 2, 16, 16), False, (-1, -1)),
@@ -128,7 +108,7 @@ def test_fp8_attention(shape, causal, window):
     v = torch.randn(b, s_k, h_k, d_v, generator=g).to(torch.bfloat16)
     dout = torch.randn(b, s_q, h_q, d_v, generator=g).to(torch.bfloat16)
     leaves = [t.double().requires_grad_() for t in (q, k, v)]
-    want = _f64_attention(*leaves, d_qk ** -0.5, causal, window)
+    want = f64_attention(*leaves, d_qk ** -0.5, causal, window)
     want.backward(dout.double())
 
     fwd = AttentionFp8FwdArgs(q, k, v, causal=causal, window_size=window)
@@ -184,7 +164,7 @@ def test_fp32_inputs_deterministic():
     for a, b in zip(first, again, strict=True):
         assert torch.equal(a, b)
     leaves = [t.double().requires_grad_() for t in (q, k, v)]
-    want = _f64_attention(*leaves, 16 ** -0.5, True, (-1, -1))
+    want = f64_attention(*leaves, 16 ** -0.5, True, (-1, -1))
     want.backward(dout.double())
     assert snr_db(want.detach(), out) >= GATE_DB
     for got, leaf in zip(first, leaves, strict=True):
