@@ -53,14 +53,15 @@ def _bucket(head_dim: int) -> int:
     return 64 if head_dim <= 64 else 128 if head_dim <= 128 else 256
 
 
-def _override(kernel: str) -> Tile | None:
-    spec = os.environ.get("TURBO_TRITON_ATTN_TILES", "")
+def override(kernel: str, variable: str = "TURBO_TRITON_ATTN_TILES") -> Tile | None:
+    """The tile that ``variable`` (``"fwd=128,64,8,3;dq=..."``) sets for ``kernel``, or None."""
+    spec = os.environ.get(variable, "")
     for part in spec.split(";"):
         name, _, values = part.partition("=")
         if name.strip() == kernel:
             nums = [int(v) for v in values.split(",")]
             if len(nums) != 4:
-                raise ValueError(f"TURBO_TRITON_ATTN_TILES: {kernel}= needs 4 ints (block_m,block_n,warps,stages), "
+                raise ValueError(f"{variable}: {kernel}= needs 4 ints (block_m,block_n,warps,stages), "
                                  f"got {values!r}")
             return Tile(*nums)
     return None
@@ -74,7 +75,7 @@ def pick(kernel: str, arch: str, head_dim: int, elem_bytes: int) -> Tile:
     """The tile of ``kernel`` ("fwd", "dkdv", "dq") for the larger of the two head dims."""
     if arch == "interpreter":
         return _INTERP
-    tile = _override(kernel)
+    tile = override(kernel)
     if tile is not None:
         return tile
     table = _TABLES.get(arch) or _TABLES.get(arch.split(":")[0]) or _DEFAULT

@@ -16,14 +16,12 @@ sm_90a, compiled ahead of time without a GPU), to be swept on the H200;
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 
 from turbo_core.dispatch.specs.attention import AttentionFp8BwdArgs, AttentionFp8FwdArgs, lse_shape, out_shape
 from turbo_triton import _runtime
-from turbo_triton.attention.configs import Tile
+from turbo_triton.attention.configs import Tile, override
 from turbo_triton.attention.fp8_quant import ROW_PAD, block_d, quantize_blocks
 from turbo_triton.attention.launch import input_reason, launch_tiled, window_bounds
 
@@ -56,19 +54,6 @@ def can_handle(args: AttentionFp8FwdArgs | AttentionFp8BwdArgs) -> str | None:
 
 # -- tiles ---------------------------------------------------------------------------------------
 
-def _override(kernel: str) -> Tile | None:
-    spec = os.environ.get("TURBO_TRITON_ATTN_FP8_TILES", "")
-    for part in spec.split(";"):
-        name, _, values = part.partition("=")
-        if name.strip() == kernel:
-            nums = [int(v) for v in values.split(",")]
-            if len(nums) != 4:
-                raise ValueError(f"TURBO_TRITON_ATTN_FP8_TILES: {kernel}= needs 4 ints "
-                                 f"(block_m,block_n,warps,stages), got {values!r}")
-            return Tile(*nums)
-    return None
-
-
 def _check_tile(kernel: str, tile: Tile) -> Tile:
     if kernel == "fwd" and 64 % tile.block_n:
         raise ValueError(f"TURBO_TRITON_ATTN_FP8_TILES: the fwd block_n must divide 64, got {tile.block_n}")
@@ -83,7 +68,7 @@ def pick(kernel: str, arch: str, head_dim: int) -> Tile:
     """The tile of ``kernel`` ("fwd", "dq", "dkdv") for the larger of the two head dims."""
     if arch == "interpreter":
         return _INTERP
-    tile = _override(kernel)
+    tile = override(kernel, "TURBO_TRITON_ATTN_FP8_TILES")
     if tile is None:
         bucket = 64 if head_dim <= 64 else 128 if head_dim <= 128 else 256
         table = _SM90 if arch.startswith("sm9") or arch.startswith("sm1") else \
