@@ -11,10 +11,14 @@ works whether or not plugin.py registers them yet.
 check: out, dq, dk, dv against unquantized float64 attention computed on the GPU (explicit score
   matrices, per head), as SNR in dB (gate: 20 dB, the spec's), and against the TORCH reference's FP8
   emulation (turbo_core.reference.attention.attention_fp8_*: the same quantization in fp32 on a GPU);
-  lse against the emulation's (the same quantized scores; within 1e-3) and, for information, float64's; outputs allocated from NaN-poisoned memory (an unwritten element shows up as
-  a non-finite value); the backward run twice must be bit-identical. Shapes: B2 H16 S2048 D128
+  lse against float64's: no further from it than the emulation's lse is (1.25x + 0.01; the kernel's
+  scores differ from the emulation's fp32 ones by Hopper's reduced-precision FP8 MMA accumulation,
+  the same effect as `_scaled_mm(use_fast_accum=True)`, so an exact match is not expected); outputs
+  allocated from NaN-poisoned memory (an unwritten element shows up as a non-finite value); the backward run twice must be bit-identical. Shapes: B2 H16 S2048 D128
   causal and not (the issue's), odd lengths, s_q != s_kv, GQA, a sliding window, d 64/256, MLA
-  192/128, fp16 inputs, rows that see no key.
+  192/128, fp16 inputs, rows that see no key; and two cases whose 64-row blocks differ in
+  magnitude (each block of q/k times 2^U{-2..0}, of v/dout times 2^U{-3..3}, per head), where a
+  scale read from the wrong block would cost tens of dB.
 speed: TFLOP/s (4*B*H*S*S*D, halved when causal; backward 2.5x) of the FP8 forward and backward
   (quantization included; the quantization of q, k, v alone is timed too), the bf16 TRITON kernels
   (turbo_triton.attention.launch.attention_fwd / attention_bwd) and SDPA's cuDNN backend, bf16 inputs.
@@ -105,14 +109,26 @@ def f64_attention(q, k, v, dout, scale, causal, window):
     return out, lse, dq, dk, dv
 
 
-def check_case(name, b, s_q, s_k, h_q, h_k, d_qk, d_v, causal=False, window=(-1, -1), dtype=torch.bfloat16):
+def _blocky(x, g, lo, hi):
+    """``x [b, s, h, d]`` times ``2**e`` per (batch, 64-row block, head), ``e`` uniform in ``lo..hi``."""
+    b, s, h, _ = x.shape
+    e = torch.randint(lo, hi + 1, (b, (s + 63) // 64, h, 1), device=DEV, generator=g)
+    return x * torch.pow(2.0, e.float()).repeat_interleave(64, dim=1)[:, :s]
+
+
+def check_case(name, b, s_q, s_k, h_q, h_k, d_qk, d_v, causal=False, window=(-1, -1), dtype=torch.bfloat16,
+               blocky=False):
     row = {"case": name}
     try:
         g = torch.Generator(device=DEV).manual_seed(0)
-        q = torch.randn(b, s_q, h_q, d_qk, device=DEV, generator=g).to(dtype)
-        k = torch.randn(b, s_k, h_k, d_qk, device=DEV, generator=g).to(dtype)
-        v = torch.randn(b, s_k, h_k, d_v, device=DEV, generator=g).to(dtype)
-        dout = torch.randn(b, s_q, h_q, d_v, device=DEV, generator=g).to(dtype)
+        q = torch.randn(b, s_q, h_q, d_qk, device=DEV, generator=g)
+        k = torch.randn(b, s_k, h_k, d_qk, device=DEV, generator=g)
+        v = torch.randn(b, s_k, h_k, d_v, device=DEV, generator=g)
+        dout = torch.randn(b, s_q, h_q, d_v, device=DEV, generator=g)
+        if blocky:
+            q, k = _blocky(q, g, -2, 0), _blocky(k, g, -2, 0)
+            v, dout = _blocky(v, g, -3, 3), _blocky(dout, g, -3, 3)
+        q, k, v, dout = (t.to(dtype) for t in (q, k, v, dout))
         fa = AttentionFp8FwdArgs(q, k, v, causal=causal, window_size=window)
         row["can_handle"] = fp8_launch.can_handle(fa)
         poison()
@@ -135,10 +151,15 @@ def check_case(name, b, s_q, s_k, h_q, h_k, d_qk, d_v, causal=False, window=(-1,
             ok &= finite and row[f"{what}_snr"] >= GATE_DB
         fin = torch.isfinite(w_lse)
         row["lse_inf_pattern_ok"] = bool(torch.equal(torch.isfinite(lse), fin))
-        # lse of the quantized scores: against the emulation (same quantization) tightly; float64's is informative
-        row["lse_max_err_vs_emu"] = (lse.double()[fin] - e_lse.double()[fin]).abs().max().item() if fin.any() else 0.0
-        row["lse_max_err_vs_f64"] = (lse.double()[fin] - w_lse[fin]).abs().max().item() if fin.any() else 0.0
-        ok &= row["lse_inf_pattern_ok"] and row["lse_max_err_vs_emu"] < 1e-3
+        # lse: no further from float64's than the emulation's (same quantization, fp32 sums) is;
+        # its distance to the emulation is informative (Hopper's FP8 MMA adds at reduced precision)
+        def lse_err(a, w):
+            return (a.double()[fin] - w.double()[fin]).abs().max().item() if fin.any() else 0.0
+        row["lse_max_err_vs_emu"] = lse_err(lse, e_lse)
+        row["lse_max_err_vs_f64"] = lse_err(lse, w_lse)
+        row["lse_max_err_emu_vs_f64"] = lse_err(e_lse, w_lse)
+        row["lse_gate"] = round(1.25 * row["lse_max_err_emu_vs_f64"] + 0.01, 6)
+        ok &= row["lse_inf_pattern_ok"] and row["lse_max_err_vs_f64"] <= row["lse_gate"]
         row["ok"] = bool(ok)
     except Exception:  # noqa: BLE001
         row["ok"] = False
@@ -161,6 +182,8 @@ CHECKS = [  # name, b, s_q, s_k, h_q, h_k, d_qk, d_v, kwargs
     ("s777-d80-full", 1, 777, 777, 4, 4, 80, 80, {}),
     ("s2048-causal-fp16", 1, 2048, 2048, 8, 8, 128, 128, dict(causal=True, dtype=torch.float16)),
     ("s64-causal-fp32", 2, 64, 64, 4, 4, 64, 64, dict(causal=True, dtype=torch.float32)),
+    ("s2048-causal-blocky", 1, 2048, 2048, 8, 2, 128, 128, dict(causal=True, blocky=True)),
+    ("s1000x1500-full-blocky-d64", 2, 1000, 1500, 4, 4, 64, 64, dict(blocky=True)),
 ]
 
 
