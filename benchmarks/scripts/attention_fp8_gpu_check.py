@@ -187,8 +187,8 @@ CHECKS = [  # name, b, s_q, s_k, h_q, h_k, d_qk, d_v, kwargs
 ]
 
 
-def checks():
-    rows = [check_case(name, *dims, **kw) for name, *dims, kw in CHECKS]
+def checks(only=None):
+    rows = [check_case(name, *dims, **kw) for name, *dims, kw in CHECKS if not only or name in only]
     print("check:", sum(r["ok"] for r in rows), "/", len(rows), "ok", flush=True)
     return rows
 
@@ -282,13 +282,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--parts", default="check,speed,sweep")
+    ap.add_argument("--cases", default="", help="check only these case names (comma separated; default all)")
     a = ap.parse_args()
     parts = a.parts.split(",")
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-           "command": "python3 benchmarks/scripts/attention_fp8_gpu_check.py --parts " + a.parts}
+           "command": "python3 benchmarks/scripts/attention_fp8_gpu_check.py --parts " + a.parts
+           + (" --cases " + a.cases if a.cases else "")}
     t0 = time.time()
     if "check" in parts:
-        res["check"] = checks()
+        res["check"] = checks(set(filter(None, a.cases.split(","))))
     if "speed" in parts:
         res["speed"] = speed_rows(SPEED)
     if "sweep" in parts:

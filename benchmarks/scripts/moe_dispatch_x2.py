@@ -20,7 +20,9 @@ graph: the num_worst_tokens dispatch + combine under torch.cuda.set_sync_debug_m
 speed: DeepSeek-V3 per rank (T=4096, H=7168, top-8 of 256 experts, uniform routing): bf16 and FP8
   (e4m3 + [T, 56] fp32 scales) dispatch, bf16 combine, exact and num_worst_tokens modes; median of
   CUDA-event times (barrier before each), GB/s = token-row bytes sent by this rank / time, against a
-  raw all_to_all_single of the same rows ([N, H] with the same splits) in the same run.
+  raw all_to_all_single of the same rows ([N, H] with the same splits) in the same run; the
+  worst-mode dispatch + combine round trip eager and replayed from a CUDA graph (the GPU's own
+  time), and the host time of one eager worst-mode dispatch call (launches only).
 """
 
 from __future__ import annotations
@@ -170,6 +172,33 @@ def _parts(rank, world, group, parts, out, dev):
                 cases["raw a2a exact fp8"] = (raw8, n_send * H)
                 cases["dispatch exact fp8+scales"] = (lambda: dispatch(x8, s8), n_send * H)
                 cases["dispatch worst fp8+scales"] = (lambda: dispatch(x8, s8, worst=worst), n_send * H)
+            def round_trip():
+                gx, _, _, _, _, gh = dispatch(x, worst=worst)
+                launch.moe_combine(gx, gh)
+
+            cases["dispatch+combine worst bf16 eager"] = (round_trip, (n_send + n_recv) * H * 2)
+            if dev.type == "cuda":  # the same round trip replayed from a CUDA graph: the GPU's time alone
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    for _ in range(2):
+                        round_trip()
+                torch.cuda.current_stream().wait_stream(s)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    round_trip()
+                cases["dispatch+combine worst bf16 graph"] = (graph.replay, (n_send + n_recv) * H * 2)
+            # host time of one call (launches only, nothing waited for): the eager path's floor
+            for _ in range(3):
+                dispatch(x, worst=worst)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(10):
+                dispatch(x, worst=worst)
+            res["host_us_per_dispatch_worst"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
             for name, (fn, nbytes) in cases.items():
                 ms, spread = _time(fn, dev)
                 res[name] = {"ms": round(ms, 4), "spread_ms": round(spread, 4), "GB/s": round(nbytes / ms / 1e6, 1)}
