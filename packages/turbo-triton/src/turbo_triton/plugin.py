@@ -26,8 +26,8 @@ def turbo_backend_info():
               "and swiglu/geglu (forward and backward), FP8 quantize/dequantize (every granularity, fused row+column "
               "with_trans), MXFP4 quantize/with_trans/dequantize, the MoE router (group-limited top-k, forward and "
               "backward) and MoE permutation (preprocess, permute, unpermute forward and backward, "
-              "indices_to_multihot, tokens_per_expert_to_mask) are implemented (quantization and MoE not yet the GPU "
-              "default); grouped MX FP8 and grouped FP8/FP4 quantization are not implemented yet",
+              "indices_to_multihot, tokens_per_expert_to_mask) are implemented; grouped MX FP8 and grouped FP8/FP4 "
+              "quantization are not implemented yet",
     )
 
 
