@@ -85,6 +85,34 @@ def test_doctor_json(capsys):
         assert report["platform"]["gpus"] == []
         assert any(p.startswith("no GPU") for p in report["problems"])
     assert not [p for p in report["problems"] if not p.startswith("no GPU")]
+    # only the reference plugin is loaded: it ships no tuning database
+    assert report["tuning"] == {"enabled": True, "sources": [], "entries": 0, "stale": 0, "policy": "minor",
+                                "user_file": None}
+
+
+def test_doctor_reports_tuning_databases(capsys, monkeypatch, tmp_path):
+    from turbo_core.tuning import active
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    monkeypatch.setenv("TURBO_TUNING_DB", str(bad))
+    active.reset()
+    try:
+        rc, out = run_cli(capsys, "doctor", "--json")
+        report = json.loads(out)
+        assert rc == 0 and "error" in report["tuning"]
+        assert any("TURBO_TUNING_DB" in p for p in report["problems"])
+        good = tmp_path / "mine.json"
+        monkeypatch.setenv("TURBO_TUNING_DB", str(good))
+        active.reset()
+        rc, out = run_cli(capsys, "doctor")
+        assert rc == 0
+        assert "tuning databases: none; 0 entries in use, 0 skipped as stale" in " ".join(out.split())
+        report = json.loads(run_cli(capsys, "doctor", "--json")[1])
+        assert report["tuning"]["user_file"] == str(good)
+    finally:
+        monkeypatch.delenv("TURBO_TUNING_DB")
+        active.reset()
 
 
 def test_doctor_json_reports_missing_plugin_and_bad_env(capsys, use_plugins, monkeypatch):

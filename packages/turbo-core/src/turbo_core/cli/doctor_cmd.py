@@ -1,4 +1,5 @@
-"""``turbo doctor [--json]``: the platform, each plugin's load status, and problems."""
+"""``turbo doctor [--json]``: the platform, each plugin's load status, the tuning databases in use,
+and problems."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def collect() -> dict:
         if rec.status == "failed":
             problems.append(f"plugin {rec.name} ({rec.source}) failed at {rec.stage}: {rec.error}")
     rows = backend_rows()
+    tuning = _tuning(problems)
     if not proc["gpus"]:
         problems.append("no GPU: only the CPU backends (TORCH, Triton under TRITON_INTERPRET=1) can run")
     return {
@@ -50,8 +52,24 @@ def collect() -> dict:
         "plugins": [r.as_dict() for r in host.records],
         "backends": [{k: r[k] for k in ("name", "package", "version", "available", "reason")} for r in rows],
         "environment": env,
+        "tuning": tuning,
         "problems": problems,
     }
+
+
+def _tuning(problems: list[str]) -> dict:
+    """The tuning databases dispatch consults (turbo_core.tuning.active.info, without the per-entry
+    stale list: its count); an unreadable database is a problem."""
+    from turbo_core.tuning import active
+
+    try:
+        info = active.info()
+    except ValueError as exc:  # a malformed TURBO_TUNING_DB
+        problems.append(str(exc))
+        return {"error": str(exc)}
+    problems.extend(f"tuning database: {err}" for err in info["errors"])
+    return {"enabled": info["enabled"], "sources": info["sources"], "entries": info["entries"],
+            "stale": len(info["stale"]), "policy": info["policy"], "user_file": info["user_file"]}
 
 
 def run(args) -> int:
@@ -84,6 +102,12 @@ def run(args) -> int:
     for row in report["backends"]:
         state = "available" if row["available"] else f"unavailable: {row['reason']}"
         console.print(f"  {row['name']:<10} {row['package']} {row['version']}: {state}")
+    tuning = report["tuning"]
+    if "error" not in tuning:
+        where = ", ".join(tuning["sources"]) or "none"
+        state = "" if tuning["enabled"] else " (off: TURBO_TUNING=0)"
+        console.print(f"tuning databases{state}: {where}; {tuning['entries']} entries in use, "
+                      f"{tuning['stale']} skipped as stale (tuned with other library versions; policy {tuning['policy']})")
     if report["environment"]:
         console.print("environment: " + ", ".join(f"{k}={v}" for k, v in sorted(report["environment"].items())))
     if report["problems"]:
