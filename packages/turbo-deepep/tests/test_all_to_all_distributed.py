@@ -122,6 +122,8 @@ def _autograd_case(rank, world, group, dev, *, dtype, worst_kind, seed):
     p = p64.float().to(dev).requires_grad_()
     res = moe_dispatch(x, idx.to(dev), p, e, group, num_worst_tokens=worst)
     assert res.handle.backend == "DEEP_EP", res.handle.backend  # chosen without any setting
+    fused = os.environ.get("TURBO_DEEPEP_FUSED") == "1" or dev.type == "cuda"
+    assert (res.handle.state.pos is not None) == fused, "the fused path ran iff it was asked for (or on a GPU)"
     _eq(res.recv_x, rx, "recv_x")
     assert res.recv_x.dtype == dtype and res.recv_token_indices.dtype == idx.dtype
     _eq(res.recv_token_indices, ri, "recv_token_indices")
@@ -360,9 +362,9 @@ def _worker(rank: int, world: int, store: str, backend: str) -> None:
         dist.destroy_process_group()
 
 
-def _launch(world: int, tmp_path, backend: str) -> None:
+def _launch(world: int, tmp_path, backend: str, method: str | None = None) -> None:
     store = str(tmp_path / f"store-{backend}-{world}")
-    method = "fork" if backend == "gloo" else "spawn"  # forked children skip the imports (CPU only)
+    method = method or ("fork" if backend == "gloo" else "spawn")  # forked children skip the imports (CPU only)
     mp.start_processes(_worker, args=(world, store, backend), nprocs=world, join=True, start_method=method)
 
 
@@ -370,6 +372,17 @@ def _launch(world: int, tmp_path, backend: str) -> None:
 @pytest.mark.distributed
 @pytest.mark.parametrize("world", [2, 4])
 def test_gloo(world, tmp_path):
+    _launch(world, tmp_path, "gloo")
+
+
+# The same cases on the fused Triton path (turbo_deepep.all_to_all.fused), which GPUs take by default:
+# forced onto the CPU tensors here, its kernels run in Triton's interpreter.
+@pytest.mark.distributed
+@pytest.mark.parametrize("world", [2, 4])
+def test_gloo_fused(world, tmp_path, monkeypatch):
+    pytest.importorskip("triton", reason="the fused path's kernels are Triton kernels")
+    monkeypatch.setenv("TURBO_DEEPEP_FUSED", "1")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # conftest.py sets it too, before anything imports triton
     _launch(world, tmp_path, "gloo")
 
 

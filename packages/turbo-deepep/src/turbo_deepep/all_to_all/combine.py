@@ -6,6 +6,8 @@ sizes from the handle, or the fixed slots of the worst-case mode: no host value)
 byte row. There, each token's returned rows are summed in float64 (CPU) / float32 (GPU), rank 0's
 row first, then rank 1's, ... (one ``index_add_`` per source rank, whose rows hold distinct tokens:
 deterministic), and rounded once to ``x``'s dtype (probs: fp32). A token sent nowhere gets 0.
+A handle from the fused dispatch path combines through :func:`turbo_deepep.all_to_all.fused.reduce`
+(one kernel, the same order and bits) when the fused path serves these rows.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.specs.moe import MoeCombineArgs
+from turbo_deepep.all_to_all import fused
 from turbo_deepep.all_to_all.dispatch import handle_reason
 from turbo_deepep.all_to_all.exchange import exchange_rows, group_reason
 from turbo_deepep.all_to_all.payload import RowFormat
@@ -55,6 +58,21 @@ def _runs(st: AllToAllState, rows: int) -> list[tuple[int, int]]:
     return out
 
 
+_FUSED_SUMS = (torch.float32, torch.float16, torch.bfloat16)  # dtypes the fused combine sums (else torch's)
+
+
+def _fused_combine(fmt: RowFormat, tensors: dict, handle, st: AllToAllState, r: int, t: int):
+    """The fused path (:mod:`turbo_deepep.all_to_all.fused`): pack, one all-to-all, one summing
+    kernel over ``st.pos``; same bytes and summation order as the torch path."""
+    if st.mode == "exact":
+        send, _ = fused.pack(fmt, tensors, r, r)
+        back = exchange_rows(send, handle.group, sum(st.send_splits), list(st.recv_splits), list(st.send_splits))
+        return fused.reduce(back, fmt, st.pos, t, compute_dtype(tensors["x"]), bases=st.send_offs)
+    send, _ = fused.pack(fmt, tensors, st.world * st.slot, r, rows=st.to_recv)
+    back = exchange_rows(send, handle.group, st.world * st.slot)
+    return fused.reduce(back, fmt, st.pos, t, compute_dtype(tensors["x"]), slot=st.slot)
+
+
 def moe_combine(args: MoeCombineArgs):
     """``(combined [T, H] x's dtype, combined_probs [T, K] fp32 or None)``."""
     handle = args.handle
@@ -65,6 +83,8 @@ def moe_combine(args: MoeCombineArgs):
     fields = [("x", x.dtype, x.shape[1])] + ([] if probs is None else [("probs", torch.float32, probs.shape[1])])
     fmt = RowFormat(fields)
     tensors = {"x": x, "probs": probs}
+    if st.pos is not None and x.dtype in _FUSED_SUMS and fused.enabled(fmt, dev):
+        return _fused_combine(fmt, tensors, handle, st, r, t)
     if st.mode == "local":
         back = fmt.pack(tensors, r, dev)
     elif st.mode == "exact":

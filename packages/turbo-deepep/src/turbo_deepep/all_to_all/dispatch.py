@@ -25,6 +25,10 @@ num_worst_tokens)``, row ``t`` holds token ``t``, a token with no valid expert i
 
 ``async_finish`` / ``allocate_on_comm_stream`` are accepted and ignored: the collectives run on the
 current stream and the results are ready in stream order when this returns.
+
+On GPUs the layout, packing, compaction and unpacking run as the fused Triton kernels of
+:mod:`turbo_deepep.all_to_all.fused` (bit-identical results, a handful of launches instead of about
+ninety torch ops); elsewhere, or with ``TURBO_DEEPEP_FUSED=0``, as torch ops.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.specs.moe import MoeDispatchArgs, MoeDispatchHandle, group_size
+from turbo_deepep.all_to_all import fused
 from turbo_deepep.all_to_all.exchange import exchange_counts, exchange_rows, group_reason
 from turbo_deepep.all_to_all.layout import (
     compact_rows,
@@ -114,6 +119,47 @@ def _move(args: MoeDispatchArgs, fmt: RowFormat, tensors: dict, st: AllToAllStat
     return exchange_rows(send, group, sum(st.recv_splits), list(st.send_splits), list(st.recv_splits)), None, st
 
 
+def _fused_layout(args: MoeDispatchArgs, fmt: RowFormat, tensors: dict, world: int):
+    """Fresh dispatch on the fused path: ``(buf, recv_from or None, rows received, state)``."""
+    x, group, e = args.x, args.group, args.num_experts
+    t, rank = x.shape[0], group.rank()
+    if args.num_worst_tokens > 0:
+        slot = min(t, args.num_worst_tokens)
+        slot_tok, pos, _ = fused.route(args.token_indices, e, world, slot)
+        send, _ = fused.pack(fmt, tensors, world * slot, t, rows=slot_tok.view(-1), num_experts=e)
+        buf = exchange_rows(send, group, world * slot)
+        recv_from, to_recv = fused.compact(buf, fmt, rank, e // world, args.num_worst_tokens)
+        st = AllToAllState("worst", rank, world, slot_tok.view(-1), recv_from=recv_from, to_recv=to_recv, slot=slot,
+                           pos=pos)
+        return buf, recv_from, args.num_worst_tokens, st
+    slot_tok, pos, send_counts = fused.route(args.token_indices, e, world, t)
+    recv_counts = exchange_counts(send_counts, group)
+    send_splits, recv_splits = torch.stack([send_counts, recv_counts]).tolist()  # the one host sync
+    offs = [0]
+    for n in send_splits:
+        offs.append(offs[-1] + n)
+    offs_dev = torch.tensor(offs, dtype=torch.int64, device=x.device)
+    send, order = fused.pack(fmt, tensors, offs[-1], t, slots=slot_tok, offs=offs_dev, num_experts=e)
+    buf = exchange_rows(send, group, sum(recv_splits), send_splits, recv_splits)
+    st = AllToAllState("exact", rank, world, order, tuple(send_splits), tuple(recv_splits), pos=pos,
+                       send_offs=offs_dev)
+    return buf, None, buf.shape[0], st
+
+
+def _fused_resend(args: MoeDispatchArgs, fmt: RowFormat, tensors: dict, st: AllToAllState):
+    """Cached dispatch on the fused path: ``(recv_x, recv_scales)`` along ``st``'s layout."""
+    t = args.x.shape[0]
+    if st.mode == "worst":
+        send, _ = fused.pack(fmt, tensors, st.world * st.slot, t, rows=st.send_token)
+        buf = exchange_rows(send, args.group, st.world * st.slot)
+        rx, rs, *_ = fused.unpack(buf, fmt, st.recv_from.shape[0], st.recv_from)
+        return rx, rs
+    send, _ = fused.pack(fmt, tensors, st.send_token.shape[0], t, rows=st.send_token)
+    buf = exchange_rows(send, args.group, sum(st.recv_splits), list(st.send_splits), list(st.recv_splits))
+    rx, rs, *_ = fused.unpack(buf, fmt, buf.shape[0], None)
+    return rx, rs
+
+
 def moe_dispatch(args: MoeDispatchArgs):
     """``(recv_x, recv_x_scales, recv_token_indices, recv_token_probs, tokens_per_expert, handle)``
     as :class:`~turbo_core.dispatch.specs.moe.MoeDispatchArgs` describes (cached dispatch:
@@ -121,18 +167,27 @@ def moe_dispatch(args: MoeDispatchArgs):
     x = args.x.contiguous()
     scales = None if args.x_scales is None else args.x_scales.contiguous()
     tensors = {"x": x, "scales": scales}
+    world = group_size(args.group)
     if args.handle is not None:
         fmt = _format(x, scales, None)
+        if world > 1 and fused.enabled(fmt, x.device):
+            rx, rs = _fused_resend(args, fmt, tensors, args.handle.state)
+            return rx, rs, None, None, None, args.handle
         buf, index, _ = _move(args, fmt, tensors, args.handle.state, None)
         recv_scales = None if scales is None else fmt.unpack(buf, "scales", index)
         return fmt.unpack(buf, "x", index), recv_scales, None, None, None, args.handle
     idx, e, group = args.token_indices, args.num_experts, args.group
-    world = group_size(group)
     e_l = e // world
+    fmt = _format(x, scales, idx.shape[1])
+    if world > 1 and fused.enabled(fmt, x.device):
+        tensors.update(idx=idx, probs=args.token_probs)
+        buf, recv_from, rows, st = _fused_layout(args, fmt, tensors, world)
+        rx, rs, local, probs, tpe = fused.unpack(buf, fmt, rows, recv_from, idx_dtype=idx.dtype, rank=st.rank,
+                                                 num_local=e_l)
+        return rx, rs, local, probs, tpe, MoeDispatchHandle(BACKEND, group, x.shape[0], rows, e_l, st)
     valid = (idx >= 0) & (idx < e)
     tensors["idx"] = torch.where(valid, idx, torch.full_like(idx, -1)).to(torch.int32)
     tensors["probs"] = args.token_probs.contiguous()
-    fmt = _format(x, scales, idx.shape[1])
     in_rank = token_in_rank(idx, e, world) if world > 1 else None
     buf, index, st = _move(args, fmt, tensors, None, in_rank)
     local = local_indices(fmt.unpack(buf, "idx", index), st.rank, e_l)

@@ -23,6 +23,11 @@ class AllToAllState(NamedTuple):
         recv_from: worst mode: int64 ``[R]``, the slot row of each received row (``W * slot``: padding).
         to_recv: worst mode: int64 ``[W * slot]``, the received row of each slot row (``R``: none).
         slot: worst mode: rows per destination rank in the fixed slots.
+        pos: the fused path's layout (:mod:`turbo_deepep.all_to_all.fused`), None on the torch
+            path: int32 ``[T, W]``, the row of token ``t`` within the rows sent to rank ``d``
+            (-1: not sent); a fused combine needs it.
+        send_offs: exact mode on the fused path: int64 ``[W + 1]`` on the device, the first sent
+            row of each rank (the prefix sums of ``send_splits``).
     """
 
     mode: str
@@ -34,6 +39,8 @@ class AllToAllState(NamedTuple):
     recv_from: torch.Tensor | None = None
     to_recv: torch.Tensor | None = None
     slot: int = 0
+    pos: torch.Tensor | None = None
+    send_offs: torch.Tensor | None = None
 
 
 def compute_dtype(t: torch.Tensor) -> torch.dtype:

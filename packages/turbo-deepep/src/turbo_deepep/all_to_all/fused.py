@@ -1,0 +1,206 @@
+"""The fused all-to-all path: the layout, packing, compaction, unpacking and the combine's sum as
+five Triton kernels instead of about ninety small torch ops.
+
+The torch path (:mod:`~turbo_deepep.all_to_all.layout`, :mod:`~turbo_deepep.all_to_all.payload`)
+issues one op per step; at DeepSeek-V3 size on an H200 one dispatch call spent ~2.4 ms on the host
+launching them, eight times the all-to-all itself (benchmarks/gpu-checks-h200-2026-11-30.md). This
+path computes the same things with the same bytes and the same summation order, so its results are
+bit-identical to the torch path's (tests/test_all_to_all_fused.py runs both).
+
+Used for GPU tensors when Triton is importable and every field of the packed row is a whole number
+of 4-byte words (``x`` rows of an even number of bf16/fp16 values or a multiple of 4 fp8 values);
+``TURBO_DEEPEP_FUSED=0`` turns it off, ``=1`` also uses it for CPU tensors (with
+``TRITON_INTERPRET=1``: the tests). One process (no communication) keeps the torch path.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from turbo_deepep.all_to_all.payload import RowFormat
+
+__all__ = ["compact", "enabled", "pack", "reduce", "route", "unpack"]
+
+ENV = "TURBO_DEEPEP_FUSED"
+_BLOCK = 1024
+_SCAN = 1024
+
+
+def _triton_ok() -> bool:
+    try:
+        import triton  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means the torch path
+        return False
+    return True
+
+
+def enabled(fmt: RowFormat, device: torch.device) -> bool:
+    """Whether the fused path serves rows of ``fmt`` on ``device``."""
+    flag = os.environ.get(ENV, "").strip().lower()
+    if flag in ("0", "off", "false", "no"):
+        return False
+    if device.type == "cpu" and flag not in ("1", "on", "true", "yes"):
+        return False
+    if any(f.nbytes % 4 for f in fmt.fields.values()):
+        return False
+    return _triton_ok()
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _k():
+    from turbo_deepep.all_to_all import fused_kernels
+
+    return fused_kernels
+
+
+def _pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous ``[N, C]`` tensor as int32 words ``[N, C * size / 4]``."""
+    return t.contiguous().view(torch.uint8).view(torch.int32)
+
+
+def _word_offset(fmt: RowFormat, name: str) -> tuple[int, int]:
+    f = fmt.fields.get(name)
+    return (0, 0) if f is None else (f.start // 4, f.nbytes // 4)
+
+
+def route(idx: torch.Tensor, num_experts: int, world: int, slot: int):
+    """``(slot_tok int64 [W, slot], pos int32 [T, W], counts int64 [W])`` of ``idx [T, K]``: the
+    tokens for each rank in increasing index (-1 past the count; tokens past ``slot`` not listed),
+    each token's row within its rank's list (-1: not sent) and the tokens each rank should get."""
+    t, k = idx.shape
+    dev = idx.device
+    slot_tok = torch.full((world, slot), -1, dtype=torch.int64, device=dev)
+    pos = torch.full((t, world), -1, dtype=torch.int32, device=dev)
+    counts = torch.zeros((world,), dtype=torch.int64, device=dev)
+    if t and k:
+        _k().route_kernel[(world,)](idx.contiguous(), slot_tok, pos, counts, t, k, num_experts // world, world, slot,
+                                    BLOCK_T=_SCAN, BLOCK_K=_pow2(k), num_warps=4)
+    return slot_tok, pos, counts
+
+
+def pack(fmt: RowFormat, tensors: dict, n_rows: int, n_src: int, *, rows: torch.Tensor | None = None,
+         slots: torch.Tensor | None = None, offs: torch.Tensor | None = None, num_experts: int = 0):
+    """``(uint8 [n_rows, B], tokens)``: packed row ``r`` holds source row ``rows[r]`` (``rows`` None:
+    ``r``; ``slots`` ``[W, S]`` with ``offs`` int64 ``[W + 1]``: the rank-major slot table, and then
+    ``tokens`` int64 ``[n_rows]`` is the source row of each packed row, else None) of ``x``,
+    ``scales``, ``probs`` and the expert ids from ``idx`` (valid ids, else -1; ``num_experts``).
+    Rows with no source (-1 or ``>= n_src``) are zero with ids -1."""
+    dev = tensors["x"].device
+    out = torch.empty((n_rows, fmt.row_bytes), dtype=torch.uint8, device=dev)
+    tokens = torch.empty((n_rows,), dtype=torch.int64, device=dev) if slots is not None else None
+    if n_rows == 0:
+        return out, tokens
+    x = _words(tensors["x"])
+    x_off, x_words = _word_offset(fmt, "x")
+    s_off, s_words = _word_offset(fmt, "scales")
+    p_off, _ = _word_offset(fmt, "probs")
+    i_off, _ = _word_offset(fmt, "idx")
+    has_s, has_p, has_i = s_words > 0, "probs" in fmt.fields, "idx" in fmt.fields
+    k = fmt.fields["probs"].cols if has_p else (fmt.fields["idx"].cols if has_i else 1)
+    mode = 0 if rows is None and slots is None else (1 if slots is None else 2)
+    world = 1 if offs is None else offs.shape[0] - 1
+    grid = (n_rows, max(1, -(-x_words // _BLOCK)))
+    _k().pack_kernel[grid](
+        out.view(torch.int32), rows if mode == 1 else (slots if mode == 2 else out), offs if mode == 2 else out,
+        tokens if tokens is not None else out, x, _words(tensors["scales"]) if has_s else x,
+        _words(tensors["probs"]) if has_p else x, tensors["idx"].contiguous() if has_i else x,
+        n_src, fmt.row_bytes // 4, world, slots.shape[1] if mode == 2 else 0, x_words, s_words,
+        x_off, s_off, p_off, i_off, k, num_experts,
+        ROW_MODE=mode, HAS_S=has_s, HAS_P=has_p, HAS_I=has_i, BLOCK=_BLOCK, BLOCK_K=_pow2(k),
+        BLOCK_W=_pow2(world), num_warps=4)
+    return out, tokens
+
+
+def compact(buf: torch.Tensor, fmt: RowFormat, rank: int, num_local: int, num_rows: int):
+    """``(recv_from int64 [num_rows], to_recv int64 [N])`` of the received slot rows ``buf``
+    (``uint8 [N, B]``): the rows holding an expert of ``rank``, packed to the front in order
+    (:func:`turbo_deepep.all_to_all.layout.compact_rows`'s result)."""
+    n = buf.shape[0]
+    dev = buf.device
+    recv_from = torch.empty((num_rows,), dtype=torch.int64, device=dev)
+    to_recv = torch.empty((n,), dtype=torch.int64, device=dev)
+    if n == 0:
+        recv_from.fill_(0)
+        return recv_from, to_recv
+    i_off, _ = _word_offset(fmt, "idx")
+    k = fmt.fields["idx"].cols
+    _k().compact_kernel[(1,)](buf.view(torch.int32), recv_from, to_recv, n, num_rows, fmt.row_bytes // 4, i_off, k,
+                              rank * num_local, num_local, BLOCK=_SCAN, BLOCK_K=_pow2(k), num_warps=4)
+    return recv_from, to_recv
+
+
+def unpack(buf: torch.Tensor, fmt: RowFormat, num_rows: int, recv_from: torch.Tensor | None, *,
+           idx_dtype: torch.dtype = torch.int64, rank: int = 0, num_local: int = 0):
+    """``(x, scales or None, local ids or None, probs or None, tokens_per_expert or None)``: result
+    row ``r`` from received row ``recv_from[r]`` (None: ``r``; ``>= N``: a zero row with ids -1).
+    The routing outputs come when ``fmt`` has the ``idx`` field."""
+    dev = buf.device
+    fx = fmt.fields["x"]
+    x = torch.empty((num_rows, fx.cols), dtype=fx.dtype, device=dev)
+    fs = fmt.fields.get("scales")
+    scales = None if fs is None else torch.empty((num_rows, fs.cols), dtype=fs.dtype, device=dev)
+    route_ = "idx" in fmt.fields
+    k = fmt.fields["idx"].cols if route_ else 1
+    ids = torch.empty((num_rows, k), dtype=idx_dtype, device=dev) if route_ else None
+    probs = torch.empty((num_rows, k), dtype=torch.float32, device=dev) if route_ else None
+    counts = torch.zeros((num_local,), dtype=torch.int64, device=dev) if route_ else None
+    if num_rows == 0:
+        return x, scales, ids, probs, counts
+    x_off, x_words = _word_offset(fmt, "x")
+    s_off, s_words = _word_offset(fmt, "scales")
+    p_off, _ = _word_offset(fmt, "probs")
+    i_off, _ = _word_offset(fmt, "idx")
+    words = buf.view(torch.int32)
+    dummy = words
+    grid = (num_rows, max(1, -(-x_words // _BLOCK)))
+    _k().unpack_kernel[grid](
+        words, recv_from if recv_from is not None else dummy, _words(x), _words(scales) if scales is not None else dummy,
+        ids if route_ else dummy, probs if route_ else dummy, counts if route_ else dummy,
+        buf.shape[0], fmt.row_bytes // 4, x_words, s_words, x_off, s_off, p_off, i_off, k, rank * num_local, num_local,
+        IDENTITY=recv_from is None, HAS_S=s_words > 0, HAS_ROUTE=route_, BLOCK=_BLOCK, BLOCK_K=_pow2(k), num_warps=4)
+    return x, scales, ids, probs, counts
+
+
+def reduce(back: torch.Tensor, fmt: RowFormat, pos: torch.Tensor, num_tokens: int, acc_dtype: torch.dtype, *,
+           slot: int = 0, bases: torch.Tensor | None = None):
+    """``(combined [T, H] x's dtype, probs fp32 [T, K] or None)``: token ``t`` summed over the
+    returned rows ``base_d + pos[t, d]`` (``bases[d]``, or ``d * slot``) in rank order in
+    ``acc_dtype``, then rounded once (the torch path's ``sum_rows``)."""
+    dev = back.device
+    fx = fmt.fields["x"]
+    fp = fmt.fields.get("probs")
+    out = torch.empty((num_tokens, fx.cols), dtype=fx.dtype, device=dev)
+    outp = None if fp is None else torch.empty((num_tokens, fp.cols), dtype=torch.float32, device=dev)
+    if num_tokens == 0 or fx.cols == 0:
+        out.zero_()
+        if outp is not None:
+            outp.zero_()
+        return out, outp
+    if back.shape[0] == 0:  # nothing came back (no token was sent anywhere)
+        back = torch.zeros((1, fmt.row_bytes), dtype=torch.uint8, device=dev)
+    k = fp.cols if fp is not None else 1
+    elem = torch.empty((), dtype=fx.dtype).element_size()
+    import triton.language as tl
+
+    acc = tl.float64 if acc_dtype == torch.float64 else tl.float32
+    bits = fx.dtype == torch.bfloat16 and _interpreting()
+    view = torch.int16 if bits else fx.dtype
+    grid = (num_tokens, -(-fx.cols // _BLOCK))
+    _k().reduce_kernel[grid](
+        back.view(view), back.view(torch.float32), pos, bases if bases is not None else pos, out.view(view),
+        outp if outp is not None else out, fx.cols, k, pos.shape[1], slot, fmt.row_bytes // elem, fmt.row_bytes // 4,
+        _word_offset(fmt, "probs")[0], BASES=bases is not None, HAS_P=fp is not None, ACC=acc, BF16_BITS=bits,
+        BLOCK=_BLOCK, BLOCK_K=_pow2(k), num_warps=4)
+    return out, outp

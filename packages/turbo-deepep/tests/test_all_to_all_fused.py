@@ -1,0 +1,143 @@
+"""The fused path's kernels (turbo_deepep.all_to_all.fused, in Triton's interpreter on the CPU)
+against the torch path's functions on the same inputs, bit for bit, including the edge cases the
+distributed tests do not reach: a slot smaller than a rank's count (tokens not sent), fewer result
+rows than valid received rows (rows dropped), out-of-range and repeated expert ids, fp8 rows with
+scales, and random (not dyadic) values summed in the combine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="the fused path's kernels are Triton kernels")  # interpreted: conftest.py
+
+from turbo_deepep.all_to_all import fused, layout  # noqa: E402
+from turbo_deepep.all_to_all.combine import sum_rows  # noqa: E402
+from turbo_deepep.all_to_all.dispatch import _format  # noqa: E402
+from turbo_deepep.all_to_all.payload import RowFormat  # noqa: E402
+
+FP8 = getattr(torch, "float8_e4m3fn", None)
+
+
+@pytest.fixture(autouse=True)
+def _fused_on_cpu(monkeypatch):
+    monkeypatch.setenv("TURBO_DEEPEP_FUSED", "1")
+
+
+def _routing(t, k, e, seed):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(-2, e + 2, (t, k), generator=g)  # -2, -1, e, e+1: no expert
+    idx[: max(1, t // 5), 1 % k] = idx[: max(1, t // 5), 0]  # repeated ids
+    return idx
+
+
+@pytest.mark.parametrize("t,k,world,slot", [(13, 4, 2, 13), (29, 3, 4, 5), (1, 1, 2, 1), (40, 8, 3, 40)])
+def test_route_matches_the_torch_layout(t, k, world, slot):
+    e = 4 * world
+    idx = _routing(t, k, e, seed=t)
+    slot_tok, pos, counts = fused.route(idx, e, world, slot)
+    in_rank = layout.token_in_rank(idx, e, world)
+    assert torch.equal(counts, in_rank.sum(dim=0))
+    assert torch.equal(slot_tok.view(-1), layout.slot_rows(in_rank, slot))
+    for d in range(world):  # pos is the inverse of the slot table
+        sent = slot_tok[d][slot_tok[d] >= 0]
+        want = torch.full((t,), -1, dtype=torch.int32)
+        want[sent] = torch.arange(sent.shape[0], dtype=torch.int32)
+        assert torch.equal(pos[:, d], want)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32] + ([FP8] if FP8 is not None else []))
+def test_pack_matches_the_torch_gather(dtype):
+    t, k, e, world, h = 11, 3, 8, 2, 16
+    idx = _routing(t, k, e, seed=3)
+    x = (torch.randn(t, h) * 3).to(dtype)
+    scales = torch.rand(t, 2) if dtype == FP8 else None
+    probs = torch.rand(t, k)
+    fmt = _format(x, scales, k)
+    valid = (idx >= 0) & (idx < e)
+    torch_tensors = {"x": x, "scales": scales, "probs": probs, "idx": torch.where(valid, idx, -1).to(torch.int32)}
+    fused_tensors = {"x": x, "scales": scales, "probs": probs, "idx": idx}
+    rows = torch.tensor([3, -1, 0, 10, 7, -1, 5])
+    got, _ = fused.pack(fmt, fused_tensors, rows.shape[0], t, rows=rows, num_experts=e)
+    want = fmt.gather(torch_tensors, rows, t)
+    real = rows >= 0
+    _same_fields(fmt, got[real], want[real])
+    ids = fmt.view(got, "idx")
+    assert torch.equal(ids[~real], torch.full_like(ids[~real], -1))  # padding rows: ids -1, values 0
+    assert not fmt.view(got, "x")[~real].view(torch.uint8).any()
+    # slotted mode: rank-major rows from a slot table, and the send order it reports
+    slot_tok, _, counts = fused.route(idx, e, world, t)
+    offs = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)])
+    got, order = fused.pack(fmt, fused_tensors, int(offs[-1]), t, slots=slot_tok, offs=offs, num_experts=e)
+    in_rank = layout.token_in_rank(idx, e, world)
+    ordered = layout.ordered_rows(in_rank, int(offs[-1]))
+    assert torch.equal(order, ordered)
+    _same_fields(fmt, got, fmt.gather(torch_tensors, ordered, t))
+
+
+def _same_fields(fmt, a, b):
+    """Every field's bytes equal (the alignment gaps between fields are never written or read)."""
+    for name in fmt.fields:
+        assert torch.equal(fmt.view(a, name).view(torch.uint8), fmt.view(b, name).view(torch.uint8)), name
+
+
+@pytest.mark.parametrize("rows_out", [3, 9, 20])
+def test_compact_and_unpack_match_the_torch_path(rows_out):
+    n, k, e, world, h, rank = 17, 4, 8, 2, 8, 1
+    e_l = e // world
+    idx = _routing(n, k, e, seed=5)
+    valid = (idx >= 0) & (idx < e)
+    x = torch.randn(n, h).to(torch.bfloat16)
+    probs = torch.rand(n, k)
+    fmt = _format(x, None, k)
+    buf = fmt.pack({"x": x, "probs": probs, "idx": torch.where(valid, idx, -1).to(torch.int32)}, n, x.device)
+    recv_from, to_recv = fused.compact(buf, fmt, rank, e_l, rows_out)
+    local_all = layout.local_indices(fmt.unpack(buf, "idx"), rank, e_l)
+    want_from, want_to = layout.compact_rows((local_all >= 0).any(dim=1), rows_out)
+    assert torch.equal(recv_from, want_from) and torch.equal(to_recv, want_to)
+    rx, rs, local, rp, tpe = fused.unpack(buf, fmt, rows_out, recv_from, rank=rank, num_local=e_l)
+    padded = torch.cat([buf, fmt.pad_row(x.device)])
+    want_local = layout.local_indices(fmt.unpack(padded, "idx", recv_from), rank, e_l)
+    assert rs is None
+    assert torch.equal(rx, fmt.unpack(padded, "x", recv_from))
+    assert torch.equal(local, want_local.long())
+    want_p = fmt.unpack(padded, "probs", recv_from)
+    assert torch.equal(rp, torch.where(want_local >= 0, want_p, torch.zeros_like(want_p)))
+    assert torch.equal(tpe, layout.count_pairs(want_local, e_l))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("acc", [torch.float32, torch.float64])
+def test_reduce_matches_sum_rows(dtype, acc):
+    t, k, world, slot, h = 9, 3, 3, 4, 24
+    g = torch.Generator().manual_seed(7)
+    pos = torch.randint(-1, slot, (t, world), generator=g).to(torch.int32)
+    send_token = torch.full((world * slot,), -1, dtype=torch.int64)
+    for tok in range(t):
+        for d in range(world):
+            if pos[tok, d] >= 0:
+                if send_token[d * slot + pos[tok, d]] >= 0:  # one token per row: drop the clash
+                    pos[tok, d] = -1
+                else:
+                    send_token[d * slot + pos[tok, d]] = tok
+    fmt = RowFormat([("x", dtype, h), ("probs", torch.float32, k)])
+    values = (torch.randn(world * slot, h, generator=g) * 100).to(dtype)
+    probs = torch.rand(world * slot, k, generator=g)
+    back = fmt.pack({"x": values, "probs": probs}, world * slot, values.device)
+    got, gotp = fused.reduce(back, fmt, pos, t, acc, slot=slot)
+    runs = [(d * slot, (d + 1) * slot) for d in range(world)]
+    want = sum_rows(fmt.view(back, "x"), send_token, t, runs, acc).to(dtype)
+    wantp = sum_rows(fmt.view(back, "probs"), send_token, t, runs, acc).to(torch.float32)
+    assert torch.equal(got, want)
+    assert torch.equal(gotp, wantp)
+
+
+def test_enabled_follows_the_switch_and_the_row_format(monkeypatch):
+    cpu = torch.device("cpu")
+    fmt = RowFormat([("x", torch.bfloat16, 8)])
+    assert fused.enabled(fmt, cpu)  # forced by the fixture
+    assert not fused.enabled(RowFormat([("x", torch.bfloat16, 7)]), cpu)  # 14-byte rows: not whole words
+    monkeypatch.setenv("TURBO_DEEPEP_FUSED", "0")
+    assert not fused.enabled(fmt, cpu)
+    monkeypatch.delenv("TURBO_DEEPEP_FUSED")
+    assert not fused.enabled(fmt, cpu)  # the CPU takes the torch path unless asked
