@@ -23,15 +23,18 @@ QUANT = {"quantize_fp8", "quantize_fp8_with_trans", "dequantize_fp8"}
 MOE = {"moe_permute_preprocess", "moe_permute", "moe_unpermute", "moe_unpermute_bwd", "indices_to_multihot",
        "indices_to_multihot_bwd", "tokens_per_expert_to_mask", "moe_routing_fwd", "moe_routing_bwd"}
 FP4 = {"quantize_fp4", "quantize_fp4_with_trans", "dequantize_fp4"}
+GROUPED_QUANT = {"grouped_quantize_fp8", "grouped_quantize_fp8_with_trans", "grouped_dequantize_fp8"}
+GROUPED_FP4 = {"grouped_quantize_fp4", "grouped_quantize_fp4_with_trans", "grouped_dequantize_fp4"}
 ATTENTION = {"attention_fwd", "attention_bwd"}
 FP8_ATTENTION = {"attention_fp8_fwd", "attention_fp8_bwd"}
-SERVED = QUANT | FP4 | MOE | ATTENTION | FP8_ATTENTION | {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
+SERVED = QUANT | FP4 | GROUPED_QUANT | GROUPED_FP4 | MOE | ATTENTION | FP8_ATTENTION | {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
           "swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd"}
 
 
 def test_registers_only_what_it_can_run(row):
     assert set(row["primitives"]) == SERVED
-    for name in SERVED - {"gemm_fp8", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"} - QUANT - FP4 - MOE - ATTENTION - FP8_ATTENTION:
+    for name in (SERVED - {"gemm_fp8", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"} - QUANT - FP4 - GROUPED_QUANT
+                 - GROUPED_FP4 - MOE - ATTENTION - FP8_ATTENTION):
         assert row["primitives"][name]["variants"] == ["bf16", "fp16", "fp32"]
     assert row["primitives"]["gemm_fp8"]["variants"] == ["TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE",
                                                          "e4m3", "e5m2", "hybrid"]
@@ -49,6 +52,10 @@ def test_registers_only_what_it_can_run(row):
                                                        "e4m3", "e5m2", "fnuz"]
     assert row["primitives"]["quantize_fp8_with_trans"]["variants"] == ["BLOCKWISE", "MX_BLOCKWISE", "e4m3",
                                                                         "e5m2", "fnuz"]
+    for name in GROUPED_QUANT:
+        assert row["primitives"][name]["variants"] == ["BLOCKWISE", "MX_BLOCKWISE", "e4m3", "e5m2", "fnuz"]
+    for name in FP4 | GROUPED_FP4:
+        assert row["primitives"][name]["variants"] == ["fp4", "MX_BLOCKWISE"]
     assert row["primitives"]["moe_permute_preprocess"]["variants"] == ["routing_map", "topk_indices"]
     assert row["primitives"]["moe_permute"]["variants"] == ["bf16", "fp16", "fp32", "fp8"]
     for name in ("moe_unpermute", "moe_unpermute_bwd", "indices_to_multihot", "indices_to_multihot_bwd"):

@@ -24,10 +24,11 @@ def turbo_backend_info():
               "(forward and backward: dense and varlen, causal, window, GQA, sink, head dims up to 256; FP8 E4M3 "
               "with 64-row block scales, dense), rmsnorm "
               "and swiglu/geglu (forward and backward), FP8 quantize/dequantize (every granularity, fused row+column "
-              "with_trans), MXFP4 quantize/with_trans/dequantize, the MoE router (group-limited top-k, forward and "
+              "with_trans), MXFP4 quantize/with_trans/dequantize, grouped FP8 (BLOCKWISE, MX) and MXFP4 "
+              "quantize/with_trans/dequantize, the MoE router (group-limited top-k, forward and "
               "backward) and MoE permutation (preprocess, permute, unpermute forward and backward, "
-              "indices_to_multihot, tokens_per_expert_to_mask) are implemented; grouped MX FP8 and grouped FP8/FP4 "
-              "quantization are not implemented yet",
+              "indices_to_multihot, tokens_per_expert_to_mask) are implemented; grouped MX FP8 GEMM is not "
+              "implemented yet",
     )
 
 
@@ -91,6 +92,22 @@ def turbo_register_kernels(register):
                     check="turbo_triton.quantization.fp4:can_handle_with_trans", variants=fp4))
     register(Kernel("dequantize_fp4", "TRITON", "turbo_triton.quantization.fp4:dequantize_fp4",
                     check="turbo_triton.quantization.fp4:can_handle_dequantize", variants=fp4))
+    grouped_quant = ("BLOCKWISE", "MX_BLOCKWISE", "e4m3", "e5m2", "fnuz")
+    register(Kernel("grouped_quantize_fp8", "TRITON", "turbo_triton.quantization.grouped:grouped_quantize_fp8",
+                    check="turbo_triton.quantization.grouped:can_handle_quantize_fp8", variants=grouped_quant))
+    register(Kernel("grouped_quantize_fp8_with_trans", "TRITON",
+                    "turbo_triton.quantization.grouped:grouped_quantize_fp8_with_trans",
+                    check="turbo_triton.quantization.grouped:can_handle_quantize_fp8_with_trans",
+                    variants=grouped_quant))
+    register(Kernel("grouped_dequantize_fp8", "TRITON", "turbo_triton.quantization.grouped:grouped_dequantize_fp8",
+                    check="turbo_triton.quantization.grouped:can_handle_dequantize_fp8", variants=grouped_quant))
+    register(Kernel("grouped_quantize_fp4", "TRITON", "turbo_triton.quantization.grouped:grouped_quantize_fp4",
+                    check="turbo_triton.quantization.grouped:can_handle_quantize_fp4", variants=fp4))
+    register(Kernel("grouped_quantize_fp4_with_trans", "TRITON",
+                    "turbo_triton.quantization.grouped:grouped_quantize_fp4_with_trans",
+                    check="turbo_triton.quantization.grouped:can_handle_quantize_fp4_with_trans", variants=fp4))
+    register(Kernel("grouped_dequantize_fp4", "TRITON", "turbo_triton.quantization.grouped:grouped_dequantize_fp4",
+                    check="turbo_triton.quantization.grouped:can_handle_dequantize_fp4", variants=fp4))
     for name in ("rmsnorm_fwd", "rmsnorm_bwd"):
         register(Kernel(name, "TRITON", f"turbo_triton.normalization.launch:{name}",
                         check="turbo_triton.normalization.launch:can_handle", variants=("bf16", "fp16", "fp32")))
