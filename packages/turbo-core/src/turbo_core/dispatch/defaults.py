@@ -48,14 +48,14 @@ DEFAULTS.update({name: {"rocm": (B.TRITON,), "cuda": (B.TRITON,), **_CPU}
                  for name in ("rmsnorm_bwd", "swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd")})
 
 # Quantization: TRITON's FP8 quantize/dequantize kernels matched the reference bit for bit on the H200
-# (877 cases: every granularity, axis, recipe pair, special values; CUDA-graph replays;
-# benchmarks/gpu-checks-h200-2026-11-30.md): TRITON first on GPUs. The grouped quantizers have no
-# TRITON kernels yet: the sync-free reference serves them.
-DEFAULTS.update({name: {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU}
-                 for name in ("quantize_fp8", "quantize_fp8_with_trans", "dequantize_fp8")})
-_GROUPED_QUANT = ("grouped_quantize_fp8", "grouped_quantize_fp8_with_trans", "grouped_dequantize_fp8",
-                  "grouped_quantize_fp4", "grouped_quantize_fp4_with_trans", "grouped_dequantize_fp4")
-DEFAULTS.update({name: {"rocm": (B.TORCH, B.TRITON), "cuda": (B.TORCH, B.TRITON), **_CPU} for name in _GROUPED_QUANT})
+# (877 cases: every granularity, axis, recipe pair, special values; CUDA-graph replays), and so did
+# the grouped FP8 / MXFP4 quantizers (87 cases at 16384 tokens over 8 and 32 skewed groups, CUDA
+# graphs with new group sizes); 4-64x the reference's speed there
+# (benchmarks/gpu-checks-h200-2026-11-30.md): TRITON first on GPUs.
+_QUANT = ("quantize_fp8", "quantize_fp8_with_trans", "dequantize_fp8", "grouped_quantize_fp8",
+          "grouped_quantize_fp8_with_trans", "grouped_dequantize_fp8", "grouped_quantize_fp4",
+          "grouped_quantize_fp4_with_trans", "grouped_dequantize_fp4")
+DEFAULTS.update({name: {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU} for name in _QUANT})
 # MXFP4 and the MoE router: TRITON's kernels were checked on the H200 (bit-exact FP4 at model shapes, identical
 # router selections over 1..65536 tokens; benchmarks/router-fp4-h200-2026-11-30.md) and run 5-65x faster
 # than the reference there: TRITON first on GPUs.
