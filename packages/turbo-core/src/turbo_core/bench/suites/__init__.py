@@ -8,7 +8,9 @@ suites ``gemm-fp8`` / ``grouped-gemm-fp8`` (modules ``gemm_fp8`` / ``grouped_gem
 backward) is scored in TFLOP/s against SDPA's cuDNN and flash backends and also takes ``passes``
 (``fwd``, ``bwd``). ``moe`` (the router and the token permutation, forward and backward, at
 DeepSeek-V3 / Qwen3-235B / Mixtral shapes) is memory-bound, scored like ``norm``. ``norm`` and
-``activation`` also time liger-kernel where it has the op and is importable."""
+``activation`` also time liger-kernel where it has the op and is importable. ``moe-dispatch``
+(module ``moe_dispatch``) starts its own processes (NCCL over the visible GPUs; gloo on the CPU) and
+scores expert-parallel dispatch/combine in GB/s against a raw ``all_to_all_single`` of the same rows."""
 
 SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8", "attention",
-          "moe")
+          "moe", "moe-dispatch")
