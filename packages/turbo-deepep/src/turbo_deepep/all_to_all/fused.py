@@ -81,12 +81,16 @@ def route(idx: torch.Tensor, num_experts: int, world: int, slot: int):
     each token's row within its rank's list (-1: not sent) and the tokens each rank should get."""
     t, k = idx.shape
     dev = idx.device
-    slot_tok = torch.full((world, slot), -1, dtype=torch.int64, device=dev)
-    pos = torch.full((t, world), -1, dtype=torch.int32, device=dev)
-    counts = torch.zeros((world,), dtype=torch.int64, device=dev)
-    if t and k:
-        _k().route_kernel[(world,)](idx.contiguous(), slot_tok, pos, counts, t, k, num_experts // world, world, slot,
-                                    BLOCK_T=_SCAN, BLOCK_K=_pow2(k), num_warps=4)
+    if not (t and k):  # nothing to scan: nothing sent
+        return (torch.full((world, slot), -1, dtype=torch.int64, device=dev),
+                torch.full((t, world), -1, dtype=torch.int32, device=dev),
+                torch.zeros((world,), dtype=torch.int64, device=dev))
+    # the kernel writes every element of all three (program d: column d of pos, row d of slot_tok)
+    slot_tok = torch.empty((world, slot), dtype=torch.int64, device=dev)
+    pos = torch.empty((t, world), dtype=torch.int32, device=dev)
+    counts = torch.empty((world,), dtype=torch.int64, device=dev)
+    _k().route_kernel[(world,)](idx.contiguous(), slot_tok, pos, counts, t, k, num_experts // world, world, slot,
+                                BLOCK_T=_SCAN, BLOCK_K=_pow2(k), num_warps=4)
     return slot_tok, pos, counts
 
 
