@@ -14,6 +14,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from bit_compare import assert_same
 
 from turbo_core.dispatch.specs.quantization import DequantizeFp8Args, QuantizeFp8Args, QuantizeFp8WithTransArgs
 from turbo_core.low_precision import ScalingRecipe, fp8_max, mx_emax
@@ -26,31 +27,6 @@ E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 FNUZ = (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
 FP8 = (E4M3, E5M2)
 R0, R2D = ScalingRecipe(), ScalingRecipe(use_2d_block=True)
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    if t.element_size() == 1:
-        return t.view(torch.uint8)
-    return t.view({4: torch.int32, 2: torch.int16}[t.element_size()])
-
-
-def _nan(t: torch.Tensor) -> torch.Tensor:
-    if t.dtype == torch.uint8 or (t.element_size() == 1 and t.dtype not in FP8 + FNUZ):
-        return torch.zeros(t.shape, dtype=torch.bool)
-    return torch.isnan(t.float())
-
-
-def assert_same(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    assert actual.is_contiguous(), f"{what}: not contiguous"
-    na, ne = _nan(actual), _nan(expected)
-    assert torch.equal(na, ne), f"{what}: NaN at {int((na != ne).sum())} different positions"
-    diff = (_bits(actual) != _bits(expected)) & ~na
-    if diff.any():
-        i = diff.nonzero()[0].tolist()
-        raise AssertionError(f"{what}: {int(diff.sum())} of {diff.numel()} differ; first at {i}: "
-                             f"{actual[tuple(i)].float().item()!r} vs {expected[tuple(i)].float().item()!r}")
 
 
 def _input(shape, dtype=torch.bfloat16, seed=0):

@@ -16,6 +16,7 @@ import math
 
 import pytest
 import torch
+from bit_compare import assert_same, bits
 
 from turbo_core.dispatch.specs.quantization import (
     GroupedDequantizeFp4Args,
@@ -36,29 +37,6 @@ KINDS = {"bw32": ("BLOCKWISE", 32), "bw128": ("BLOCKWISE", 128), "mx": ("MX_BLOC
 SNR_DB = {E4M3: 25.0, E5M2: 20.0, FP4: 10.0}
 
 pytestmark = pytest.mark.skipif(FP4 is None, reason="torch without float4_e2m1fn_x2")
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.contiguous()
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def _nan(t: torch.Tensor) -> torch.Tensor:
-    if t.dtype.is_floating_point and t.element_size() > 1 or t.dtype in (E4M3, E5M2):
-        return torch.isnan(t.float())
-    return torch.zeros(t.shape, dtype=torch.bool)
-
-
-def assert_same(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    assert actual.is_contiguous(), f"{what}: not contiguous"
-    na, ne = _nan(actual), _nan(expected)
-    assert torch.equal(na, ne), f"{what}: NaN at {int((na != ne).sum())} different positions"
-    diff = (_bits(actual) != _bits(expected)) & ~na
-    if diff.any():
-        i = diff.nonzero()[0].tolist()
-        raise AssertionError(f"{what}: {int(diff.sum())} of {diff.numel()} differ; first at {i}")
 
 
 def assert_all_same(actual, expected, what: str) -> None:
@@ -152,7 +130,7 @@ def test_grouped_quantize_fp8(case, kind, axis, dtypes):
     if align > 1:  # padding rows are zero (data bytes 0: +0 in every FP8 format)
         data_rows = q if (gran == "BLOCKWISE" or rowwise) else q.t()
         used = _used_rows(lens_list, offs_pad, data_rows.shape[0])
-        assert not _bits(data_rows[~used]).any(), "padding rows must be zero"
+        assert not bits(data_rows[~used]).any(), "padding rows must be zero"
     deq = grouped.grouped_dequantize_fp8(GroupedDequantizeFp8Args(
         q, s, torch.float32, gran, offs, op, m if align == 1 else total, axis, bs))
     assert _snr_db(x[:total, :n].double(), deq[:total, :n]) >= SNR_DB[fp8]
@@ -208,7 +186,7 @@ def test_grouped_dequantize_fp8_total_m(kind, axis, extra):
     out = grouped.grouped_dequantize_fp8(args)
     assert_same(out, ref.grouped_dequantize_fp8(args), f"{kind} axis {axis} total {total}")
     if extra > 0:
-        assert not _bits(out[int(offs[-1]):]).any(), "rows of no group must be zero"
+        assert not bits(out[int(offs[-1]):]).any(), "rows of no group must be zero"
 
 
 # -- FP4 -------------------------------------------------------------------------------------------------
