@@ -5,7 +5,7 @@
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normbench groupedcheck groupedbench
 #        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
-#        attnfp8 tunegemm demoparity moebench
+#        attnfp8 tunegemm demoparity moebench moedispatch (the last on the two-GPU kind)
 set -u
 OUT=${OUT:?set OUT}
 ROOT=$(pwd)
@@ -49,6 +49,10 @@ for part in $parts; do
     tunegemm) timeout 580 python3 benchmarks/scripts/tune_gemm_h200.py --out "$OUT/sm90.json" --tune-seconds 180 --check-seconds 60 > "$OUT/tune.log" 2>&1; tail -30 "$OUT/tune.log" ;;
     demoparity) timeout 580 python3 benchmarks/scripts/demo_parity_gpu.py --out "$OUT/demo_parity.json" --pytest > "$OUT/demo_parity.log" 2>&1; tail -30 "$OUT/demo_parity.log" ;;
     moebench) timeout 580 python3 benchmarks/scripts/moe_bench_h200.py --out "$OUT/moe_bench.json" ${MOE_PARTS:+--parts $MOE_PARTS} > "$OUT/moe_bench.log" 2>&1; tail -40 "$OUT/moe_bench.log" ;;
+    moedispatch)  # turbo bench moe-dispatch over every visible GPU (NCCL); turbo-deepep from the snapshot
+      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_deepep.plugin
+       timeout 500 python3 -m turbo_core.cli bench moe-dispatch --out "$OUT/moe_dispatch_bench.json") > "$OUT/moe_dispatch_bench.log" 2>&1
+      tail -40 "$OUT/moe_dispatch_bench.log" ;;
     *) echo "unknown part $part" ;;
   esac
 done
