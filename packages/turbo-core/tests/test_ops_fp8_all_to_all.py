@@ -51,10 +51,13 @@ def _backward_rows(gs, world: int, rank: int):
 
 
 def _expected(sent_all, received, fp8):
-    """``received`` (float64) quantized with the scale of ``sent_all``'s global amax, dequantized."""
+    """``received`` (float64) quantized with the scale of ``sent_all``'s global amax, dequantized.
+    The scale is the library's FP32 scale as ``quantize_fp8`` computes it, ``fp8_max / amax`` in
+    torch's float-by-tensor division (a reciprocal, then a product), so the payload must equal what
+    a TENSORWISE ``quantize_fp8`` with that amax would produce."""
     fmax = torch.finfo(fp8).max
     amax = max(float(t.double().abs().max()) for t in sent_all if t.numel())
-    scale = torch.tensor(fmax, dtype=torch.float32) / torch.tensor(amax, dtype=torch.float32)
+    scale = float(fmax) / torch.tensor(amax, dtype=torch.float32)
     q = (received.float() * scale).clamp(-fmax, fmax).to(fp8)
     return q.float() * (1.0 / scale), scale
 

@@ -56,8 +56,10 @@ __all__ = [
     "float8_e4m3_dtype",
     "float8_e5m2_dtype",
     "format_of",
+    "fp8_cast",
     "fp8_dtype_for",
     "fp8_max",
+    "fp8_scale",
     "is_fp4_dtype",
     "is_fp8_dtype",
     "mx_emax",
@@ -253,6 +255,19 @@ def fp8_max(dtype: torch.dtype) -> float:
     if dtype not in FP8_DTYPES:
         raise ValueError(f"dtype: expected an FP8/FP4 dtype, got {dtype}")
     return float(torch.finfo(dtype).max)
+
+
+def fp8_scale(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The FP32 scale of ``amax`` (fp32): ``fp8_max / max(amax, QUANT_EPS)``, computed as torch
+    evaluates ``float / tensor`` (a reciprocal, then a product): every backend's quantizer matches
+    it bit for bit, so anything that quantizes with its own amax must compute it here."""
+    return fp8_max(dtype) / amax.clamp_min(QUANT_EPS)
+
+
+def fp8_cast(x32: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``clamp(x32 * scale, ±fp8_max)`` cast to ``dtype`` (round to nearest even)."""
+    m = fp8_max(dtype)
+    return (x32 * scale).clamp(-m, m).to(dtype)
 
 
 def mx_emax(dtype: torch.dtype) -> int:

@@ -3,8 +3,9 @@ TENSORWISE FP8 with one scale agreed by every rank (Primus-Turbo's ``dist.FP8All
 
 Forward (``fwd_quant``): every rank takes the amax of its input (fp32), the ranks agree on the
 largest (one ``all_reduce(MAX)`` of a single value), and each rank quantizes with that shared scale
-(``scale = fp8_max / max(amax, 1e-12)``, ``q = clamp(x * scale, ±fp8_max)`` rounded to nearest even,
-as ``quantize_fp8``), sends ``q``'s bytes with ``all_to_all_single``, and dequantizes what it
+(``scale = fp8_max / max(amax, 1e-12)``, ``q = clamp(x * scale, ±fp8_max)`` rounded to nearest
+even: ``quantize_fp8``'s TENSORWISE arithmetic, ``turbo_core.low_precision.fp8_scale`` /
+``fp8_cast``), sends ``q``'s bytes with ``all_to_all_single``, and dequantizes what it
 receives with the same ``scale_inv = 1 / scale`` into the input's dtype. Because the scale is
 shared, every received row (from any rank) is ``q * scale_inv`` of one tensorwise scale: a consumer
 may keep ``q`` and one ``scale_inv`` for the whole output. Backward (``bwd_quant``): the same for
@@ -27,12 +28,12 @@ from __future__ import annotations
 import torch
 
 from turbo_core.low_precision import (
-    QUANT_EPS,
     Float8QuantConfig,
     Format,
     ScalingGranularity,
     ScalingStrategy,
-    fp8_max,
+    fp8_cast,
+    fp8_scale,
 )
 
 __all__ = ["FP8AllToAll", "fp8_all_to_all"]
@@ -79,9 +80,8 @@ def _exchange(x: torch.Tensor, group, out_rows: int, out_splits, in_splits, quan
         return out
     amax = x.detach().abs().amax().float().reshape(1) if x.numel() else x.new_zeros(1, dtype=torch.float32)
     dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=group)
-    fmax = fp8_max(quant_dtype)
-    scale = torch.full_like(amax, fmax) / torch.clamp(amax, min=QUANT_EPS)  # a true division (scalar / tensor is not)
-    q = (x.detach().float() * scale).clamp(-fmax, fmax).to(quant_dtype)
+    scale = fp8_scale(amax, quant_dtype)  # quantize_fp8's arithmetic, on the agreed amax
+    q = fp8_cast(x.detach().float(), scale, quant_dtype)
     recv = torch.empty(out_shape, dtype=torch.uint8, device=x.device)
     dist.all_to_all_single(recv, q.view(torch.uint8), out_splits, in_splits, group=group)
     return (recv.view(quant_dtype).float() * (1.0 / scale)).to(x.dtype)

@@ -38,10 +38,11 @@ from turbo_core.low_precision import (
     FLOAT4_E2M1FN_X2,
     MXFP8_BLOCK_SIZE,
     MXFP8_PADDING_ALIGN_SIZE,
-    QUANT_EPS,
     ScalingGranularity,
     ScalingRecipe,
+    fp8_cast,
     fp8_max,
+    fp8_scale,
     mx_emax,
 )
 from turbo_core.plugins.types import Kernel
@@ -63,13 +64,9 @@ def _amax(xa: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     return xa.amax(dim=dims, keepdim=True)
 
 
-def _fp8_scale(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return fp8_max(dtype) / amax.clamp_min(QUANT_EPS)
-
-
-def _cast(x32: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    m = fp8_max(dtype)
-    return (x32 * scale).clamp(-m, m).to(dtype)
+# module-level names (the oracle tests patch them here to check that a wrong kernel is caught)
+_fp8_scale = fp8_scale
+_cast = fp8_cast
 
 
 def _tensorwise(x32: torch.Tensor, dtype: torch.dtype):
