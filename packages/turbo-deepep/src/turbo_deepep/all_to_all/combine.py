@@ -18,7 +18,7 @@ from turbo_core.dispatch.specs.moe import MoeCombineArgs
 from turbo_deepep.all_to_all import fused
 from turbo_deepep.all_to_all.dispatch import handle_reason
 from turbo_deepep.all_to_all.exchange import exchange_rows, group_reason
-from turbo_deepep.all_to_all.payload import RowFormat
+from turbo_deepep.all_to_all.payload import RowFormat, row_format
 from turbo_deepep.all_to_all.state import AllToAllState, compute_dtype
 
 __all__ = ["can_handle", "moe_combine", "sum_rows"]
@@ -81,7 +81,7 @@ def moe_combine(args: MoeCombineArgs):
     probs = None if args.probs is None else args.probs.contiguous()
     dev, r, t = x.device, x.shape[0], handle.num_tokens
     fields = [("x", x.dtype, x.shape[1])] + ([] if probs is None else [("probs", torch.float32, probs.shape[1])])
-    fmt = RowFormat(fields)
+    fmt = row_format(tuple(fields))
     tensors = {"x": x, "probs": probs}
     if st.pos is not None and x.dtype in _FUSED_SUMS and fused.enabled(fmt, dev):
         return _fused_combine(fmt, tensors, handle, st, r, t)

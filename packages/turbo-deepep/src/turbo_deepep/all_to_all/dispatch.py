@@ -33,8 +33,6 @@ ninety torch ops); elsewhere, or with ``TURBO_DEEPEP_FUSED=0``, as torch ops.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from turbo_core.dispatch.specs.moe import MoeDispatchArgs, MoeDispatchHandle, group_size
@@ -48,7 +46,7 @@ from turbo_deepep.all_to_all.layout import (
     slot_rows,
     token_in_rank,
 )
-from turbo_deepep.all_to_all.payload import RowFormat
+from turbo_deepep.all_to_all.payload import RowFormat, row_format
 from turbo_deepep.all_to_all.state import AllToAllState
 
 __all__ = ["BACKEND", "can_handle", "handle_reason", "moe_dispatch"]
@@ -76,18 +74,12 @@ def can_handle(args: MoeDispatchArgs) -> str | None:
 
 
 def _format(x: torch.Tensor, scales: torch.Tensor | None, topk: int | None) -> RowFormat:
-    return _row_format(x.dtype, x.shape[1], None if scales is None else scales.shape[1], topk)
-
-
-@functools.lru_cache(maxsize=64)
-def _row_format(dtype: torch.dtype, hidden: int, scale_cols: int | None, topk: int | None) -> RowFormat:
-    """The packed row of a dispatch (built once per layout: a model has a handful; read-only)."""
-    fields = [("x", dtype, hidden)]
-    if scale_cols is not None:
-        fields.append(("scales", torch.float32, scale_cols))
+    fields = [("x", x.dtype, x.shape[1])]
+    if scales is not None:
+        fields.append(("scales", torch.float32, scales.shape[1]))
     if topk is not None:
         fields += [("probs", torch.float32, topk), ("idx", torch.int32, topk)]
-    return RowFormat(fields, pad_fill={"idx": 0xFF})
+    return row_format(tuple(fields), (("idx", 0xFF),))
 
 
 def _move(args: MoeDispatchArgs, fmt: RowFormat, tensors: dict, st: AllToAllState | None,

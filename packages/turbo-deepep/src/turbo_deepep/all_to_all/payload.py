@@ -15,11 +15,12 @@ the send buffer costs one pass over the rows sent.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
 
-__all__ = ["Field", "RowFormat"]
+__all__ = ["Field", "RowFormat", "row_format"]
 
 _ALIGN = 16
 _WORDS = ((8, torch.int64), (4, torch.int32), (2, torch.int16), (1, torch.uint8))
@@ -133,3 +134,12 @@ class RowFormat:
         else:
             torch.index_select(self._slot(rows, f), 0, index, out=words)
         return out
+
+
+@functools.lru_cache(maxsize=128)
+def row_format(fields: tuple[tuple[str, torch.dtype, int], ...], pad_fill: tuple[tuple[str, int], ...] = ()
+               ) -> RowFormat:
+    """The :class:`RowFormat` of ``fields`` (and ``pad_fill`` as ``(name, byte)`` pairs), built once
+    per layout: dispatch and combine run on a host-bound path, and a model has a handful of layouts.
+    The result is shared: read it, never change it."""
+    return RowFormat(list(fields), dict(pad_fill))
