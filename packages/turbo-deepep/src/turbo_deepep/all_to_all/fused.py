@@ -195,7 +195,7 @@ def reduce(back: torch.Tensor, fmt: RowFormat, pos: torch.Tensor, num_tokens: in
     if back.shape[0] == 0:  # nothing came back (no token was sent anywhere)
         back = torch.zeros((1, fmt.row_bytes), dtype=torch.uint8, device=dev)
     k = fp.cols if fp is not None else 1
-    elem = torch.empty((), dtype=fx.dtype).element_size()
+    elem = fx.nbytes // fx.cols  # bytes per x element
     import triton.language as tl
 
     acc = tl.float64 if acc_dtype == torch.float64 else tl.float32

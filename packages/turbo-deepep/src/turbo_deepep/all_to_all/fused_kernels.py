@@ -36,6 +36,15 @@ def _source(tok, n_src, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _copy_words(dst, src, n, ok, BLOCK: tl.constexpr):
+    """``dst[:n] = src[:n]`` where ``ok`` (a ``BLOCK`` vector), else zeros, in ``BLOCK``-word steps."""
+    for s0 in range(0, n, BLOCK):
+        ss = s0 + tl.arange(0, BLOCK)
+        sm = ss < n
+        tl.store(dst + ss, tl.load(src + ss, mask=sm & ok, other=0), mask=sm)
+
+
+@triton.jit
 def route_kernel(idx_ptr, slot_ptr, pos_ptr, count_ptr, T, K, per, W, SLOT,
                  BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
     d = tl.program_id(0)
@@ -90,10 +99,7 @@ def pack_kernel(out_ptr, row_ptr, offs_ptr, tok_out_ptr, x_ptr, s_ptr, p_ptr, id
     tl.store(dst + X_OFF + cols, v, mask=cm)
     if c == 0:
         if HAS_S:
-            for s0 in range(0, S_WORDS, BLOCK):
-                ss = s0 + tl.arange(0, BLOCK)
-                sm = ss < S_WORDS
-                tl.store(dst + S_OFF + ss, tl.load(s_ptr + src * S_WORDS + ss, mask=sm & ok, other=0), mask=sm)
+            _copy_words(dst + S_OFF, s_ptr + src * S_WORDS, S_WORDS, ok, BLOCK)
         ks = tl.arange(0, BLOCK_K)
         km = ks < K
         src_k, ok_k = _source(tok, n_src, BLOCK_K)
@@ -145,10 +151,7 @@ def unpack_kernel(buf_ptr, recv_from_ptr, x_ptr, s_ptr, i_ptr, p_ptr, count_ptr,
     tl.store(x_ptr + r * X_WORDS + cols, tl.load(row + X_OFF + cols, mask=cm & ok, other=0), mask=cm)
     if c == 0:
         if HAS_S:
-            for s0 in range(0, S_WORDS, BLOCK):
-                ss = s0 + tl.arange(0, BLOCK)
-                sm = ss < S_WORDS
-                tl.store(s_ptr + r * S_WORDS + ss, tl.load(row + S_OFF + ss, mask=sm & ok, other=0), mask=sm)
+            _copy_words(s_ptr + r * S_WORDS, row + S_OFF, S_WORDS, ok, BLOCK)
         if HAS_ROUTE:
             ks = tl.arange(0, BLOCK_K)
             km = ks < K
