@@ -181,6 +181,7 @@ def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, provi
                         dist.all_to_all_single(recv, send, r_split, s_split, group=group)
 
                 timed = {BASELINE: raw}
+                errs = {}  # provider: the round trip's max relative error (bf16 combine rows)
                 for backend in providers:
                     try:
                         with use_backend(backend):
@@ -204,10 +205,10 @@ def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, provi
                         with use_backend(backend):
                             back, _ = launch.moe_combine(res[0], handle)
                         err = (back.double() - want).abs().max().item() / max(want.abs().max().item(), 1e-30)
-                        case["_err_" + backend] = err
+                        errs[f"turbo:{backend}"] = err
                 base_ms = None
                 for provider, fn in timed.items():
-                    row = {**{k: v for k, v in case.items() if not k.startswith("_err_")}, "provider": provider,
+                    row = {**case, "provider": provider,
                            "role": "baseline" if provider == BASELINE else "turbo", "baseline": BASELINE}
                     if isinstance(fn, str):
                         rows.append({**row, "status": fn})
@@ -218,7 +219,7 @@ def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, provi
                         base_ms = med
                     row.update(status="ok", median_ms=med, p10_ms=p10, p90_ms=p90,
                                gbps=case["bytes"] / med / 1e6, ratio=(base_ms / med) if base_ms else None,
-                               max_rel_err=case.get("_err_" + provider.removeprefix("turbo:"), 0.0))
+                               max_rel_err=errs.get(provider, 0.0))
                     rows.append(row)
     return rows
 
