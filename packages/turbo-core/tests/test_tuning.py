@@ -191,6 +191,21 @@ def test_version_policies(then, now, policy, ok):
     assert V.compatible({"absent-lib": "1.0"}, {}, policy)  # not installed now: no evidence against
 
 
+def test_registered_library_probes_report_versions(monkeypatch):
+    monkeypatch.setattr(V, "_PROBES", {})
+    V.register_library("fakeblas", lambda: "13.1.0")
+    V.register_library("broken", lambda: 1 / 0)
+    V.register_library("unknown", lambda: None)
+    now = V.current({}, ("fakeblas", "broken", "unknown"))
+    assert now["fakeblas"] == "13.1.0" and "broken" not in now and "unknown" not in now
+    assert not V.compatible({"fakeblas": "12.9.0"}, now, "minor")
+    assert V.compatible({"fakeblas": "13.1.2", "broken": "1.0"}, now, "minor")
+    with pytest.raises(TypeError, match="probe"):
+        V.register_library("x", "13.0")
+    with pytest.raises(ValueError, match="name"):
+        V.register_library("", lambda: "1")
+
+
 def test_stale_choices_are_skipped_unless_policy_any(fakes, make_args, monkeypatch, tmp_path):
     path = tmp_path / "db.json"
     TuningDB([choice("FAKEB", versions={"turbo-fakeb": "7.0.0"})]).save(path)  # the fake is 0.0.1

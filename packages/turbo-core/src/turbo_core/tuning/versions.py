@@ -12,6 +12,11 @@ only if every recorded library that is installed now matches under the policy
 
 A recorded library that is not installed now is no evidence against the entry (a backend that is
 missing declines the call anyway).
+
+A library that is not a Python distribution (cuBLASLt, hipBLASLt: the version of the shared library a
+backend's extension loaded) is named by a probe its backend registers with :func:`register_library`,
+from its plugin module (so the probe exists whenever the backend's plugin loaded); the probe runs only
+when a database or a campaign names that library, and returns ``None`` when it cannot tell.
 """
 
 from __future__ import annotations
@@ -22,11 +27,24 @@ import re
 
 import torch
 
-__all__ = ["POLICIES", "compatible", "current", "policy_from_env"]
+from collections.abc import Callable
+
+__all__ = ["POLICIES", "compatible", "current", "policy_from_env", "register_library"]
 
 POLICIES = ("minor", "exact", "any")
 ENV_POLICY = "TURBO_TUNING_VERSIONS"
 _LIBRARIES = ("torch", "triton")
+_PROBES: dict[str, Callable[[], str | None]] = {}
+
+
+def register_library(name: str, probe: Callable[[], str | None]) -> None:
+    """Name a library whose version ``probe()`` reports (``None``: unknown now); a tuning space may then
+    list ``name`` in its ``libraries``. A later registration of the same name replaces the probe."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name: expected a library name, got {name!r}")
+    if not callable(probe):
+        raise TypeError(f"probe: expected a callable returning a version string or None, got {probe!r}")
+    _PROBES[name] = probe
 
 
 def policy_from_env() -> str:
@@ -41,6 +59,13 @@ def policy_from_env() -> str:
 def _dist_version(name: str) -> str | None:
     if name == "torch":
         return torch.__version__.split("+")[0]
+    probe = _PROBES.get(name)
+    if probe is not None:
+        try:
+            v = probe()
+        except Exception:  # a probe that fails knows nothing: no evidence either way
+            return None
+        return str(v) if v else None
     try:
         return md.version(name)
     except md.PackageNotFoundError:
