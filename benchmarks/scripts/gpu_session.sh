@@ -5,7 +5,7 @@
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normbench groupedcheck groupedbench
 #        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
-#        attnfp8 tunegemm demoparity moebench moedispatch (the last on the two-GPU kind)
+#        attnfp8 tunegemm demoparity moebench moedispatch nccltests (the last two on the two-GPU kind)
 set -u
 OUT=${OUT:?set OUT}
 ROOT=$(pwd)
@@ -53,6 +53,11 @@ for part in $parts; do
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_deepep.plugin
        timeout 500 python3 -m turbo_core.cli bench moe-dispatch --out "$OUT/moe_dispatch_bench.json") > "$OUT/moe_dispatch_bench.log" 2>&1
       tail -40 "$OUT/moe_dispatch_bench.log" ;;
+    nccltests)  # the NCCL-marked pytest cases: turbo-deepep dispatch/combine and FP8AllToAll on two GPUs
+      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_deepep.plugin
+       timeout 400 python3 -m pytest -v -p no:cacheprovider -rs packages/turbo-deepep/tests/test_all_to_all_distributed.py::test_nccl \
+         packages/turbo-core/tests/test_ops_fp8_all_to_all.py::test_fp8_all_to_all_over_nccl) > "$OUT/nccltests.log" 2>&1
+      tail -15 "$OUT/nccltests.log" ;;
     *) echo "unknown part $part" ;;
   esac
 done

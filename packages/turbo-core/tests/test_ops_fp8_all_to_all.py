@@ -62,7 +62,7 @@ def _expected(sent_all, received, fp8):
     return q.float() * (1.0 / scale), scale
 
 
-def _check_rank(rank: int, world: int) -> None:
+def _check_rank(rank: int, world: int, dev: torch.device) -> None:
     from turbo_core.low_precision import Float8QuantConfig, Format
     from turbo_core.ops import fp8_all_to_all
 
@@ -72,8 +72,10 @@ def _check_rank(rank: int, world: int) -> None:
     for dtype in (torch.float32, torch.bfloat16):
         xs, gs = _inputs(world, dtype)
         for fmt in (Format.E4M3, Format.HYBRID):
-            x = xs[rank].clone().requires_grad_()
+            x = xs[rank].to(dev, copy=True).requires_grad_()
             out = fp8_all_to_all(x, group, out_splits, in_splits, config=Float8QuantConfig(format=fmt))
+            assert out.device == dev
+            out = out.cpu()
             recv64 = _forward_rows([t.double() for t in xs], world, rank)
             want, scale = _expected(xs, recv64, torch.float8_e4m3fn)
             assert out.dtype == dtype and out.shape == recv64.shape
@@ -88,21 +90,27 @@ def _check_rank(rank: int, world: int) -> None:
             out.backward(gs[rank])
             bwd_fp8 = torch.float8_e5m2 if fmt == Format.HYBRID else torch.float8_e4m3fn
             want_g, _ = _expected(gs, _backward_rows([t.double() for t in gs], world, rank), bwd_fp8)
-            assert torch.equal(x.grad, want_g.to(dtype)), f"{dtype} {fmt} backward"
+            assert torch.equal(x.grad.cpu(), want_g.to(dtype)), f"{dtype} {fmt} backward"
         # no quantization: a plain all-to-all, exact
-        x = xs[rank].clone().requires_grad_()
+        x = xs[rank].to(dev, copy=True).requires_grad_()
         out = fp8_all_to_all(x, group, out_splits, in_splits, fwd_quant=False, bwd_quant=False)
-        assert torch.equal(out, _forward_rows(xs, world, rank))
-        out.backward(gs[rank])
-        assert torch.equal(x.grad, _backward_rows(gs, world, rank))
+        assert torch.equal(out.cpu(), _forward_rows(xs, world, rank))
+        out.backward(gs[rank].to(dev))
+        assert torch.equal(x.grad.cpu(), _backward_rows(gs, world, rank))
 
 
-def _worker(rank: int, world: int, store: str) -> None:
+def _worker(rank: int, world: int, store: str, backend: str = "gloo") -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
+    dev = torch.device("cpu")
+    kw = {}
+    if backend == "nccl":
+        dev = torch.device("cuda", rank)
+        torch.cuda.set_device(dev)
+        kw["device_id"] = dev
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120), **kw)
     try:
-        _check_rank(rank, world)
+        _check_rank(rank, world, dev)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -113,6 +121,17 @@ def _worker(rank: int, world: int, store: str) -> None:
 @pytest.mark.parametrize("world", [2, 3])
 def test_fp8_all_to_all_shares_one_scale(world, tmp_path):
     mp.start_processes(_worker, args=(world, str(tmp_path / "store")), nprocs=world, join=True, start_method="fork")
+
+
+@pytest.mark.gpu
+@pytest.mark.distributed
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2 or not dist.is_nccl_available(),
+                    reason="needs two CUDA GPUs and NCCL")
+def test_fp8_all_to_all_over_nccl(tmp_path):
+    """The same checks on two GPUs over NCCL (the amax agreement is an all_reduce on the device; the
+    quantizer is the GPU's default backend). Spawned: CUDA cannot be used in forked children."""
+    mp.start_processes(_worker, args=(2, str(tmp_path / "store"), "nccl"), nprocs=2, join=True,
+                       start_method="spawn")
 
 
 def test_bad_arguments_are_named():
