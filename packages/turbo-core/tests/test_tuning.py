@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 import json
 import logging
+import math
 import os
 import statistics
 import subprocess
@@ -33,6 +34,7 @@ from turbo_core.dispatch import defaults as _defaults
 from turbo_core.dispatch.specs.gemm import GemmArgs, gemm_dims
 from turbo_core.platform import CPU
 from turbo_core.tuning import ConfigChoice, Entry, Key, TuningDB, campaign, plausible
+from turbo_core.tuning import keys as K
 from turbo_core.tuning import versions as V
 
 M = GlobalBackendManager
@@ -134,6 +136,42 @@ def test_gemm_key_reads_shape_dtypes_and_layout():
     acc = T.key_for("gemm", GemmArgs(a, b, True, True, out=torch.zeros(8, 6, dtype=torch.float16)), CPU)
     assert acc == Key("cpu", (8, 6, 4), ("fp32", "fp16"), "TT+acc")
     assert T.key_for("rmsnorm_fwd", object(), CPU) is None  # no key function: never in the database
+
+
+@pytest.mark.parametrize("layout", ["NT/tensorwise", "NN/rowwise", "TN/blockwise-1d1d", "NT/blockwise-1d2d",
+                                    "NN/blockwise-2d1d", "NTC/rowwise", "TN+acc/tensorwise", "NT/blockwise-1d2d-64"])
+def test_gemm_fp8_keys_round_trip_through_their_arguments(layout):
+    key = Key("cpu", (64, 192, 256), ("float8_e4m3fn", "float8_e5m2", "bf16"), layout)
+    args = K.gemm_fp8_args_for(key, "cpu", torch.Generator().manual_seed(0))
+    assert args.a.dtype == torch.float8_e4m3fn and args.b.dtype == torch.float8_e5m2
+    assert T.key_for("gemm_fp8", args, CPU) == key
+    # the operands are real quantizations: dequantized, they are near normal bf16 values
+    assert 0.5 < float(args.a.float().abs().max() * args.a_scale_inv.float().max()) < 10
+
+
+@pytest.mark.parametrize(("layout", "message"), [
+    ("NT", "after '/'"), ("NT/mx", "after '/'"), ("NT/blockwise-3d1d", "after '/'"), ("XY/rowwise", "key.layout"),
+    ("NT/blockwise-1d1d-x", "bad block size")])
+def test_gemm_fp8_args_of_a_bad_key_name_the_layout(layout, message):
+    key = Key("cpu", (8, 8, 8), ("float8_e4m3fn", "float8_e4m3fn", "bf16"), layout)
+    with pytest.raises(ValueError, match=message):
+        K.gemm_fp8_args_for(key, "cpu", torch.Generator())
+
+
+def test_gemm_fp8_cases_quantize_each_pass_like_the_fp8_linear():
+    from turbo_core.low_precision import Format
+    from turbo_core.tuning import campaign
+
+    cases = campaign.gemm_fp8_cases(arch="cpu", granularities=["blockwise", "rowwise"], fmt=Format.HYBRID,
+                                    device="cpu", quick=True, models=["tiny"])
+    layouts = {(c.label.split()[0].split("/")[-1], c.key.layout.split("/")[1], c.key.dtypes) for c in cases}
+    e4, e5 = "float8_e4m3fn", "float8_e5m2"
+    assert ("fwd", "blockwise-1d2d", (e4, e4, "bf16")) in layouts
+    assert ("dgrad", "blockwise-1d2d", (e5, e4, "bf16")) in layouts  # gradient E5M2, weight tiles
+    assert ("wgrad", "blockwise-1d1d", (e5, e4, "bf16")) in layouts  # gradient and input along K
+    assert all(c.primitive == "gemm_fp8" and c.flops == 2 * math.prod(c.key.shape) for c in cases)
+    with pytest.raises(ValueError, match="MX_BLOCKWISE is not tuned"):
+        campaign.gemm_fp8_cases(arch="cpu", granularities=["mx"], fmt=Format.E4M3, device="cpu", quick=True)
 
 
 def test_bucket_rounds_up_to_powers_of_two():
@@ -713,6 +751,25 @@ def test_cli_merges_into_an_existing_database(tmp_path, capsys):
         (4, 4, 4, "NT"), (8, 8, 8, "NT"), (8, 8, 8, "TN")}
     assert all(e.backend == "TORCH" for e in TuningDB.load(out).entries())
     assert "wrote 2 tuned shapes" in capsys.readouterr().err
+
+
+def test_cli_tunes_fp8_gemms_and_dispatch_serves_them(tmp_path, capsys):
+    out, report = tmp_path / "db8.json", tmp_path / "report8.json"
+    argv = ["tune", "gemm-fp8", "--quick", "--warmup", "0", "--iters", "1", "--backends", "TORCH",
+            "--granularity", "tensorwise", "blockwise", "--shapes", "16x32x128", "--out", str(out), "--report", str(report)]
+    assert main(argv) == 0, capsys.readouterr().err
+    rows = json.loads(report.read_text())
+    assert [(r["status"], r["key"]["layout"]) for r in rows] == [("ok", "NT/tensorwise"), ("ok", "NT/blockwise-1d2d")]
+    db = TuningDB.load(out)
+    assert {e.primitive for e in db.entries()} == {"gemm_fp8"} and len(db) == 2
+    # dispatch reads the entry of a call with that key
+    T.record(Entry("gemm_fp8", Key("cpu", (16, 32, 128), ("float8_e4m3fn", "float8_e4m3fn", "bf16"), "NT/tensorwise"),
+                   backend="TORCH"))
+    args = K.gemm_fp8_args_for(Key("cpu", (16, 32, 128), ("float8_e4m3fn", "float8_e4m3fn", "bf16"), "NT/tensorwise"),
+                               "cpu", torch.Generator())
+    assert select("gemm_fp8", args).how == "tuned"
+    assert main(["tune", "gemm", "--quick", "--granularity", "rowwise"]) == 2
+    assert "--granularity: only for gemm-fp8" in capsys.readouterr().err
 
 
 @needs_triton

@@ -1,7 +1,8 @@
-"""``turbo tune gemm [--quick] [--shapes ...] [--out FILE] ...`` and ``turbo tune --check FILE``.
+"""``turbo tune gemm|gemm-fp8 [--quick] [--shapes ...] [--out FILE] ...`` and ``turbo tune --check FILE``.
 
-``turbo tune gemm`` searches the backend choice and, for backends that offer one (TRITON), a small
-kernel-config space for each shape of the gemm suite, and writes the winners to a tuning database
+``turbo tune gemm`` searches the backend choice and, for backends that offer one (TRITON's tile
+configs, HIPBLASLT's algorithm indices), a kernel-config space for each shape of the gemm suite,
+and writes the winners to a tuning database
 (``turbo_core.tuning``; an existing ``--out`` file is merged into, the new results winning). Use it
 with ``TURBO_TUNING_DB=FILE``. ``turbo tune --check FILE`` re-times the stored choices against what
 the heuristics pick and exits 1 on a regression. On the CPU, ``--quick`` tunes tiny shapes on TORCH
@@ -10,23 +11,33 @@ and TRITON (with ``TRITON_INTERPRET=1``). Exit status 2 on bad options.
 A shape whose fastest time implies more than the device can do (``turbo_core.tuning.plausible``:
 the arch's peak, or twice the run's best baseline throughput) is reported ``invalid`` and not
 written; ``turbo tune`` then exits 1 (after writing the valid shapes), as ``--check`` does.
+
+``turbo tune gemm-fp8`` does the same for ``gemm_fp8`` at the granularities of ``--granularity``
+(default TENSORWISE, ROWWISE and BLOCKWISE; operands quantized as the FP8 Linear quantizes them,
+bf16 results), timing the GEMM only, on the same quantized operands for every candidate.
 """
 
 from __future__ import annotations
 
-SUITES = ("gemm",)
+SUITES = ("gemm", "gemm-fp8")
+PRIMITIVES = {"gemm": "gemm", "gemm-fp8": "gemm_fp8"}
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("tune", help="offline tuning: backend choice and kernel configs per shape -> a tuning database")
-    p.add_argument("suite", nargs="?", choices=SUITES, help="what to tune (gemm: the gemm suite's shapes)")
+    p.add_argument("suite", nargs="?", choices=SUITES,
+                   help="what to tune (gemm: the gemm suite's shapes; gemm-fp8: the same shapes as FP8 GEMMs)")
     p.add_argument("--check", metavar="FILE", help="re-time FILE's stored choices against the heuristics")
     p.add_argument("--quick", action="store_true", help="tiny shapes, few configs and iterations (CPU smoke runs)")
     p.add_argument("--shapes", nargs="*", metavar="MxNxK[:LAYOUT]",
                    help="tune these shapes instead of the suite's (layout NN/NT/TN/TT, default NT)")
     p.add_argument("--models", nargs="*", help="restrict the suite to these models")
     p.add_argument("--tokens", type=int, default=None, help="tokens per micro-batch (default 8192; --quick 32)")
-    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16", help="gemm: the operand dtype")
+    p.add_argument("--granularity", nargs="*", metavar="G",
+                   help="gemm-fp8: tensorwise, rowwise, blockwise (default: all three)")
+    p.add_argument("--format", default="E4M3", choices=["E4M3", "E5M2", "HYBRID"],
+                   help="gemm-fp8: the FP8 format (HYBRID: gradients E5M2)")
     p.add_argument("--backends", nargs="*", help="candidate backends (default: every available one; TORCH on the "
                                                  "CPU or with --include-reference)")
     p.add_argument("--include-reference", action="store_true", help="also time the TORCH reference backend on a GPU")
@@ -65,7 +76,7 @@ def run(args) -> int:
 
     console = Console(stderr=True)
     if args.suite is None and not args.check:
-        console.print("turbo tune: give what to tune (gemm) or --check FILE")
+        console.print("turbo tune: give what to tune (gemm, gemm-fp8) or --check FILE")
         return 2
     if args.suite is not None and args.check:
         console.print("turbo tune: --check re-times an existing database; do not also name a suite")
@@ -124,17 +135,26 @@ def _run_tune(args, console, device: str, warmup: int, iters: int) -> int:
     from turbo_core.tuning.db import TuningDB
 
     arch = _arch(device)
+    primitive = PRIMITIVES[args.suite]
     try:
-        dtype = keys.dtype_of(args.dtype)
-        cases = campaign.gemm_cases(arch=arch, dtype=dtype, device=device, quick=args.quick, shapes=args.shapes,
-                                    models=args.models, tokens=args.tokens)
-        available = available_backends("gemm", include_reference=device == "cpu" or args.include_reference)
+        if args.suite == "gemm-fp8":
+            from turbo_core.low_precision import as_format
+
+            cases = campaign.gemm_fp8_cases(arch=arch, granularities=args.granularity,
+                                            fmt=as_format(args.format, "--format"), device=device, quick=args.quick,
+                                            shapes=args.shapes, models=args.models, tokens=args.tokens)
+        else:
+            if args.granularity:
+                raise ValueError("--granularity: only for gemm-fp8")
+            cases = campaign.gemm_cases(arch=arch, dtype=keys.dtype_of(args.dtype), device=device, quick=args.quick,
+                                        shapes=args.shapes, models=args.models, tokens=args.tokens)
+        available = available_backends(primitive, include_reference=device == "cpu" or args.include_reference)
         if args.backends:
             backends = [normalize_backend_name(b, argument="--backends") for b in args.backends]
-            missing = [b for b in backends if b not in available_backends("gemm")]
+            missing = [b for b in backends if b not in available_backends(primitive)]
             if missing:
                 raise ValueError(f"--backends: {', '.join(missing)} not available here "
-                                 f"(available: {', '.join(available_backends('gemm')) or 'none'})")
+                                 f"(available: {', '.join(available_backends(primitive)) or 'none'})")
         else:
             backends = available
     except ValueError as exc:
@@ -144,14 +164,14 @@ def _run_tune(args, console, device: str, warmup: int, iters: int) -> int:
         console.print("turbo tune: no shapes (unknown --models?)")
         return 2
     out = args.out or f"turbo-tuning-{arch}.json"
-    console.print(f"turbo tune gemm: {len(cases)} shapes on {arch}, backends {', '.join(backends) or 'none'}, "
+    console.print(f"turbo tune {args.suite}: {len(cases)} shapes on {arch}, backends {', '.join(backends) or 'none'}, "
                   f"{warmup}+{iters} calls per timing")
     db, rows = campaign.tune(
         cases, backends=backends, device=device, warmup=warmup, iters=iters, configs=not args.no_configs,
         max_configs=args.max_configs if args.max_configs is not None else (2 if args.quick else None),
         min_gain=args.min_gain, time_limit=args.time_limit, progress=lambda label: console.print(f"  {label}"),
     )
-    table = Table(title=f"turbo tune gemm ({arch})")
+    table = Table(title=f"turbo tune {args.suite} ({arch})")
     for col in ("shape", "heuristic", "tuned", "times (us)", "vs heuristic", "config gain", "status"):
         table.add_column(col)
     for r in rows:

@@ -51,11 +51,20 @@ from turbo_core.tuning import plausible, versions
 from turbo_core.tuning.db import ConfigChoice, Entry, TuningDB
 from turbo_core.tuning.spaces import get_space, spaces
 
-__all__ = ["Case", "CheckRow", "TuneRow", "check", "gemm_cases", "measure_us", "tune"]
+__all__ = ["Case", "CheckRow", "TuneRow", "check", "gemm_cases", "gemm_fp8_cases", "measure_us", "tolerance", "tune"]
 
 #: ``max|out - ref| / max|ref|`` allowed for a candidate, by operand dtype (bf16/fp16 outputs round
-#: to 8/11 bits; fp32 GEMMs may run as tf32x3).
+#: to 8/11 bits; fp32 GEMMs may run as tf32x3). FP8 GEMMs are measured against the product of the
+#: dequantized operands, so only the result's rounding and the accumulation differ: the tolerance
+#: of the result dtype, at least bf16's (Hopper's FP8 tensor cores add at reduced precision).
 TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-3}
+
+
+def tolerance(key: _keys.Key) -> float:
+    """The candidate tolerance of a key (see :data:`TOLERANCE`)."""
+    if key.dtypes and key.dtypes[0].startswith("float8"):
+        return max(TOLERANCE.get(key.dtypes[-1], 1e-2), TOLERANCE["bf16"])
+    return TOLERANCE.get(key.dtypes[0], 1e-2)
 
 
 @dataclass
@@ -159,12 +168,69 @@ def gemm_cases(*, arch: str, dtype: torch.dtype, device: str, quick: bool, shape
     return list(out.values())
 
 
+def gemm_fp8_cases(*, arch: str, granularities: Sequence[Any], fmt: Any, device: str, quick: bool,
+                   shapes: Sequence[str] | None = None, models: Sequence[str] | None = None,
+                   tokens: int | None = None) -> list[Case]:
+    """FP8 GEMM cases (bf16 results): the gemm suite's shapes (or ``MxNxK[:LAYOUT]``, read as
+    forward passes) at each granularity (TENSORWISE, ROWWISE, BLOCKWISE; MX is not tuned), one per
+    distinct key. Each pass quantizes its operands as the FP8 Linear does: BLOCKWISE weights in
+    128 x 128 tiles, activations and gradients in 1 x 128 blocks along K; under HYBRID gradients
+    are E5M2."""
+    from turbo_core.bench.suites import gemm_fp8 as fp8_suite
+    from turbo_core.low_precision import ScalingGranularity as G
+
+    grans = fp8_suite.granularities_of(granularities)
+    if G.MX_BLOCKWISE in grans:
+        raise ValueError("--granularity: MX_BLOCKWISE is not tuned (its kernels have no alternatives to search)")
+    items: list[tuple[str, int, int, int, str, str]] = []
+    if shapes:
+        for s in shapes:
+            m, n, k, layout = parse_shape(s)
+            items.append((f"{m}x{n}x{k} {layout}", m, n, k, layout, "fwd"))
+    else:
+        for c in gemm_suite.cases(tokens or (32 if quick else 8192), quick, list(models) if models else None):
+            items.append((c.label, c.m, c.n, c.k, c.layout, c.pass_))
+    out: dict[_keys.Key, Case] = {}
+    for label, m, n, k, layout, pass_ in items:
+        roles = fp8_suite.ROLES.get(pass_, fp8_suite.ROLES["fwd"])
+        dts = [_keys.dtype_name(fp8_suite.operand_dtype(fmt, r, device)) for r in roles]
+        for g in grans:
+            if g == G.BLOCKWISE:
+                scaling = "blockwise-" + "".join("2d" if r == "weight" else "1d" for r in roles)
+            else:
+                scaling = fp8_suite.SHORT[g]
+            key = _keys.Key(arch, (m, n, k), (*dts, "bf16"), f"{layout}/{scaling}")
+            if key not in out:
+                out[key] = Case("gemm_fp8", key, f"{label} {scaling}",
+                                lambda gen, key=key: _keys.gemm_fp8_args_for(key, device, gen), 2 * m * n * k)
+    return list(out.values())
+
+
 # -- timing ----------------------------------------------------------------------------------------
+
+def _dequant(q: torch.Tensor, s: torch.Tensor, block: int, dtype: torch.dtype) -> torch.Tensor:
+    """``q * scale_inv`` in ``dtype``, each scale repeated over its block (see the bench suite's
+    ``dequant64``, of which this is the float32 form for model-sized GPU operands)."""
+    x = q.to(dtype)
+    v = s.to(dtype)
+    if v.numel() == 1:
+        return x * v.reshape(())
+    for d in range(x.dim()):
+        if v.shape[d] not in (1, x.shape[d]):
+            v = v.repeat_interleave(block, dim=d).narrow(d, 0, x.shape[d])
+    return x * v
+
 
 def _reference(primitive: str, args: Any) -> torch.Tensor:
     """An independent result to check candidates against: float64 math on the CPU; on a GPU
-    ``torch.matmul`` in the operands' dtype, kept in float32 (its rounding is within the tolerance,
-    and model-sized outputs stay a few GB)."""
+    ``torch.matmul`` in the operands' dtype (FP8: of the operands dequantized in float32), kept in
+    float32 (its rounding is within the tolerance, and model-sized outputs stay a few GB)."""
+    if primitive == "gemm_fp8":
+        dt = torch.float64 if args.a.device.type == "cpu" else torch.float32
+        a = _dequant(args.a, args.a_scale_inv, args.block_size or 1, dt)
+        b = _dequant(args.b, args.b_scale_inv, args.block_size or 1, dt)
+        c = (a.t() if args.trans_a else a) @ (b.t() if args.trans_b else b)
+        return c.t() if args.trans_c else c
     if primitive != "gemm":
         raise ValueError(f"primitive: no reference for {primitive!r}")
     a, b = args.a, args.b
@@ -242,7 +308,7 @@ def _time(primitive: str, backend: str, sets: list, *, device: str, config: dict
 
 def _flops(primitive: str, key: _keys.Key) -> int:
     """Floating-point operations of one call at ``key`` (0 when unknown: no sanity guard)."""
-    if primitive == "gemm" and len(key.shape) == 3:
+    if primitive in ("gemm", "gemm_fp8") and len(key.shape) == 3:
         m, n, k = key.shape
         return 2 * m * n * k
     return 0
@@ -368,7 +434,7 @@ def _tune_case(case: Case, gen: torch.Generator, *, backends, device, warmup, it
     row.heuristic = heur
     candidates, declined = _capable(case.primitive, args, list(dict.fromkeys([*backends, heur])))
     ref = _reference(case.primitive, args)
-    tol = TOLERANCE.get(case.key.dtypes[0], 1e-2)
+    tol = tolerance(case.key)
     entry = Entry(case.primitive, case.key)
     for b in candidates:
         t_default, err = _time(case.primitive, b, sets, device=device, config=None, warmup=warmup, iters=iters,
@@ -477,7 +543,7 @@ def _check_entry(e: Entry, label: str, gen, device, warmup, iters, threshold, no
     case = Case(e.primitive, e.key, label, lambda g: _keys.args_for(e.primitive, e.key, device, g))
     sets = _input_sets(case, gen, device)
     args = sets[0]
-    tol = TOLERANCE.get(e.key.dtypes[0], 1e-2)
+    tol = tolerance(e.key)
     heur = _heuristic(e.primitive, args)
 
     with use_backend(heur), _active.disabled():

@@ -24,10 +24,9 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import re
+from collections.abc import Callable
 
 import torch
-
-from collections.abc import Callable
 
 __all__ = ["POLICIES", "compatible", "current", "policy_from_env", "register_library"]
 
