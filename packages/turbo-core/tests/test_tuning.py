@@ -451,6 +451,35 @@ def test_kernel_config_lookup_forcing_and_disabled(fakes):
     assert T.kernel_config("TRITON", "gemm", ck) == {"block_m": 64}
 
 
+def test_an_exact_config_serves_its_own_key_only_and_round_trips(fakes, tmp_path):
+    ck = Key("sm90", (6144, 8192, 4096), ("bf16", "bf16", "bf16"), "TN")
+    exact = ConfigChoice(ck, {"algo": 3}, match="exact")
+    T.record(Entry("gemm", Key("sm90", (8192, 6144, 4096), ("bf16", "bf16"), "NT"), configs={"HIPBLASLT": exact}))
+    assert T.kernel_config("HIPBLASLT", "gemm", ck) == {"algo": 3}
+    assert T.kernel_config("HIPBLASLT", "gemm", ck._replace(shape=(6000, 8192, 4096))) is None  # same bucket
+    path = tmp_path / "exact.json"
+    TuningDB([Entry("gemm", ck, configs={"HIPBLASLT": exact})]).save(path)
+    assert json.loads(path.read_text())["entries"][0]["configs"]["HIPBLASLT"]["match"] == "exact"
+    assert TuningDB.load(path).entries()[0].configs["HIPBLASLT"].match == "exact"
+    with pytest.raises(ValueError, match="match: expected one of bucket, exact"):
+        ConfigChoice(ck, {}, match="nearby")
+    with pytest.raises(ValueError, match="match: expected 'bucket' or 'exact'"):
+        T.Space("X", "gemm", candidates=lambda a: [], key=lambda a: ck, match="nearby")
+
+
+def test_a_callable_key_is_built_only_when_a_database_has_configs(fakes):
+    built = []
+
+    def key():
+        built.append(1)
+        return Key("sm90", (1, 2, 3), ("bf16",), "NT")
+
+    assert T.kernel_config("HIPBLASLT", "gemm", key) is None and built == []
+    T.record(Entry("gemm", cpu_key(), configs={"HIPBLASLT": ConfigChoice(key(), {"algo": 1})}))
+    built.clear()
+    assert T.kernel_config("HIPBLASLT", "gemm", key) == {"algo": 1} and built == [1]
+
+
 def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 

@@ -1,9 +1,13 @@
-"""A CPU stand-in for ``turbo_hipblaslt._C``: the same entry points and the same 28 integers, computed
+"""A CPU stand-in for ``turbo_hipblaslt._C``: the same entry points and the same 29 integers, computed
 in float64 on raw CPU memory (the pointers are real addresses of CPU tensors), with the scale modes
 read the way the package documents cuBLASLt reading them (``scales.py``) and cuBLASLt's Hopper rule
 enforced (FP8 only as "TN"). It lets the whole Python side (plans, pointers, copies, scale layouts,
 grouped loops, the epilogue API, the ops' forward/backward through the dispatcher) run on the CPU.
-What it cannot check is the real library's agreement with these semantics: the GPU tests do that."""
+What it cannot check is the real library's agreement with these semantics: the GPU tests do that.
+
+Its heuristic offers ``offers`` algorithms for every configuration it accepts (``offers_for``, when set,
+decides per call); ranks change nothing numerically, but each launch is recorded with its ``algo``, and
+a rank beyond the offer fails at the "heuristic" stage as the extension does."""
 
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ class Call(NamedTuple):
     stream: int
     workspace: int
     workspace_size: int
+    algo: int
 
 
 def raw(ptr: int, dtype: torch.dtype, numel: int) -> torch.Tensor:
@@ -94,10 +99,17 @@ class FakeExt:
     HEADER_VERSION = 0
     BlasLtError = BlasLtError
 
-    def __init__(self) -> None:
+    def __init__(self, offers: int = 4) -> None:
         self.calls: list[Call] = []
+        self.offers = offers
+        self.offers_for = None  # optional: Call -> how many algorithms the heuristic offers for it
+        self.counted: list[Call] = []  # the calls algo_count was asked about
+        self.attempts: list[Call] = []  # every non-empty matmul asked for, failed ones included
 
-    def _reason(self, c: Call) -> str | None:
+    def _offers(self, c: Call) -> int:
+        return self.offers if self.offers_for is None else self.offers_for(c)
+
+    def _config_reason(self, c: Call) -> str | None:
         if any(t not in DTYPES for t in (c.a_type, c.b_type, c.d_type)):
             return "setup: CUBLAS_STATUS_NOT_SUPPORTED (dtype code)"
         if c.a_type in FP8 or c.b_type in FP8:
@@ -109,13 +121,29 @@ class FakeExt:
             return "setup: CUBLAS_STATUS_INVALID_VALUE (leading dimension)"
         return None
 
+    def _reason(self, c: Call) -> str | None:
+        why = self._config_reason(c)
+        if why is None and c.algo >= self._offers(c):
+            why = (f"heuristic: CUBLAS_STATUS_NOT_SUPPORTED (the heuristic offers only {self._offers(c)} "
+                   f"algorithm(s) for m={c.m} n={c.n} k={c.k}, algo={c.algo} requested)")
+        return why
+
     def check(self, *args) -> str | None:
         return self._reason(Call(*args))
+
+    def algo_count(self, *args) -> int:
+        c = Call(*args)
+        self.counted.append(c)
+        return 0 if self._config_reason(c) else min(self._offers(c), 16)
+
+    def library_version(self) -> int:
+        return 120903
 
     def matmul(self, *args) -> None:
         c = Call(*args)
         if c.m == 0 or c.n == 0 or c.k == 0:
             return
+        self.attempts.append(c)
         reason = self._reason(c)
         if reason:
             stage, rest = reason.split(": ", 1)
@@ -150,3 +178,25 @@ class FakeExt:
 
     def clear_cache(self) -> None:
         pass
+
+
+def simulate(monkeypatch, fake: FakeExt | None = None) -> FakeExt:
+    """Route turbo_hipblaslt's kernels to ``fake`` (a new :class:`FakeExt` by default) on CPU tensors, as
+    device 0 of an sm90 GPU with cuBLASLt's capabilities; returns the fake."""
+    from turbo_hipblaslt import gemm, gemm_fp8, grouped_gemm, runtime
+
+    fake = fake or FakeExt()
+    caps = {**fake.capabilities(0), "compute_capability": (9, 0), "device": "simulated", "modes": {}}
+    monkeypatch.setattr(runtime, "ext", lambda: fake)
+    monkeypatch.setattr(runtime, "device_index", lambda t: 0)
+    monkeypatch.setattr(runtime, "stream_handle", lambda index: 0)
+    monkeypatch.setattr(runtime, "workspace", lambda index, stream: (0, 0))
+    monkeypatch.setattr(runtime, "run_on", lambda index, fn, *args: fn(*args))
+    monkeypatch.setattr(runtime, "capabilities", lambda index: caps)
+    monkeypatch.setattr(runtime, "fp8_needs_tn", lambda index: True)
+    monkeypatch.setattr(runtime, "tf32", lambda: 0)
+    monkeypatch.setattr(runtime, "arch", lambda index: "sm90")
+    for module in (gemm, gemm_fp8, grouped_gemm):
+        monkeypatch.setattr(module, "gpu_reason", lambda t, what: None)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    return fake

@@ -1,5 +1,5 @@
 """The integers that cross into the extension: dtype/scale/epilogue codes agree with the C++ enums,
-the 28-argument tuple is in the order ``_C.matmul`` parses, scales travel with their operand when a
+the 29-argument tuple is in the order ``_C.matmul`` parses (``algo`` last), scales travel with their operand when a
 plan is swapped, and the grouped loop's per-group pointers/sizes compute the grouped GEMMs (checked
 by replaying them on a float64 column-major BLAS over the raw storage)."""
 
@@ -12,7 +12,8 @@ import torch
 from blas_sim import run_call
 
 from turbo_hipblaslt import _toolchain
-from turbo_hipblaslt.blaslt import Side, call_args, probe_args
+from turbo_hipblaslt.algos import MAX_ALGOS
+from turbo_hipblaslt.blaslt import ALGO_SLOT, NUM_ARGS, Side, call_args, probe_args, with_algo
 from turbo_hipblaslt.codes import DTYPE_CODES, EPILOGUE_CODES, SCALE_CODES
 from turbo_hipblaslt.grouped_gemm import group_calls
 from turbo_hipblaslt.layout import BlasPlan, plan_gemm
@@ -41,12 +42,28 @@ def test_scale_and_epilogue_codes_match_the_cpp_enums():
         [EPILOGUE_CODES[n] for n in (None, "bias", "gelu", "gelu_bias")]
 
 
-def test_argument_format_has_28_fields():
+def test_argument_format_has_29_fields_with_algo_last():
     fmt = re.search(r'kCallFormat = "(\w+)"', CPP).group(1)
-    args = call_args(BlasPlan(1, 2, 3, True, False, False, 3, 3, 1), Side(1, 2), Side(3, 2), 5, 0, device=0)
-    assert len(fmt) == len(args) == 28
+    args = call_args(BlasPlan(1, 2, 3, True, False, False, 3, 3, 1), Side(1, 2), Side(3, 2), 5, 0, device=0, algo=7)
+    assert len(fmt) == len(args) == NUM_ARGS == 29
     kinds = {"i": int, "L": int, "K": int, "d": float}
     assert all(isinstance(v, kinds[f]) for f, v in zip(fmt, args, strict=True))
+    assert fmt[ALGO_SLOT] == "i" and args[ALGO_SLOT] == 7  # an int, parsed into Call::algo, the last field
+    parsed = re.search(r"PyArg_ParseTuple\(tuple, kCallFormat,(.*?)\) != 0;", CPP, re.S).group(1)
+    assert parsed.split(",")[-1].strip() == "&c->algo"
+    default = call_args(BlasPlan(1, 2, 3, True, False, False, 3, 3, 1), Side(1, 2), Side(3, 2), 5, 0, device=0)
+    assert default[ALGO_SLOT] == 0 and default[:ALGO_SLOT] == args[:ALGO_SLOT]
+    assert with_algo(default, 3) == (*default[:ALGO_SLOT], 3)
+
+
+def test_algo_limit_and_entry_points_match_the_cpp():
+    assert int(re.search(r"constexpr int kMaxAlgos = (\d+);", CPP).group(1)) == MAX_ALGOS
+    for name, flags in (("algo_count", "METH_VARARGS"), ("library_version", "METH_NOARGS"),
+                        ("check", "METH_VARARGS"), ("matmul", "METH_VARARGS")):
+        assert re.search(rf'\{{"{name}", py_{name}, {flags},', CPP), name
+    # algo is part of the descriptor cache's key (a configuration cached at rank 0 never serves rank 2)
+    key = re.search(r"Key make_key\(const Call& c\) \{(.*?)\n\}", CPP, re.S).group(1)
+    assert "c.algo" in key
 
 
 @pytest.mark.parametrize("swapped", [False, True])
@@ -58,16 +75,18 @@ def test_swapped_plan_swaps_operands_with_their_scales(swapped):
                      epilogue=1, bias_ptr=4000, bias_code=2, stream=77, workspace=88, workspace_size=99)
     first, second = (b, a) if swapped else (a, b)
     assert args == (2, 4, 5, 6, 1, 0, first.ptr, first.code, 6, second.ptr, second.code, 6, 3000, 2, 4, 1.0, 1.0,
-                    0, 1, 4000, 2, first.scale_ptr, first.scale_mode, second.scale_ptr, second.scale_mode, 77, 88, 99)
+                    0, 1, 4000, 2, first.scale_ptr, first.scale_mode, second.scale_ptr, second.scale_mode, 77, 88, 99,
+                    0)
 
 
 def test_probe_args_reduce_pointers_to_their_alignment_class():
     args = call_args(BlasPlan(4, 5, 6, True, False, False, 6, 6, 4), Side(4096 + 2, 2, 5000, 0), Side(8192, 2),
-                     4096 + 8, 2, device=0, bias_ptr=12345, stream=9, workspace=10, workspace_size=1 << 20)
+                     4096 + 8, 2, device=0, bias_ptr=12345, stream=9, workspace=10, workspace_size=1 << 20, algo=3)
     p = probe_args(args)
+    assert len(p) == 29
     assert (p[6], p[9], p[12]) == (2, 16, 8)  # residues mod 16 (16 when aligned), as the selection cache keys them
     assert (p[19], p[21], p[23]) == (16, 16, 0)  # bias / scale stand-ins (0 stays 0: none set)
-    assert (p[25], p[26], p[27]) == (0, 0, 1 << 20)
+    assert (p[25], p[26], p[27], p[28]) == (0, 0, 1 << 20, 3)  # the rank asked about is kept
 
 
 @pytest.mark.parametrize("trans_b", [False, True])

@@ -268,3 +268,67 @@ def test_capabilities(ext):
     caps = capabilities()
     assert caps["platform"] == ("rocm" if torch.version.hip else "cuda")
     assert caps["library_version"] > 0 and caps["modes"]["fp8 TENSORWISE"] is None
+
+
+# -- algorithm ranks (turbo_hipblaslt.algos): every rank the heuristic offers computes the product -------------
+
+def test_every_offered_algo_rank_computes_the_product(ext):
+    from turbo_core import tuning
+    from turbo_core.tuning import get_space
+    from turbo_hipblaslt import algos, blaslt
+    from turbo_hipblaslt import gemm as kernel
+    from turbo_hipblaslt.codes import DTYPE_CODES
+
+    g = torch.Generator().manual_seed(21)
+    a, b = torch.randn(256, 384, generator=g).bfloat16(), torch.randn(320, 384, generator=g).bfloat16()
+    want = a.double() @ b.double().t()
+    args = GemmArgs(a.cuda(), b.cuda(), False, True)
+    algos.reset()
+    count = blaslt.algo_count(kernel.call_for(args))
+    assert 1 <= count <= algos.MAX_ALGOS
+    for rank in range(count):
+        with tuning.forcing("HIPBLASLT", "gemm", {"algo": rank}):
+            assert_close_to_reference(kernel.gemm(args).cpu(), want, dtype=torch.bfloat16, what=f"algo={rank}")
+    assert not algos._beyond  # every rank counted was launched as itself
+    assert get_space("HIPBLASLT", "gemm").candidates(args) == [{"algo": r} for r in range(1, count)]
+    if count < algos.MAX_ALGOS:  # a rank beyond the offer: refused at the heuristic stage; the launcher falls back
+        d = torch.empty(256, 320, dtype=torch.bfloat16, device="cuda")
+        p = blaslt.plan(args.a, False, args.b, True, d, False)
+        code = DTYPE_CODES[torch.bfloat16]
+        call = blaslt.args_for(p, blaslt.Side(args.a.data_ptr(), code), blaslt.Side(args.b.data_ptr(), code), d,
+                               algo=count)
+        with pytest.raises(ext.BlasLtError, match=rf"offers only {count} algorithm\(s\) .*algo={count} requested"):
+            blaslt.launch(call)
+        with tuning.forcing("HIPBLASLT", "gemm", {"algo": count}):
+            assert_close_to_reference(kernel.gemm(args).cpu(), want, dtype=torch.bfloat16, what="fallback")
+        assert [r for _, _, r in algos._beyond] == [count]
+
+
+def test_fp8_algo_ranks(ext):
+    from turbo_core import tuning
+    from turbo_hipblaslt import blaslt
+    from turbo_hipblaslt import gemm_fp8 as kernel
+
+    a, sa, b, sb = _fp8_operands("TENSORWISE", False, True, 128, 256, 512, E4, E4)
+    want = reference_gemm_fp8(GemmFp8Args(a, sa, b, sb, False, True, F64))
+    args = GemmFp8Args(a.cuda(), sa.cuda(), b.cuda(), sb.cuda(), False, True, torch.bfloat16)
+    reason = kernel.can_handle(args)
+    if reason is not None:
+        pytest.skip(reason)
+    count = blaslt.algo_count(kernel.call_for(args))
+    assert count >= 1
+    for rank in range(min(count, 4)):
+        with tuning.forcing("HIPBLASLT", "gemm_fp8", {"algo": rank}):
+            close(kernel.gemm_fp8(args), want, torch.bfloat16, f"algo={rank}")
+
+
+def test_library_version_probe(ext):
+    from turbo_hipblaslt import probe, runtime
+
+    platform = "rocm" if torch.version.hip else "cuda"
+    number = runtime.capabilities(torch.cuda.current_device())["library_version"]
+    assert ext.library_version() == number  # a handle exists by now on ROCm too
+    text = probe.library_version(platform)
+    assert text == probe.format_version(number, platform) and text.count(".") == 2
+    assert (probe.cublaslt_version(), probe.hipblaslt_version()) == ((text, None) if platform == "cuda" else
+                                                                     (None, text))

@@ -16,7 +16,7 @@ import itertools
 
 import pytest
 import torch
-from fake_ext import FakeExt
+from fake_ext import simulate
 
 from turbo_core.dispatch.specs.gemm import GemmArgs
 from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args
@@ -24,26 +24,14 @@ from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmV
 from turbo_core.plugins.host import reset_host
 from turbo_core.reference.gemm_fp8 import gemm_fp8 as reference_gemm_fp8
 from turbo_core.testing.numerics import assert_close_to_reference
-from turbo_hipblaslt import api, gemm, gemm_fp8, grouped_gemm, runtime
+from turbo_hipblaslt import api, gemm, gemm_fp8, grouped_gemm
 
 F64 = torch.float64
 
 
 @pytest.fixture
 def sim(monkeypatch):
-    fake = FakeExt()
-    caps = {**fake.capabilities(0), "compute_capability": (9, 0), "device": "simulated", "modes": {}}
-    monkeypatch.setattr(runtime, "ext", lambda: fake)
-    monkeypatch.setattr(runtime, "device_index", lambda t: 0)
-    monkeypatch.setattr(runtime, "stream_handle", lambda index: 0)
-    monkeypatch.setattr(runtime, "workspace", lambda index, stream: (0, 0))
-    monkeypatch.setattr(runtime, "run_on", lambda index, fn, *args: fn(*args))
-    monkeypatch.setattr(runtime, "capabilities", lambda index: caps)
-    monkeypatch.setattr(runtime, "fp8_needs_tn", lambda index: True)
-    monkeypatch.setattr(runtime, "tf32", lambda: 0)
-    for module in (gemm, gemm_fp8, grouped_gemm):
-        monkeypatch.setattr(module, "gpu_reason", lambda t, what: None)
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    fake = simulate(monkeypatch)
     monkeypatch.setenv("TURBO_PLUGINS", "sim_plugin")
     reset_host()
     yield fake

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.specs.gemm import GEMM, GemmArgs, gemm_dims
-from turbo_hipblaslt import blaslt, runtime
+from turbo_hipblaslt import algos, blaslt, runtime
 from turbo_hipblaslt import gemm as _gemm
 from turbo_hipblaslt.blaslt import Side
 from turbo_hipblaslt.codes import DTYPE_CODES
@@ -65,6 +65,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: bo
         approximation, ``torch.nn.functional.gelu(x, approximate="tanh")``).
 
     Numerics: fp32 accumulation; bias added and GELU applied in fp32 in the epilogue; rounded once.
+    Algorithm: the heuristic's first choice, or the rank a tuning database holds for the call's key
+    (``turbo_hipblaslt.algos``: primitive ``gemm``, the epilogue in the key's layout, e.g. ``"TN+bias"``).
     The inputs must be on a GPU with the extension loadable; a configuration the library cannot run
     raises ``ValueError`` (layouts) or ``BlasLtError`` (the library's status)."""
     args = GemmArgs(a, b, trans_a, trans_b, out_dtype, trans_c, out)
@@ -107,8 +109,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: bo
     code = DTYPE_CODES[a.dtype]
     epilogue = {(True, None): "bias", (False, "gelu"): "gelu", (True, "gelu"): "gelu_bias"}[(bias is not None,
                                                                                             activation)]
-    blaslt.launch(blaslt.args_for(p, Side(a.data_ptr(), code), Side(b.data_ptr(), code), d, epilogue=epilogue,
-                                  bias=bias))
+    algos.launch("gemm", blaslt.args_for(p, Side(a.data_ptr(), code), Side(b.data_ptr(), code), d,
+                                         epilogue=epilogue, bias=bias))
     return d
 
 

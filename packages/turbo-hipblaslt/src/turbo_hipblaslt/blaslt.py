@@ -1,6 +1,8 @@
 """One BLASLt call from torch tensors: the plan (``layout.plan_gemm``), the tuple of plain integers
 the extension takes (``call_args``: pure, unit-tested on the CPU), and its launch on the current
-stream of the tensors' device with that (device, stream)'s workspace.
+stream of the tensors' device with that (device, stream)'s workspace. The tuple's last slot,
+``algo``, is the rank of the algorithm in the library heuristic's list (0: its first choice; which
+rank a launcher asks for: ``turbo_hipblaslt.algos``).
 
 Numerics of a call: ``d = epilogue(op(a) @ op(b) * scales + beta * d + bias)`` accumulated in fp32
 (TF32 for fp32 inputs only when ``torch.backends.cuda.matmul.allow_tf32``), rounded once to d's dtype.
@@ -17,11 +19,15 @@ from turbo_hipblaslt import runtime
 from turbo_hipblaslt.codes import DTYPE_CODES, EPILOGUE_CODES, SCALE_NONE
 from turbo_hipblaslt.layout import BlasPlan, plan_gemm
 
-__all__ = ["Side", "call_args", "check", "launch", "meta", "plan", "probe_args"]
+__all__ = ["ALGO_SLOT", "NUM_ARGS", "Side", "algo_count", "call_args", "check", "launch", "meta", "plan",
+           "probe_args", "with_algo"]
 
 #: Positions of pointers in the argument tuple (see ``call_args``): data of A, B, D; bias; scales.
 _DATA_SLOTS = (6, 9, 12)
 _AUX_SLOTS = (19, 21, 23)
+#: Position of ``algo`` (the last) and the tuple's length.
+ALGO_SLOT = 28
+NUM_ARGS = 29
 
 
 @dataclass(frozen=True)
@@ -37,22 +43,29 @@ class Side:
 
 def call_args(p: BlasPlan, a: Side, b: Side, d_ptr: int, d_code: int, *, device: int, alpha: float = 1.0,
               beta: float = 0.0, compute: int = 0, epilogue: int = 0, bias_ptr: int = 0, bias_code: int = -1,
-              stream: int = 0, workspace: int = 0, workspace_size: int = 0) -> tuple:
-    """The 28 arguments of ``_C.matmul`` for plan ``p``: BLAS A/B are ``a``/``b``, or ``b``/``a``
-    when the plan is swapped (each keeps its own scale)."""
+              stream: int = 0, workspace: int = 0, workspace_size: int = 0, algo: int = 0) -> tuple:
+    """The 29 arguments of ``_C.matmul`` for plan ``p``: BLAS A/B are ``a``/``b``, or ``b``/``a``
+    when the plan is swapped (each keeps its own scale); the last, ``algo``, is the rank of the
+    algorithm in the heuristic's list of usable ones (0: its first choice)."""
     first, second = (b, a) if p.swapped else (a, b)
     return (device, p.m, p.n, p.k, int(p.transa), int(p.transb),
             first.ptr, first.code, p.lda, second.ptr, second.code, p.ldb,
             d_ptr, d_code, p.ldd, float(alpha), float(beta), int(compute),
             int(epilogue), bias_ptr, bias_code,
             first.scale_ptr, first.scale_mode, second.scale_ptr, second.scale_mode,
-            stream, workspace, workspace_size)
+            stream, workspace, workspace_size, int(algo))
+
+
+def with_algo(args: tuple, algo: int) -> tuple:
+    """``args`` asking for the heuristic's algorithm of rank ``algo``."""
+    return (*args[:ALGO_SLOT], int(algo))
 
 
 def probe_args(args: tuple) -> tuple:
     """``args`` for ``_C.check``: data pointers reduced to their residue mod 16 (16 when aligned),
     so the answer matches the dispatcher's selection cache, which keys tensors by ``data_ptr() %
-    16``; bias/scale pointers (never read by the heuristic) replaced by an aligned stand-in."""
+    16``; bias/scale pointers (never read by the heuristic) replaced by an aligned stand-in; the
+    other slots, ``algo`` included, kept."""
     out = list(args)
     for i in _DATA_SLOTS:
         out[i] = out[i] % 16 or 16
@@ -78,7 +91,7 @@ def plan(a: torch.Tensor, trans_a: bool, b: torch.Tensor, trans_b: bool, d: torc
 
 
 def args_for(p: BlasPlan, a: Side, b: Side, d: torch.Tensor, *, beta: float = 0.0, epilogue: str | None = None,
-             bias: torch.Tensor | None = None) -> tuple:
+             bias: torch.Tensor | None = None, algo: int = 0) -> tuple:
     """The argument tuple of a call writing ``d`` (on d's device, current stream, its workspace)."""
     index = runtime.device_index(d)
     stream = runtime.stream_handle(index)
@@ -87,7 +100,7 @@ def args_for(p: BlasPlan, a: Side, b: Side, d: torch.Tensor, *, beta: float = 0.
     return call_args(p, a, b, d.data_ptr(), DTYPE_CODES[d.dtype], device=index, beta=beta, compute=compute,
                      epilogue=EPILOGUE_CODES[epilogue], bias_ptr=bias.data_ptr() if bias is not None else 0,
                      bias_code=DTYPE_CODES[bias.dtype] if bias is not None else -1, stream=stream, workspace=ws,
-                     workspace_size=ws_size)
+                     workspace_size=ws_size, algo=algo)
 
 
 def launch(args: tuple) -> None:
@@ -101,5 +114,14 @@ def launch_many(args: tuple, groups: list[tuple[int, int, int, int, int, int]]) 
 
 
 def check(args: tuple) -> str | None:
-    """``None`` when the library has an algorithm for ``args``' configuration, else why not."""
+    """``None`` when the library has an algorithm (of rank ``args``' ``algo``) for ``args``'
+    configuration, else why not."""
     return runtime.run_on(args[0], runtime.ext().check, *probe_args(args))
+
+
+def algo_count(args: tuple) -> int:
+    """How many usable algorithms (0..16) the library's heuristic offers for ``args``' configuration
+    (its ``algo`` ignored), at the alignments of ``args``' own pointers (those of the launch being
+    tuned: unlike :func:`check`, no reduction to the selection cache's residues, which would let the
+    heuristic assume only 16 bytes); asked anew each time (for tuning, not for launches)."""
+    return int(runtime.run_on(args[0], runtime.ext().algo_count, *args))

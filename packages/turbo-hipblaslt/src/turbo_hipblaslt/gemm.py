@@ -6,6 +6,9 @@ Numerics: products accumulated in fp32 by the library (fp32 inputs: exact fp32, 
 result dtype directly for the pairs in :data:`DIRECT` (fp32->fp32, fp16->fp16/fp32, bf16->bf16/fp32);
 any other result dtype (e.g. fp32 inputs with a bf16 ``out_dtype``) is written as fp32 by the library
 and rounded once by torch (``out + C`` formed in fp32 for accumulation).
+
+Algorithm: the heuristic's first choice, or the rank a tuning database holds for the call's key
+(``turbo_hipblaslt.algos``; this module registers the ``("HIPBLASLT", "gemm")`` search space).
 """
 
 from __future__ import annotations
@@ -13,12 +16,12 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.specs.gemm import GemmArgs, gemm_dims
-from turbo_hipblaslt import blaslt, runtime
+from turbo_hipblaslt import algos, blaslt, runtime
 from turbo_hipblaslt.blaslt import Side
 from turbo_hipblaslt.codes import DTYPE_CODES
 from turbo_hipblaslt.layout import LayoutUnsupported
 
-__all__ = ["DIRECT", "can_handle", "gemm", "result_layout"]
+__all__ = ["DIRECT", "call_for", "can_handle", "gemm", "plan_call", "plan_reason", "result_layout"]
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 #: (input dtype, result dtype) pairs the library writes itself.
@@ -55,6 +58,17 @@ def can_handle(args: GemmArgs) -> str | None:
     m, n, k = gemm_dims(args)
     if m == 0 or n == 0 or k == 0:
         return None  # answered without the library
+    call = call_for(args)
+    if isinstance(call, str):
+        return call
+    why = blaslt.check(call)
+    return None if why is None else f"HIPBLASLT gemm: {why}"
+
+
+def call_for(args: GemmArgs) -> tuple | str:
+    """The call tuple :func:`gemm` launches for ``args`` as the capability check sees it (a fresh
+    result's pointer 0: aligned; the configured workspace size), or why there is none."""
+    m, n, k = gemm_dims(args)
     direct, d_dtype = _target(args)
     shape = (n, m) if args.trans_c else (m, n)
     d_meta = blaslt.meta(args.out) if (args.out is not None and direct) else result_layout(shape)
@@ -63,20 +77,25 @@ def can_handle(args: GemmArgs) -> str | None:
                                 args.trans_c, False, False)
     except LayoutUnsupported as exc:
         return f"HIPBLASLT gemm: {exc}"
-    return plan_reason("gemm", p, args.a, args.b, args.out if direct else None, d_dtype)
+    return plan_call(p, args.a, args.b, args.out if direct else None, d_dtype)
 
 
-def plan_reason(what: str, p: blaslt.BlasPlan, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None,
-                d_dtype: torch.dtype) -> str | None:
-    """Why the library has no algorithm for a 16/32-bit plan of ``a`` and ``b`` (``out``: the result is
-    accumulated into it, beta = 1), or ``None``."""
+def plan_call(p: blaslt.BlasPlan, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None,
+              d_dtype: torch.dtype) -> tuple:
+    """The call tuple of a 16/32-bit plan of ``a`` and ``b`` writing ``d_dtype`` (``out``: the result is
+    accumulated into it, beta = 1), as the capability checks ask the library about it."""
     code = DTYPE_CODES[a.dtype]
-    call = blaslt.call_args(p, Side(a.data_ptr(), code), Side(b.data_ptr(), code),
+    return blaslt.call_args(p, Side(a.data_ptr(), code), Side(b.data_ptr(), code),
                             out.data_ptr() if out is not None else 0, DTYPE_CODES[d_dtype],
                             device=runtime.device_index(a), beta=1.0 if out is not None else 0.0,
                             compute=runtime.tf32() if a.dtype == torch.float32 else 0,
                             workspace_size=runtime.workspace_bytes())
-    why = blaslt.check(call)
+
+
+def plan_reason(what: str, p: blaslt.BlasPlan, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None,
+                d_dtype: torch.dtype) -> str | None:
+    """Why the library has no algorithm for :func:`plan_call`'s call, or ``None``."""
+    why = blaslt.check(plan_call(p, a, b, out, d_dtype))
     return None if why is None else f"HIPBLASLT {what}: {why}"
 
 
@@ -93,10 +112,13 @@ def gemm(args: GemmArgs) -> torch.Tensor:
         d, beta = torch.empty(shape, dtype=d_dtype, device=a.device), 0.0
     p = blaslt.plan(a, args.trans_a, b, args.trans_b, d, args.trans_c)
     code = DTYPE_CODES[a.dtype]
-    blaslt.launch(blaslt.args_for(p, Side(a.data_ptr(), code), Side(b.data_ptr(), code), d, beta=beta))
+    algos.launch("gemm", blaslt.args_for(p, Side(a.data_ptr(), code), Side(b.data_ptr(), code), d, beta=beta))
     if direct:
         return d
     if out is not None:
         out.copy_(out.to(torch.float32) + d)
         return out
     return d.to(args.result_dtype)
+
+
+algos.register_space("gemm", call_for)

@@ -23,6 +23,10 @@ within each MMA step, promoted to fp32 between steps): errors of a few 1e-4 of t
 magnitude, invisible in a bf16/fp16 result but beyond fp32's tolerance, so an fp32 result
 (``out_dtype=float32`` or an fp32 ``out``) is declined there unless ``TURBO_HIPBLASLT_FP8_FP32_OUT=1``
 (``runtime.fp8_reduced_accumulation``). hipBLASLt and Blackwell: fp32 accumulation, no such decline.
+
+Algorithm: the heuristic's first choice, or the rank a tuning database holds for the call's key,
+whose layout names both scale modes (``turbo_hipblaslt.algos``; this module registers the
+``("HIPBLASLT", "gemm_fp8")`` search space).
 """
 
 from __future__ import annotations
@@ -33,13 +37,13 @@ import torch
 
 from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args, blockwise_layout, gemm_fp8_dims
 from turbo_core.low_precision import ScalingGranularity
-from turbo_hipblaslt import blaslt, runtime, scales
+from turbo_hipblaslt import algos, blaslt, runtime, scales
 from turbo_hipblaslt.blaslt import Side
 from turbo_hipblaslt.codes import DTYPE_CODES, SCALE_BLOCK128, SCALE_OUTER_VEC, SCALE_SCALAR, SCALE_VEC128
 from turbo_hipblaslt.gemm import gpu_reason, result_layout
 from turbo_hipblaslt.layout import LayoutUnsupported, k_contiguous, plan_gemm
 
-__all__ = ["can_handle", "gemm_fp8"]
+__all__ = ["call_for", "can_handle", "gemm_fp8"]
 
 G = ScalingGranularity
 _OCP = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -157,19 +161,27 @@ def can_handle(args: GemmFp8Args) -> str | None:
     m, n, k = gemm_fp8_dims(args)
     if m == 0 or n == 0 or k == 0:
         return None
+    call = call_for(args)
+    if isinstance(call, str):
+        return call
+    why = blaslt.check(call)
+    return None if why is None else f"HIPBLASLT gemm_fp8: {why}"
+
+
+def call_for(args: GemmFp8Args) -> tuple | str:
+    """The call tuple :func:`gemm_fp8` launches for ``args`` as the capability check sees it (a copied
+    operand's and a fresh result's pointers 0: aligned; scale pointers an aligned stand-in), or why
+    there is none."""
     prep = _prepare(args)
     if isinstance(prep, str):
         return prep
     a_ptr = 0 if prep.copy_a else args.a.data_ptr()
     b_ptr = 0 if prep.copy_b else args.b.data_ptr()
-    d_dtype = args.result_dtype
-    call = blaslt.call_args(prep.plan, Side(a_ptr, DTYPE_CODES[args.a.dtype], 16, prep.a_mode),
+    return blaslt.call_args(prep.plan, Side(a_ptr, DTYPE_CODES[args.a.dtype], 16, prep.a_mode),
                             Side(b_ptr, DTYPE_CODES[args.b.dtype], 16, prep.b_mode),
-                            args.out.data_ptr() if args.out is not None else 0, DTYPE_CODES[d_dtype],
+                            args.out.data_ptr() if args.out is not None else 0, DTYPE_CODES[args.result_dtype],
                             device=runtime.device_index(args.a), beta=1.0 if args.out is not None else 0.0,
                             workspace_size=runtime.workspace_bytes())
-    why = blaslt.check(call)
-    return None if why is None else f"HIPBLASLT gemm_fp8: {why}"
 
 
 def gemm_fp8(args: GemmFp8Args) -> torch.Tensor:
@@ -191,5 +203,8 @@ def gemm_fp8(args: GemmFp8Args) -> torch.Tensor:
     d = out if out is not None else torch.empty(shape, dtype=args.result_dtype, device=a.device)
     side_a = Side(a.data_ptr(), DTYPE_CODES[a.dtype], sa.data_ptr(), prep.a_mode)
     side_b = Side(b.data_ptr(), DTYPE_CODES[b.dtype], sb.data_ptr(), prep.b_mode)
-    blaslt.launch(blaslt.args_for(prep.plan, side_a, side_b, d, beta=1.0 if out is not None else 0.0))
+    algos.launch("gemm_fp8", blaslt.args_for(prep.plan, side_a, side_b, d, beta=1.0 if out is not None else 0.0))
     return d
+
+
+algos.register_space("gemm_fp8", call_for)

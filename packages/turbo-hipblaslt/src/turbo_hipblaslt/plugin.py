@@ -2,13 +2,16 @@
 
 Cheap to import: registration only checks that an extension exists to load (the wheel's compiled
 ``turbo_hipblaslt._C``, or a toolkit for the opt-in JIT build) without importing or building it;
-the probe loads it lazily, and the kernels on first use.
+the probe loads it lazily, and the kernels on first use. It also names the version probes of the
+libraries ``cublaslt`` / ``hipblaslt`` for the tuning database (``turbo_core.tuning.versions``).
 """
 
 from __future__ import annotations
 
 from turbo_core.plugins import BackendInfo, Kernel, hookimpl
+from turbo_core.tuning.versions import register_library
 from turbo_hipblaslt import __version__
+from turbo_hipblaslt.probe import cublaslt_version, hipblaslt_version
 
 SERVES = ("gemm (fp16/bf16/fp32, every layout, accumulate-into-out; bias/GELU epilogues through "
           "turbo_hipblaslt.api.gemm/linear), gemm_fp8 (TENSORWISE E4M3/E5M2/HYBRID; ROWWISE and BLOCKWISE 1x128/128x128 "
@@ -16,6 +19,11 @@ SERVES = ("gemm (fp16/bf16/fp32, every layout, accumulate-into-out; bias/GELU ep
           "sm89/sm90, whose FP8 accumulation is imprecise, unless TURBO_HIPBLASLT_FP8_FP32_OUT=1), grouped_gemm and "
           "grouped_gemm_variable_k (a loop of BLASLt calls, one host sync per call)")
 NOT_DONE = "MX/FP4 GEMM, grouped FP8 GEMM and hipBLASLt's one-launch grouped API are not implemented"
+
+# The libraries tuned algorithm ranks depend on (turbo_hipblaslt.algos): probed only when a tuning database
+# or campaign names them; each answers None on the other platform or when it cannot tell cheaply.
+register_library("cublaslt", cublaslt_version)
+register_library("hipblaslt", hipblaslt_version)
 
 
 def _missing() -> str | None:

@@ -1,7 +1,10 @@
-"""Availability of the hipBLASLt/cuBLASLt backend. Never compiles: with ``TURBO_HIPBLASLT_JIT=1`` and
-a toolkit found, the backend is reported available and the build happens on first use."""
+"""Availability of the hipBLASLt/cuBLASLt backend, and the version of the library it loads (for the
+tuning database). Never compiles: with ``TURBO_HIPBLASLT_JIT=1`` and a toolkit found, the backend is
+reported available and the build happens on first use."""
 
 from __future__ import annotations
+
+__all__ = ["cublaslt_version", "format_version", "hipblaslt_version", "library_version", "probe"]
 
 
 def probe() -> str | None:
@@ -30,3 +33,60 @@ def probe() -> str | None:
     if gpu_count() == 0:
         return "no GPU"
     return None
+
+
+def format_version(number: int, platform: str) -> str | None:
+    """``"major.minor.patch"`` of a library version number: cuBLASLt's ``major*10000 + minor*100 +
+    patch`` (``platform="cuda"``; 120903 -> ``"12.9.3"``), hipBLASLt's ``major*100000 + minor*100 +
+    patch`` (``"rocm"``; 100100 -> ``"1.1.0"``); ``None`` for a negative number (unknown)."""
+    if number < 0:
+        return None
+    major, rest = divmod(int(number), 100000 if platform == "rocm" else 10000)
+    minor, patch = divmod(rest, 100)
+    return f"{major}.{minor}.{patch}"
+
+
+def library_version(platform: str) -> str | None:
+    """The version (``"major.minor.patch"``) of the BLASLt library the extension loads, when this torch
+    and the extension are built for ``platform`` (``"cuda"``: cuBLASLt, ``"rocm"``: hipBLASLt); else, or
+    when it cannot be told without compiling the extension or creating a GPU context, ``None``.
+
+    Loads the extension when it is installed, already loaded, or built by the JIT into its cache (never
+    builds it). cuBLASLt reports its version without a handle; hipBLASLt needs one: that of a device this
+    process already used, else one created on the current device once torch has initialised the GPU."""
+    from turbo_hipblaslt import _ext, _jit
+
+    if _ext.torch_platform() != platform:
+        return None
+    module = _ext._module
+    if module is None:
+        if not _ext.installed():
+            if not _jit.jit_enabled():
+                return None
+            tc, _ = _ext.jit_toolchain()
+            if tc is None or _jit.cached_library(tc) is None:
+                return None
+        try:
+            module = _ext.load()
+        except _ext.ExtensionUnavailable:
+            return None
+    if getattr(module, "PLATFORM", None) != platform:
+        return None
+    number = int(module.library_version()) if hasattr(module, "library_version") else -1
+    if number < 0:
+        import torch
+
+        if not torch.cuda.is_initialized():
+            return None
+        number = int(module.capabilities(torch.cuda.current_device()).get("library_version", -1))
+    return format_version(number, platform)
+
+
+def cublaslt_version() -> str | None:
+    """The loaded cuBLASLt's version, or ``None`` (the tuning library ``"cublaslt"``)."""
+    return library_version("cuda")
+
+
+def hipblaslt_version() -> str | None:
+    """The loaded hipBLASLt's version, or ``None`` (the tuning library ``"hipblaslt"``)."""
+    return library_version("rocm")

@@ -12,7 +12,7 @@ import torch
 
 from turbo_hipblaslt import _ext
 
-__all__ = ["FP8_FP32_OUT_ENV", "capabilities", "device_index", "ext", "fp8_fp32_out_allowed", "fp8_needs_tn",
+__all__ = ["FP8_FP32_OUT_ENV", "arch", "capabilities", "device_index", "ext", "fp8_fp32_out_allowed", "fp8_needs_tn",
            "fp8_reduced_accumulation", "reset", "run_on", "stream_handle", "tf32", "workspace", "workspace_bytes"]
 
 DEFAULT_WORKSPACE_MB = 32
@@ -44,6 +44,15 @@ def workspace_bytes() -> int:
 
 def device_index(t: torch.Tensor) -> int:
     return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
+@functools.lru_cache(maxsize=16)
+def arch(index: int) -> str:
+    """turbo's name of device ``index``'s architecture (``"sm90"``, ``"gfx942"``: ``turbo_core.platform``);
+    the first field of this backend's tuning keys (``turbo_hipblaslt.algos``)."""
+    from turbo_core.platform import platform_of
+
+    return platform_of(torch.device("cuda", index)).arch or "unknown"
 
 
 def stream_handle(index: int) -> int:

@@ -182,7 +182,8 @@ def best(primitive: str, key: Key) -> Entry | None:
 
 def kernel_config(backend: str, primitive: str, key: Key | tuple) -> dict | None:
     """The tuned kernel config of ``backend`` for ``primitive`` at the backend's config ``key`` (a
-    :class:`Key`, or a plain tuple of its four fields: equal and cheaper to build), or ``None`` (then
+    :class:`Key`, or a plain tuple of its four fields: equal and cheaper to build; or a callable
+    returning one, called only when some database holds kernel configs), or ``None`` (then
     the backend uses its heuristics). Costs a context-variable read and a dict get (the first call
     loads the database)."""
     o = _override.get()
@@ -198,6 +199,8 @@ def kernel_config(backend: str, primitive: str, key: Key | tuple) -> dict | None
     db = st.db
     if not db.has_configs:
         return None
+    if callable(key):
+        key = key()
     return db.kernel_config(backend, primitive, key)
 
 

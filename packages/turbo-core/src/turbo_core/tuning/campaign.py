@@ -461,7 +461,8 @@ def _tune_case(case: Case, gen: torch.Generator, *, backends, device, warmup, it
                 if t < best_t:
                     best_t, best_cfg = t, cfg
             if best_cfg is not None and best_t < t_default * (1 - min_gain):
-                entry.configs[b] = ConfigChoice(space.key(args), best_cfg, best_t, t_default, _backend_versions([b]))
+                entry.configs[b] = ConfigChoice(space.key(args), best_cfg, best_t, t_default, _backend_versions([b]),
+                                                match=space.match)
                 row.config_gain[b] = t_default / best_t
             else:
                 best_t = t_default

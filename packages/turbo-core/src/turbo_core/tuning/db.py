@@ -15,13 +15,16 @@ File format (``format: "turbo-tuning-db"``, ``format_version: 1``)::
         "configs": {"TRITON": {"key": {...the backend's config key...},
                                "config": {"block_m": 128, ...},         # opaque to the core
                                "time_us": 812.4, "default_time_us": 840.1,
+                               "match": "bucket",       # or "exact": this config serves its key only
                                "versions": {"triton": "3.6.0", "turbo-triton": "0.1.0"}}}}]}
 
 Lookups are dict gets: :meth:`TuningDB.best` by ``(primitive, key)``, :meth:`TuningDB.kernel_config`
 by ``(backend, primitive, config key)``. Either first tries the exact key, then (unless the entry
 says ``"match": "exact"``) the *shape bucket*: the same arch, dtypes and layout with every size
 rounded up to a power of two, holding the entry of that bucket with the largest problem (the one
-nearest the bucket's upper end). Answers are memoized per key, so a repeated miss costs one get too.
+nearest the bucket's upper end). A kernel config serves its bucket only when both its entry and the
+config say ``"bucket"``: a config that names something shape-specific (HIPBLASLT's rank in the
+library's heuristic list, which ranks other algorithms at other shapes) says ``"exact"``. Answers are memoized per key, so a repeated miss costs one get too.
 
 Adding an entry whose ``(primitive, key)`` is already present merges them: the newer backend choice
 replaces the older one, and configs merge per backend (newer wins).
@@ -64,6 +67,12 @@ def _versions(value: Any, what: str) -> dict[str, str]:
     return dict(value)
 
 
+def _match(value: Any, what: str) -> str:
+    if value not in _MATCHES:
+        raise ValueError(f"{what}.match: expected one of {', '.join(_MATCHES)}, got {value!r}")
+    return value
+
+
 @dataclass
 class ConfigChoice:
     """A backend's tuned kernel config for one config key (``config`` is the backend's own dict)."""
@@ -73,9 +82,16 @@ class ConfigChoice:
     time_us: float | None = None
     default_time_us: float | None = None
     versions: dict[str, str] = field(default_factory=dict)
+    match: str = "bucket"
+
+    def __post_init__(self) -> None:
+        if self.match not in _MATCHES:
+            raise ValueError(f"match: expected one of {', '.join(_MATCHES)}, got {self.match!r}")
 
     def to_json(self) -> dict:
         out: dict = {"key": self.key.to_json(), "config": self.config}
+        if self.match != "bucket":
+            out["match"] = self.match
         if self.time_us is not None:
             out["time_us"] = round(self.time_us, 3)
         if self.default_time_us is not None:
@@ -94,7 +110,7 @@ class ConfigChoice:
         return cls(Key.from_json(obj.get("key"), what=f"{what}.key"), dict(config),
                    _num(obj.get("time_us"), f"{what}.time_us"),
                    _num(obj.get("default_time_us"), f"{what}.default_time_us"),
-                   _versions(obj.get("versions"), f"{what}.versions"))
+                   _versions(obj.get("versions"), f"{what}.versions"), _match(obj.get("match", "bucket"), what))
 
 
 @dataclass
@@ -214,7 +230,7 @@ class TuningDB:
             for backend, choice in entry.configs.items():
                 ck = choice.key
                 self._configs[(backend, entry.primitive, ck)] = choice.config
-                if entry.match == "bucket":
+                if entry.match == "bucket" and choice.match == "bucket":
                     slot = (backend, entry.primitive, ck.arch, bucket(ck.shape), ck.dtypes, ck.layout)
                     occ = self._config_bucket.get(slot)
                     if occ is None or occ[0] == ck or _size(ck.shape) >= _size(occ[0].shape):

@@ -8,10 +8,14 @@ first use; the plugin module stays cheap)::
         backend="TRITON", primitive="gemm",
         candidates=lambda args: [{"block_m": 128, ...}, ...],   # configs to try for this call
         key=lambda args: Key(...),                               # the config key the launcher looks up
-        libraries=("triton",)))                                  # versions recorded with the configs
+        libraries=("triton",),                                   # versions recorded with the configs
+        match="bucket"))                                         # or "exact": see below
 
 ``turbo tune`` runs a backend once before asking for its space, so the module is loaded by then.
 A config dict is opaque to the core: the backend defines its fields and validates what it reads.
+``match="exact"`` stores the space's winners for their own key only (``turbo_core.tuning.db``: a
+config that means something else at other shapes of its bucket, such as a rank in a library's
+heuristic list); by default a config also serves the other shapes of its shape bucket.
 """
 
 from __future__ import annotations
@@ -33,8 +37,11 @@ class Space:
     candidates: Callable[[Any], list[dict]]
     key: Callable[[Any], Key]
     libraries: tuple[str, ...] = ()
+    match: str = "bucket"
 
     def __post_init__(self) -> None:
+        if self.match not in ("bucket", "exact"):
+            raise ValueError(f"match: expected 'bucket' or 'exact', got {self.match!r}")
         if not isinstance(self.backend, str) or not self.backend:
             raise ValueError(f"backend: expected a backend name, got {self.backend!r}")
         object.__setattr__(self, "backend", self.backend.upper())

@@ -15,8 +15,17 @@
 // in-place / output-type reductions (partial sums rounded to the output dtype), as torch does. hipBLASLt has no
 // such preference.
 //
+// Algorithm selection: the library's heuristic (cublasLtMatmulAlgoGetHeuristic / hipblasLtMatmulAlgoGetHeuristic)
+// ranks the algorithms it has for a configuration. The 29th argument `algo` (>= 0) picks one by its rank among
+// the usable results (state == success), counting from 0: algo 0 is the heuristic's first choice, asked for alone
+// (one result, as before algo existed); algo = K > 0 asks for up to kMaxAlgos (16) results and takes the usable
+// one of rank K, or fails at stage "heuristic" (NOT_SUPPORTED: "the heuristic offers only N algorithm(s) for
+// ..., algo=K requested") when there are fewer. algo_count(<the 29 arguments>) says how many usable algorithms
+// the heuristic offers (0..16), so a tuner can time each rank (turbo_hipblaslt.algos); library_version() names
+// the loaded library's version (the tuning database records it).
+//
 // Descriptors and the heuristic's algorithm are cached per configuration (device, sizes, dtypes, layout,
-// epilogue, scale modes, workspace size, pointer alignments) in an LRU of bounded size; failures are cached
+// epilogue, scale modes, workspace size, pointer alignments, algo) in an LRU of bounded size; failures are cached
 // too. Errors raise turbo_hipblaslt._C.BlasLtError (a RuntimeError) whose .status is the library's status
 // name (e.g. "CUBLAS_STATUS_NOT_SUPPORTED") and .stage the step that failed ("handle", "setup",
 // "heuristic", "matmul"). The GIL is held throughout (the library call only enqueues work).
@@ -47,7 +56,10 @@ enum EpilogueCode : int { kEpiNone = 0, kEpiBias = 1, kEpiGelu = 2, kEpiGeluBias
 
 PyObject* g_error = nullptr;  // turbo_hipblaslt._C.BlasLtError
 
-// One matmul as it arrives from Python (28 positional arguments, in this order).
+// The most algorithms asked of the heuristic (algo = K needs K < kMaxAlgos).
+constexpr int kMaxAlgos = 16;
+
+// One matmul as it arrives from Python (29 positional arguments, in this order).
 struct Call {
   int device = 0;
   long long m = 0, n = 0, k = 0;
@@ -73,16 +85,17 @@ struct Call {
   unsigned long long stream = 0;
   unsigned long long workspace = 0;
   long long workspace_size = 0;
+  int algo = 0;  // rank in the heuristic's list of usable algorithms (0: its first choice)
 };
 
-constexpr const char* kCallFormat = "iLLLiiKiLKiLKiLddiiKiKiKiKKL";
+constexpr const char* kCallFormat = "iLLLiiKiLKiLKiLddiiKiKiKiKKLi";
 
 bool parse_call(PyObject* tuple, Call* c) {
   return PyArg_ParseTuple(tuple, kCallFormat, &c->device, &c->m, &c->n, &c->k, &c->transa, &c->transb, &c->a,
                           &c->a_type, &c->lda, &c->b, &c->b_type, &c->ldb, &c->d, &c->d_type, &c->ldd, &c->alpha,
                           &c->beta, &c->compute, &c->epilogue, &c->bias, &c->bias_type, &c->a_scale,
                           &c->a_scale_mode, &c->b_scale, &c->b_scale_mode, &c->stream, &c->workspace,
-                          &c->workspace_size) != 0;
+                          &c->workspace_size, &c->algo) != 0;
 }
 
 // Largest power of two dividing the address, capped at 256 bytes (what the heuristic may assume).
@@ -176,13 +189,13 @@ tb::Status get_handle(int device, tb::Handle* out) {
 constexpr unsigned kReductionNone = 0, kReductionComputeType = 2, kReductionAll = 7;  // cuBLASLt's scheme bits
 unsigned g_reduction_mask = kReductionNone | kReductionComputeType;
 
-using Key = std::array<long long, 23>;
+using Key = std::array<long long, 24>;
 
 Key make_key(const Call& c) {
   return Key{static_cast<long long>(g_reduction_mask), c.device, c.m, c.n, c.k, c.transa, c.transb, c.a_type,
              c.lda, c.b_type, c.ldb, c.d_type, c.ldd, c.compute, c.epilogue, c.bias_type, c.a_scale_mode,
              c.b_scale_mode, c.workspace_size, alignment(c.a), alignment(c.b), alignment(c.d),
-             (c.epilogue & kEpiBias) ? alignment(c.bias) : 0};
+             (c.epilogue & kEpiBias) ? alignment(c.bias) : 0, c.algo};
 }
 
 struct Entry {
@@ -251,7 +264,9 @@ tb::Status set_pointers(const Call& c, tb::MatmulDesc desc) {
   return st;
 }
 
-bool build(const Call& c, tb::Handle handle, Entry& e) {
+// Creates e's matmul descriptor and matrix layouts for `c`; false (e's failure set) when the library
+// refuses one of them.
+bool setup(const Call& c, Entry& e) {
   const std::string what = describe(c);
   tb::DataType at, bt, dt, biast = tb::kF32;
   if (!data_type(c.a_type, &at) || !data_type(c.b_type, &bt) || !data_type(c.d_type, &dt) ||
@@ -316,6 +331,15 @@ bool build(const Call& c, tb::Handle handle, Entry& e) {
   if ((st = tb::layout_create(&e.lb, bt, br, bc, c.ldb)) != tb::kSuccess) return e.fail("setup", st, "B; " + what);
   if ((st = tb::layout_create(&e.ld, dt, c.m, c.n, c.ldd)) != tb::kSuccess) return e.fail("setup", st, "D; " + what);
 
+  return true;
+}
+
+// Asks the heuristic for up to `request` (1..kMaxAlgos) algorithms for the configuration set up in `e`;
+// `results` receives them in the heuristic's order (*returned of them; check each one's state). false (e's
+// failure set) when the preference cannot be set up or the query itself fails.
+bool query(const Call& c, tb::Handle handle, Entry& e, int request, tb::Heuristic* results, int* returned) {
+  const std::string what = describe(c);
+  tb::Status st = tb::kSuccess;
   tb::Preference pref = nullptr;
   if ((st = tb::pref_create(&pref)) != tb::kSuccess) return e.fail("setup", st, "preference; " + what);
   const uint64_t ws = static_cast<uint64_t>(c.workspace_size > 0 ? c.workspace_size : 0);
@@ -334,17 +358,48 @@ bool build(const Call& c, tb::Handle handle, Entry& e) {
     tb::pref_destroy(pref);
     return e.fail("setup", st, "preference attributes; " + what);
   }
-  tb::Heuristic result;
-  std::memset(static_cast<void*>(&result), 0, sizeof(result));
-  int returned = 0;
-  st = tb::heuristic(handle, e.desc, e.la, e.lb, e.ld, e.ld, pref, 1, &result, &returned);
+  std::memset(static_cast<void*>(results), 0, sizeof(tb::Heuristic) * static_cast<size_t>(request));
+  *returned = 0;
+  st = tb::heuristic(handle, e.desc, e.la, e.lb, e.ld, e.ld, pref, request, results, returned);
   tb::pref_destroy(pref);
   if (st != tb::kSuccess) return e.fail("heuristic", st, "no algorithm for " + what);
-  if (returned < 1 || result.state != tb::kSuccess) {
-    return e.fail("heuristic", returned < 1 ? tb::kNotSupported : result.state, "no algorithm for " + what);
+  if (*returned < 0) *returned = 0;
+  if (*returned > request) *returned = request;
+  return true;
+}
+
+// Sets up `e` for `c`: descriptors, layouts and the algorithm of rank c.algo among the heuristic's usable
+// results (algo 0 asks for one result only: the heuristic's first choice).
+bool build(const Call& c, tb::Handle handle, Entry& e) {
+  const std::string what = describe(c);
+  if (c.algo < 0) return e.fail("setup", tb::kInvalidValue, "algo must be >= 0, got " + std::to_string(c.algo));
+  if (c.algo >= kMaxAlgos) {
+    return e.fail("heuristic", tb::kNotSupported,
+                  "algo=" + std::to_string(c.algo) + " requested; at most " + std::to_string(kMaxAlgos) +
+                      " algorithms are asked of the heuristic; " + what);
   }
-  e.algo = result.algo;
-  e.workspace = result.workspaceSize;
+  if (!setup(c, e)) return false;
+  const int request = c.algo == 0 ? 1 : kMaxAlgos;
+  tb::Heuristic results[kMaxAlgos];
+  int returned = 0;
+  if (!query(c, handle, e, request, results, &returned)) return false;
+  int rank = -1;  // index in `results` of the usable algorithm of rank c.algo
+  int usable = 0;
+  for (int i = 0; i < returned; ++i) {
+    if (results[i].state != tb::kSuccess) continue;
+    if (usable == c.algo) rank = i;
+    ++usable;
+  }
+  if (rank < 0) {
+    if (c.algo == 0) {
+      return e.fail("heuristic", returned < 1 ? tb::kNotSupported : results[0].state, "no algorithm for " + what);
+    }
+    return e.fail("heuristic", tb::kNotSupported,
+                  "the heuristic offers only " + std::to_string(usable) + " algorithm(s) for " + what +
+                      ", algo=" + std::to_string(c.algo) + " requested");
+  }
+  e.algo = results[rank].algo;
+  e.workspace = results[rank].workspaceSize;
   e.usable = true;
   return true;
 }
@@ -401,7 +456,7 @@ bool run(const Call& c) {
                   reinterpret_cast<void*>(c.workspace), static_cast<size_t>(c.workspace_size),
                   reinterpret_cast<tb::Stream>(c.stream));
   if (st != tb::kSuccess) {
-    raise_error("matmul", tb::status_name(st), describe(c));
+    raise_error("matmul", tb::status_name(st), describe(c) + " algo=" + std::to_string(c.algo));
     return false;
   }
   return true;
@@ -425,6 +480,29 @@ PyObject* py_check(PyObject*, PyObject* args) {
   if (e->usable) Py_RETURN_NONE;
   const std::string msg = e->stage + ": " + e->status + " (" + e->detail + ")";
   return PyUnicode_FromString(msg.c_str());
+}
+
+// How many usable algorithms (state == success, at most kMaxAlgos) the heuristic offers for the call's
+// configuration (its `algo` is ignored); 0 when the library refuses the configuration. Not cached (tuning asks).
+PyObject* py_algo_count(PyObject*, PyObject* args) {
+  Call c;
+  if (!parse_call(args, &c)) return nullptr;
+  tb::Handle handle = nullptr;
+  const tb::Status st = get_handle(c.device, &handle);
+  if (st != tb::kSuccess) {
+    raise_error("handle", tb::status_name(st),
+                "creating the " TB_LIBRARY " handle of device " + std::to_string(c.device));
+    return nullptr;
+  }
+  Entry e;  // a scratch entry (not cached): its destructor frees the descriptors
+  tb::Heuristic results[kMaxAlgos];
+  int returned = 0;
+  if (!setup(c, e) || !query(c, handle, e, kMaxAlgos, results, &returned)) return PyLong_FromLong(0);
+  long usable = 0;
+  for (int i = 0; i < returned; ++i) {
+    if (results[i].state == tb::kSuccess) ++usable;
+  }
+  return PyLong_FromLong(usable);
 }
 
 PyObject* py_matmul_many(PyObject*, PyObject* args) {
@@ -482,6 +560,18 @@ PyObject* py_capabilities(PyObject*, PyObject* args) {
   return out;
 }
 
+// The loaded library's version number without creating a handle (cuBLASLt: cublasLtGetVersion(); hipBLASLt
+// needs a handle: that of a device already used by this process, else -1).
+PyObject* py_library_version(PyObject*, PyObject*) {
+  long long v = -1;
+  if (!tb::kVersionNeedsHandle) {
+    v = tb::library_version(nullptr);
+  } else if (!g_handles.empty()) {
+    v = tb::library_version(g_handles.begin()->second);
+  }
+  return PyLong_FromLongLong(v);
+}
+
 PyObject* py_cache_info(PyObject*, PyObject*) {
   return Py_BuildValue("(nnKK)", static_cast<Py_ssize_t>(g_lru.size()), static_cast<Py_ssize_t>(g_capacity), g_hits,
                        g_misses);
@@ -520,14 +610,21 @@ PyObject* py_set_reduction_mask(PyObject*, PyObject* args) {
 PyMethodDef kMethods[] = {
     {"matmul", py_matmul, METH_VARARGS,
      "matmul(device, m, n, k, transa, transb, a, a_type, lda, b, b_type, ldb, d, d_type, ldd, alpha, beta, compute,"
-     " epilogue, bias, bias_type, a_scale, a_scale_mode, b_scale, b_scale_mode, stream, workspace, workspace_size)"
-     "\n\nOne column-major matmul D = epilogue(alpha*op(A)@op(B) + beta*D + bias) on `stream`; raises BlasLtError."},
+     " epilogue, bias, bias_type, a_scale, a_scale_mode, b_scale, b_scale_mode, stream, workspace, workspace_size,"
+     " algo)\n\nOne column-major matmul D = epilogue(alpha*op(A)@op(B) + beta*D + bias) on `stream` with the"
+     " heuristic's algorithm of rank `algo` (0: its first choice); raises BlasLtError."},
     {"check", py_check, METH_VARARGS,
-     "check(<the 28 arguments of matmul>) -> None when the library has an algorithm for this configuration, else "
-     "the reason (a string). Pointers are read for their alignment only; nothing is launched."},
+     "check(<the 29 arguments of matmul>) -> None when the library has an algorithm of rank `algo` for this "
+     "configuration, else the reason (a string). Pointers are read for their alignment only; nothing is launched."},
+    {"algo_count", py_algo_count, METH_VARARGS,
+     "algo_count(<the 29 arguments of matmul>) -> how many usable algorithms (0..16) the heuristic offers for this "
+     "configuration (`algo` ignored); raises BlasLtError only when the handle cannot be created."},
     {"matmul_many", py_matmul_many, METH_VARARGS,
      "matmul_many(common, groups): `common` is matmul's argument tuple, `groups` a sequence of "
      "(m, n, k, a, b, d) tuples replacing those fields; runs one matmul per group, in order, skipping empty ones."},
+    {"library_version", py_library_version, METH_NOARGS,
+     "library_version() -> the loaded library's version number (cuBLASLt: major*10000 + minor*100 + patch; "
+     "hipBLASLt: major*100000 + minor*100 + patch), or -1 when it needs a handle and none exists yet."},
     {"capabilities", py_capabilities, METH_VARARGS,
      "capabilities(device) -> dict: platform, library, header/library versions and the scale modes compiled in."},
     {"cache_info", py_cache_info, METH_NOARGS, "cache_info() -> (size, capacity, hits, misses)"},
