@@ -5,7 +5,8 @@
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normbench groupedcheck groupedbench
 #        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
-#        attnfp8 tunegemm demoparity moebench moedispatch nccltests (the last two on the two-GPU kind)
+#        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench accuracy profile
+#        moedispatch nccltests (the last two on the two-GPU kind)
 set -u
 OUT=${OUT:?set OUT}
 ROOT=$(pwd)
@@ -53,6 +54,35 @@ for part in $parts; do
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_deepep.plugin
        timeout 500 python3 -m turbo_core.cli bench moe-dispatch --out "$OUT/moe_dispatch_bench.json") > "$OUT/moe_dispatch_bench.log" 2>&1
       tail -40 "$OUT/moe_dispatch_bench.log" ;;
+    tunehipblaslt)  # HIPBLASLT's algorithm index per shape (bf16, then FP8): the tuning DB it ships for sm90
+      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
+              TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
+       timeout 200 python3 benchmarks/scripts/tune_gemm_h200.py --out "$OUT/hipblaslt_sm90.json" --backends HIPBLASLT \
+         --tune-seconds ${HB_GEMM_S:-110} --check-seconds 40
+       timeout 340 python3 benchmarks/scripts/tune_gemm_h200.py --out "$OUT/hipblaslt_sm90.json" --backends HIPBLASLT \
+         --suite gemm-fp8 --merge --tune-seconds ${HB_FP8_S:-210} --check-seconds 60) > "$OUT/tune_hipblaslt.log" 2>&1
+      grep -E "summary|geomean|TFLOP/s of|invalid|do not ship|ship it|took|exited" "$OUT/tune_hipblaslt.log" | tail -20 ;;
+    hbbench)  # HIPBLASLT (with its tuned DB when OUT has one) vs torch on the gemm and gemm-fp8 suites
+      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
+              TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
+       [ -f "$OUT/hipblaslt_sm90.json" ] && export TURBO_TUNING_DB=$OUT/hipblaslt_sm90.json
+       models="llama3.1-8b llama3.1-70b llama3.1-405b"
+       timeout 150 python3 -m turbo_core.cli bench gemm --models $models --providers torch turbo:HIPBLASLT \
+         --out "$OUT/hb_bench_gemm.json"
+       timeout 330 python3 -m turbo_core.cli bench gemm-fp8 --models $models --granularities tensorwise rowwise blockwise \
+         --providers torch._scaled_mm F.scaled_mm turbo:HIPBLASLT --out "$OUT/hb_bench_gemm_fp8.json") > "$OUT/hbbench.log" 2>&1
+      grep -vE "^\s*$" "$OUT/hbbench.log" | tail -30 ;;
+    accuracy)  # turbo accuracy at the model shapes, every available backend (TRITON, HIPBLASLT) vs float64
+      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
+              TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
+       timeout 300 python3 -m turbo_core.cli accuracy --out "$OUT/accuracy.json" --markdown "$OUT/accuracy.md") > "$OUT/accuracy.log" 2>&1
+      echo "accuracy exit $?"; tail -25 "$OUT/accuracy.log" ;;
+    profile)  # turbo profile of a full-size bench suite and of the demo: hot-kernel tables + a trace
+      (timeout 150 python3 -m turbo_core.cli profile --top 25 --out "$OUT/profile_gemm.json" --trace "$OUT/profile_gemm_trace.json" \
+         bench gemm --models llama3.1-8b --iters 10 --warmup 3
+       timeout 150 python3 -m turbo_core.cli profile --top 25 --out "$OUT/profile_attn.json" \
+         bench attention --models llama3.1-8b --iters 5 --warmup 2) > "$OUT/profile.log" 2>&1
+      tail -40 "$OUT/profile.log" ;;
     nccltests)  # the NCCL-marked pytest cases: turbo-deepep dispatch/combine and FP8AllToAll on two GPUs
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_deepep.plugin
        timeout 400 python3 -m pytest -v -p no:cacheprovider -rs packages/turbo-deepep/tests/test_all_to_all_distributed.py::test_nccl \

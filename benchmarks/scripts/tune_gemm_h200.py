@@ -26,6 +26,17 @@ with ``--include-reference``; add ``turbo_hipblaslt.plugin`` to TURBO_PLUGINS to
 for TRITON, the sm90 config list of ``turbo_triton/gemm/configs.py`` (``CANDIDATES["sm90"]``)
 against its table's choice. A config is kept when it beats the table by more than 1% (``--min-gain``).
 
+``--suite gemm-fp8`` tunes ``gemm_fp8`` instead (``--granularity``, default tensorwise rowwise
+blockwise; E4M3; bf16 results), and ``--backends`` restricts the candidates. The HIPBLASLT campaign
+(its search space: the rank of cuBLASLt's heuristic algorithm, ``turbo_hipblaslt.tuning``) is
+
+    ... TURBO_PLUGINS=...,turbo_hipblaslt.plugin TURBO_HIPBLASLT_JIT=1 \
+    python3 benchmarks/scripts/tune_gemm_h200.py --out hipblaslt_sm90.json --backends HIPBLASLT
+    python3 benchmarks/scripts/tune_gemm_h200.py --out hipblaslt_sm90.json --backends HIPBLASLT \
+        --suite gemm-fp8 --merge
+
+and ships as ``packages/turbo-hipblaslt/src/turbo_hipblaslt/tuning_db/sm90.json``.
+
 To ship the result: copy it to ``packages/turbo-triton/src/turbo_triton/tuning_db/sm90.json``.
 ``turbo_core.tuning`` loads every ``tuning_db/*.json`` beside a loaded plugin module
 (``turbo_triton/plugin.py``) as package data; the entries apply on sm90 with triton 3.6.x and
@@ -48,6 +59,9 @@ def main() -> int:
     p.add_argument("--tune-seconds", type=float, default=180.0, help="start no new shape after this (default 180)")
     p.add_argument("--check-seconds", type=float, default=60.0, help="start no new check after this (default 60)")
     p.add_argument("--models", nargs="*", default=["llama3.1-8b", "llama3.1-70b", "llama3.1-405b"])
+    p.add_argument("--suite", default="gemm", choices=["gemm", "gemm-fp8"])
+    p.add_argument("--backends", nargs="*", help="candidate backends (default: every available one)")
+    p.add_argument("--granularity", nargs="*", help="gemm-fp8: default tensorwise rowwise blockwise")
     p.add_argument("--tokens", type=int, default=8192)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
@@ -72,16 +86,21 @@ def main() -> int:
     if os.path.exists(args.out) and not args.merge:
         os.remove(args.out)
     base = args.out[:-5] if args.out.endswith(".json") else args.out
-    tune_report, check_report = f"{base}.tune.json", f"{base}.check.json"
+    tag = "" if args.suite == "gemm" else f".{args.suite}"
+    tune_report, check_report = f"{base}{tag}.tune.json", f"{base}{tag}.check.json"
     common = ["--warmup", str(args.warmup), "--iters", str(args.iters)]
     if args.quick:
         common = ["--quick", "--warmup", "1", "--iters", "3"]
 
     t0 = time.monotonic()
-    argv = ["tune", "gemm", *common, "--min-gain", str(args.min_gain), "--time-limit", str(args.tune_seconds),
+    argv = ["tune", args.suite, *common, "--min-gain", str(args.min_gain), "--time-limit", str(args.tune_seconds),
             "--out", args.out, "--report", tune_report]
     if not args.quick:
         argv += ["--models", *args.models, "--tokens", str(args.tokens)]
+    if args.backends:
+        argv += ["--backends", *args.backends]
+    if args.granularity:
+        argv += ["--granularity", *args.granularity]
     if args.include_reference:
         argv.append("--include-reference")
     print("turbo " + " ".join(argv), flush=True)
@@ -105,7 +124,7 @@ def main() -> int:
         print(f"\nTFLOP/s of the chosen kernels: min {won[0]:.4g}, median {won[len(won) // 2]:.4g}, "
               f"max {won[-1]:.4g} (sm90 bf16 peak 989)")
     gains = [g for r in done for g in r["config_gain"].values()]
-    print(f"\nsummary: {len(done)}/{len(rows)} shapes tuned; a TRITON config kept for {len(gains)}", flush=True)
+    print(f"\nsummary: {len(done)}/{len(rows)} shapes tuned; a kernel config kept for {len(gains)}", flush=True)
     if gains:
         geo = math.exp(sum(math.log(g) for g in gains) / len(gains))
         print(f"  table config time / tuned config time, where kept: geomean {geo:.3f}x, "
@@ -121,7 +140,7 @@ def main() -> int:
     if invalid or rc_tune != 0 or rc_check != 0:
         print(f"do not ship it: {len(invalid)} shapes invalid, turbo tune exited {rc_tune}, the check {rc_check}")
         return 1
-    print("ship it as packages/turbo-triton/src/turbo_triton/tuning_db/sm90.json")
+    print("ship it as packages/<backend package>/src/<module>/tuning_db/sm90.json")
     return 0
 
 
