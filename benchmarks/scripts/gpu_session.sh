@@ -54,19 +54,24 @@ for part in $parts; do
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_deepep.plugin
        timeout 500 python3 -m turbo_core.cli bench moe-dispatch --out "$OUT/moe_dispatch_bench.json") > "$OUT/moe_dispatch_bench.log" 2>&1
       tail -40 "$OUT/moe_dispatch_bench.log" ;;
-    tunehipblaslt)  # HIPBLASLT's algorithm index per shape (bf16, then FP8): the tuning DB it ships for sm90
+    tunehipblaslt)  # HIPBLASLT's algorithm rank per shape (bf16, then FP8), confirmed by --check: the DB it ships for sm90
+      # HB_SEED=file starts from an earlier campaign's database; HB_SKIP_GEMM=1 skips the bf16 stage
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
               TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
-       timeout 200 python3 benchmarks/scripts/tune_gemm_h200.py --out "$OUT/hipblaslt_sm90.json" --backends HIPBLASLT \
-         --tune-seconds ${HB_GEMM_S:-110} --check-seconds 40
-       timeout 340 python3 benchmarks/scripts/tune_gemm_h200.py --out "$OUT/hipblaslt_sm90.json" --backends HIPBLASLT \
-         --suite gemm-fp8 --merge --tune-seconds ${HB_FP8_S:-210} --check-seconds 60) > "$OUT/tune_hipblaslt.log" 2>&1
-      grep -E "summary|geomean|TFLOP/s of|invalid|do not ship|ship it|took|exited" "$OUT/tune_hipblaslt.log" | tail -20 ;;
+       db=$OUT/hipblaslt_sm90.json
+       [ -n "${HB_SEED:-}" ] && cp "$HB_SEED" "$db"
+       [ "${HB_SKIP_GEMM:-0}" = 1 ] || timeout 200 python3 benchmarks/scripts/tune_gemm_h200.py --out "$db" --backends HIPBLASLT \
+         ${HB_SEED:+--merge} --tune-seconds ${HB_GEMM_S:-110} --check-seconds 40
+       timeout 340 python3 benchmarks/scripts/tune_gemm_h200.py --out "$db" --backends HIPBLASLT \
+         --suite gemm-fp8 --merge --tune-seconds ${HB_FP8_S:-210} --check-seconds 60
+       python3 benchmarks/scripts/ship_tuning_db.py "$db" $OUT/hipblaslt_sm90*.check.json --out "$OUT/hipblaslt_sm90_ship.json"
+      ) > "$OUT/tune_hipblaslt.log" 2>&1
+      grep -E "summary|geomean|TFLOP/s of|invalid|do not ship|ship it|took|exited|wrote|drop" "$OUT/tune_hipblaslt.log" | tail -40 ;;
     hbbench)  # HIPBLASLT (with its tuned DB when OUT has one) vs torch on the gemm and gemm-fp8 suites
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
               TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
-       [ -f "$OUT/hipblaslt_sm90.json" ] && export TURBO_TUNING_DB=$OUT/hipblaslt_sm90.json
-       models="llama3.1-8b llama3.1-70b llama3.1-405b"
+       [ -f "$OUT/hipblaslt_sm90_ship.json" ] && export TURBO_TUNING_DB=$OUT/hipblaslt_sm90_ship.json
+       models=${HB_MODELS:-llama3.1-8b llama3.1-70b llama3.1-405b}
        timeout 150 python3 -m turbo_core.cli bench gemm --models $models --providers torch turbo:HIPBLASLT \
          --out "$OUT/hb_bench_gemm.json"
        timeout 330 python3 -m turbo_core.cli bench gemm-fp8 --models $models --granularities tensorwise rowwise blockwise \

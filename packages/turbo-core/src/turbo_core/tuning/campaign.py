@@ -179,7 +179,7 @@ def gemm_fp8_cases(*, arch: str, granularities: Sequence[Any], fmt: Any, device:
     from turbo_core.bench.suites import gemm_fp8 as fp8_suite
     from turbo_core.low_precision import ScalingGranularity as G
 
-    grans = fp8_suite.granularities_of(granularities)
+    grans = fp8_suite.granularities_of(granularities or ["tensorwise", "rowwise", "blockwise"])
     if G.MX_BLOCKWISE in grans:
         raise ValueError("--granularity: MX_BLOCKWISE is not tuned (its kernels have no alternatives to search)")
     items: list[tuple[str, int, int, int, str, str]] = []
