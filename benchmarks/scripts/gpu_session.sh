@@ -5,7 +5,7 @@
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normbench groupedcheck groupedbench
 #        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
-#        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench accuracy profile
+#        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbgap hbalgotests accuracy profile
 #        moedispatch nccltests (the last two on the two-GPU kind)
 set -u
 OUT=${OUT:?set OUT}
@@ -77,10 +77,20 @@ for part in $parts; do
        timeout 330 python3 -m turbo_core.cli bench gemm-fp8 --models $models --granularities tensorwise rowwise blockwise \
          --providers torch._scaled_mm F.scaled_mm turbo:HIPBLASLT --out "$OUT/hb_bench_gemm_fp8.json") > "$OUT/hbbench.log" 2>&1
       grep -vE "^\s*$" "$OUT/hbbench.log" | tail -30 ;;
+    hbgap)  # HIPBLASLT FP8 vs torch._scaled_mm on the shapes where turbo bench gemm-fp8 showed a gap; every rank
+      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
+              TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
+       timeout 150 python3 benchmarks/scripts/hipblaslt_fp8_gap.py --out "$OUT/hipblaslt_fp8_gap.json") > "$OUT/hbgap.log" 2>&1
+      tail -14 "$OUT/hbgap.log" ;;
+    hbalgotests)  # the GPU tests of the algorithm ranks and the version probe
+      (export TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
+       timeout 200 python3 benchmarks/scripts/hipblaslt_gpu_check.py --out "$OUT/hipblaslt_algo_tests.json" --parts pytest \
+         --pytest-k "algo or library_version or rank") > "$OUT/hbalgotests.log" 2>&1
+      tail -8 "$OUT/hbalgotests.log" ;;
     accuracy)  # turbo accuracy at the model shapes, every available backend (TRITON, HIPBLASLT) vs float64
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
               TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
-       timeout 300 python3 -m turbo_core.cli accuracy --out "$OUT/accuracy.json" --markdown "$OUT/accuracy.md") > "$OUT/accuracy.log" 2>&1
+       timeout ${ACC_S:-300} python3 -m turbo_core.cli accuracy --out "$OUT/accuracy.json" --markdown "$OUT/accuracy.md") > "$OUT/accuracy.log" 2>&1
       echo "accuracy exit $?"; tail -25 "$OUT/accuracy.log" ;;
     profile)  # turbo profile of a full-size bench suite and of the demo: hot-kernel tables + a trace
       (timeout 150 python3 -m turbo_core.cli profile --top 25 --out "$OUT/profile_gemm.json" --trace "$OUT/profile_gemm_trace.json" \

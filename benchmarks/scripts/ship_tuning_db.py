@@ -5,7 +5,9 @@ timing; ``--check`` re-times it independently. This script writes the database t
 entry of ``DB`` minus the stored configs (and backend choices) whose check row is not ``ok`` or whose
 ratio (heuristic time / stored time) is below ``--min-ratio`` (default 1.0: no slower than the
 heuristics in the re-timing either). Entries left with neither a config nor a backend choice other
-than their heuristic are dropped. Prints what was dropped and why.
+than their heuristic are dropped; a backend choice equal to the heuristic's is left out (the entry
+keeps its configs only), so a shipped file never overrides another package's choice for the same
+key with a non-decision. Prints what was dropped and why.
 
     python3 benchmarks/scripts/ship_tuning_db.py hipblaslt_sm90.json hipblaslt_sm90.check.json \\
         --out packages/turbo-hipblaslt/src/turbo_hipblaslt/tuning_db/sm90.json
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -57,14 +60,15 @@ def main() -> int:
             if why:
                 print(f"drop {label} {b} config: {'; '.join(why)}")
                 del e.configs[b]
-        useful = e.configs or (e.backend is not None and e.backend != e.heuristic)
-        if not useful:
+        if e.backend is not None and e.backend == e.heuristic:  # no news: keep the configs only
+            e.backend, e.times_us, e.heuristic, e.heuristic_time_us = None, {}, None, None
+        if not e.configs and e.backend is None:
             dropped += 1
             continue
         kept += 1
         out.add(e)
     meta = json.load(open(args.db)).get("meta", {})
-    meta["shipped_by"] = ["ship_tuning_db.py", *sys.argv[1:]]
+    meta["shipped_by"] = ["ship_tuning_db.py", *(os.path.basename(a) if os.path.exists(a) else a for a in sys.argv[1:])]
     out.save(args.out, meta)
     print(f"wrote {kept} entries to {args.out} ({dropped} dropped: unconfirmed or nothing to change)")
     return 0
