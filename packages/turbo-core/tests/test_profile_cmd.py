@@ -191,3 +191,34 @@ def test_tool_present_reruns_under_it(tmp_path, monkeypatch):
 def test_bad_targets_are_named(argv, needle, capsys):
     assert main(argv) == 2
     assert needle in capsys.readouterr().err
+
+
+def _event(name, eid, *, device="CPU", start=0.0, end=1.0, parent=None, link=0):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, id=eid, device_type=SimpleNamespace(name=device), is_async=False,
+                           time_range=SimpleNamespace(start=start, end=end), cpu_parent=parent,
+                           linked_correlation_id=link, cpu_time_total=end - start, self_cpu_time_total=end - start)
+
+
+def test_device_kernels_are_attributed_through_op_links_and_launch_calls():
+    """A kernel linked to the op that launched it, a Triton kernel launched through the driver API
+    outside any op (found through its launch call's correlation id), and a kernel with neither."""
+    from turbo_core.profiling.table import hot_rows
+
+    turbo = _event("turbo::gemm[TRITON]", 7, start=0, end=100)
+    aten = _event("aten::mm", 8, start=10, end=20, parent=turbo)
+    launch = _event("cuLaunchKernelEx", 501, start=30, end=31, parent=turbo)
+    other_op = _event("aten::add", 502, start=200, end=210)  # an op whose id equals a kernel's: no launch call
+    events = [turbo, aten, launch, other_op,
+              _event("nvjet_gemm", 401, device="CUDA", start=0, end=40, link=8),           # linked to aten::mm
+              _event("triton_gemm_kernel", 501, device="CUDA", start=50, end=110),         # via cuLaunchKernelEx
+              _event("triton_gemm_kernel", 501, device="CUDA", start=120, end=180),
+              _event("mystery", 502, device="CUDA", start=300, end=305)]                    # neither
+    rows = {(r.name, r.op, r.backend): r for r in hot_rows(events)}
+    assert all(r.kind == "device" for r in rows.values())
+    assert rows[("triton_gemm_kernel", "gemm", "TRITON")].calls == 2
+    assert rows[("triton_gemm_kernel", "gemm", "TRITON")].total_us == 120
+    assert rows[("nvjet_gemm", "gemm", "TRITON")].total_us == 40
+    assert rows[("mystery", None, None)].calls == 1
+    assert abs(sum(r.share for r in rows.values()) - 1) < 1e-12

@@ -59,26 +59,62 @@ def _enclosing_label(event: Any) -> tuple[str, str] | None:
     return None
 
 
+def _is_cpu(event: Any) -> bool:
+    return getattr(event.device_type, "name", str(event.device_type)) == "CPU"
+
+
 def _cpu_events(events: Iterable[Any]) -> list[Any]:
-    return [e for e in events if getattr(e.device_type, "name", str(e.device_type)) == "CPU"
-            and not getattr(e, "is_async", False)]
+    return [e for e in events if _is_cpu(e) and not getattr(e, "is_async", False)]
+
+
+_LAUNCH = "Launch"  # runtime / driver launch calls: cudaLaunchKernel, cuLaunchKernelEx, hipModuleLaunchKernel...
+
+
+def _kernel_owners(events: list[Any]) -> list[tuple[Any, Any]]:
+    """``(kernel event, the CPU event that launched it or None)`` for every device kernel.
+
+    A kernel launched inside a PyTorch op (or a ``record_function`` range, as the turbo ranges are)
+    is linked to it by the profiler (``linked_correlation_id`` = the op's ``id``). A kernel launched
+    outside any op, e.g. by Triton's launcher through the driver API, has no such link; its launch
+    call (``cuLaunchKernelEx``, ``hipModuleLaunchKernel``...) is a CPU event with the kernel's own
+    correlation ``id``, nested in the Python thread's ranges by time: that event is the owner."""
+    cpu = [e for e in events if _is_cpu(e)]
+    frontend = {e.id: e for e in cpu if not getattr(e, "linked_correlation_id", 0) and not e.is_async}
+    launches = {e.id: e for e in cpu if e.id and _LAUNCH in e.name and e.name.startswith(("cu", "hip"))}
+    out = []
+    for k in events:
+        if _is_cpu(k):
+            continue
+        link = getattr(k, "linked_correlation_id", 0)
+        owner = frontend.get(link) if link else None
+        if owner is None:
+            owner = launches.get(k.id)
+        out.append((k, owner))
+    return out
+
+
+def _duration(event: Any) -> float:
+    tr = event.time_range
+    return float(tr.end - tr.start)
 
 
 def hot_rows(events: Iterable[Any]) -> list[Row]:
-    """The table's rows from ``prof.events()`` (a finished ``torch.profiler.profile``)."""
-    cpu = _cpu_events(events)
+    """The table's rows from ``prof.events()`` (a finished ``torch.profiler.profile``): the device
+    kernels when any was recorded (each under the turbo range enclosing the CPU event that launched
+    it: :func:`_kernel_owners`), else the CPU ops and ranges."""
+    events = list(events)
     acc: dict[tuple[str, tuple[str, str] | None], list[float]] = {}
-    kernels = [(k, e) for e in cpu for k in getattr(e, "kernels", ()) or ()]
+    kernels = _kernel_owners(events)
     if kernels:
         kind = "device"
         for kernel, owner in kernels:
             slot = acc.setdefault((kernel.name, _enclosing_label(owner)), [0, 0.0, 0.0])
             slot[0] += 1
-            slot[1] += float(kernel.duration)
-            slot[2] += float(kernel.duration)
+            slot[1] += _duration(kernel)
+            slot[2] += _duration(kernel)
     else:
         kind = "cpu"
-        for event in cpu:
+        for event in _cpu_events(events):
             slot = acc.setdefault((event.name, _enclosing_label(event)), [0, 0.0, 0.0])
             slot[0] += 1
             slot[1] += float(event.cpu_time_total)
