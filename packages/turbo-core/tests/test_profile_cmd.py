@@ -214,11 +214,13 @@ def test_device_kernels_are_attributed_through_op_links_and_launch_calls():
               _event("nvjet_gemm", 401, device="CUDA", start=0, end=40, link=8),           # linked to aten::mm
               _event("triton_gemm_kernel", 501, device="CUDA", start=50, end=110),         # via cuLaunchKernelEx
               _event("triton_gemm_kernel", 501, device="CUDA", start=120, end=180),
-              _event("mystery", 502, device="CUDA", start=300, end=305)]                    # neither
+              _event("mystery", 502, device="CUDA", start=300, end=305),                    # neither
+              _event("turbo::gemm[TRITON]", 7, device="CUDA", start=0, end=180)]            # the range's GPU copy
     rows = {(r.name, r.op, r.backend): r for r in hot_rows(events)}
     assert all(r.kind == "device" for r in rows.values())
     assert rows[("triton_gemm_kernel", "gemm", "TRITON")].calls == 2
     assert rows[("triton_gemm_kernel", "gemm", "TRITON")].total_us == 120
     assert rows[("nvjet_gemm", "gemm", "TRITON")].total_us == 40
     assert rows[("mystery", None, None)].calls == 1
+    assert not any(name.startswith("turbo::") for name, _, _ in rows)
     assert abs(sum(r.share for r in rows.values()) - 1) < 1e-12

@@ -83,8 +83,8 @@ def _kernel_owners(events: list[Any]) -> list[tuple[Any, Any]]:
     launches = {e.id: e for e in cpu if e.id and _LAUNCH in e.name and e.name.startswith(("cu", "hip"))}
     out = []
     for k in events:
-        if _is_cpu(k):
-            continue
+        if _is_cpu(k) or getattr(k, "is_user_annotation", False) or parse_label(k.name) is not None:
+            continue  # the device-side copy of a range (a user annotation spanning its kernels) is no kernel
         link = getattr(k, "linked_correlation_id", 0)
         owner = frontend.get(link) if link else None
         if owner is None:
