@@ -13,7 +13,16 @@ import torch
 from turbo_core.accuracy.cases import AccCase, build_cases
 from turbo_core.accuracy.runner import score
 from turbo_core.cli import main
-from turbo_core.testing.numerics import SNR_DB, TOLERANCES, error_stats, snr_gate, tolerance_gate, within_tolerance
+from turbo_core.testing.numerics import (
+    SNR_DB,
+    TOLERANCES,
+    error_stats,
+    normwise_gate,
+    snr_gate,
+    tolerance_gate,
+    within_normwise,
+    within_tolerance,
+)
 
 FIELDS = {"family", "primitive", "precision", "granularity", "format", "shape", "output", "backend", "status",
           "snr_db", "max_abs", "max_rel", "gate", "passed"}
@@ -50,8 +59,11 @@ def test_quick_run_passes_and_writes_json_and_markdown(tmp_path, capsys):
     fp8 = [r for r in rows if r["family"] == "gemm_fp8"]
     assert all(r["snr_e2e_db"] >= SNR_DB[r["format"]] for r in fp8)
     # the gates are the tests' own numbers
-    bf16 = next(r for r in rows if r["precision"] == "bf16")
-    assert bf16["gate"] == f"rtol={TOLERANCES[torch.bfloat16][0]:g} atol={TOLERANCES[torch.bfloat16][1]:g} (bfloat16)"
+    rtol, atol = TOLERANCES[torch.bfloat16]
+    gemm = next(r for r in rows if r["precision"] == "bf16" and r["family"] == "gemm")
+    assert gemm["gate"] == f"rtol={rtol:g} atol={atol:g}*max(1,max|ref|) (bfloat16, normwise)"
+    norm = next(r for r in rows if r["precision"] == "bf16" and r["family"] == "rmsnorm")
+    assert norm["gate"] == f"rtol={rtol:g} atol={atol:g} (bfloat16)"
     text = md.read_text()
     assert text.splitlines()[0].startswith("| family | primitive | precision | shape |")
     assert text.count("| pass |") == len(rows)
@@ -143,6 +155,19 @@ def test_gates_hand_made():
     assert snr_gate("E5M2").check(sig, noisy) and not snr_gate("E4M3").check(sig, noisy)
     with pytest.raises(ValueError, match="fmt"):
         snr_gate("E9M9")
+
+
+def test_normwise_gate_scales_the_absolute_tolerance_by_the_largest_reference():
+    """An element near zero of a large result: the elementwise gate rejects an error of 0.02, the
+    normwise one allows up to max(atol, 2 eps) * max|ref| (bf16: 2 * 2^-7 * 300 = 4.69), no more."""
+    ref = torch.tensor([0.0, 300.0], dtype=torch.float64)
+    near_zero_err = torch.tensor([0.02, 300.0])
+    assert not tolerance_gate(torch.bfloat16).check(ref, near_zero_err)
+    assert normwise_gate(torch.bfloat16).check(ref, near_zero_err)
+    assert within_normwise(torch.tensor([4.6, 300.0]), ref, torch.bfloat16)
+    assert not within_normwise(torch.tensor([4.8, 300.0]), ref, torch.bfloat16)
+    assert not within_normwise(torch.tensor([0.0]), ref, torch.bfloat16)
+    assert "normwise" in normwise_gate(torch.float32).describe()
 
 
 def test_score_fills_the_row_and_the_end_to_end_gate():

@@ -10,18 +10,26 @@ Families and precisions:
 ================  ==================================================================  ==========================
 family            cases                                                               gate (``testing.numerics``)
 ================  ==================================================================  ==========================
-gemm              model layers fwd/dgrad/wgrad, bf16, fp16, fp32                      tolerance of the dtype
-gemm_fp8          the same layers x tensorwise/rowwise/blockwise/mx x E4M3/E5M2/      bf16 tolerance vs the
-                  HYBRID, bf16 out                                                    dequantized product, and
-                                                                                      SNR floor of the format vs
-                                                                                      the unquantized product
-grouped_gemm      MoE expert layers fwd/dgrad/wgrad, balanced and skewed, bf16        bf16 tolerance
+gemm              model layers fwd/dgrad/wgrad, bf16, fp16, fp32                      normwise tolerance of the
+                                                                                      dtype
+gemm_fp8          the same layers x tensorwise/rowwise/blockwise/mx x E4M3/E5M2/      bf16 normwise tolerance vs
+                  HYBRID, bf16 out                                                    the dequantized product,
+                                                                                      and SNR floor of the format
+                                                                                      vs the unquantized product
+grouped_gemm      MoE expert layers fwd/dgrad/wgrad, balanced and skewed, bf16        bf16 normwise tolerance
 grouped_gemm_fp8  the same x tensorwise/rowwise/blockwise x the three formats         as gemm_fp8
 rmsnorm           fwd, fwd with residual, bwd; bf16, fp32                             tolerance of the dtype
 activation        swiglu/geglu fwd and bwd (per-token probs); bf16, fp32              tolerance of the dtype
 quantize          quantize_fp8 round trip (quantize, then float64 dequantize) of      SNR floor of the format
                   tensorwise/rowwise/blockwise 1x128 and 128x128/mx, E4M3 and E5M2     vs the input
 ================  ==================================================================  ==========================
+
+GEMM outputs are sums of K products: at model shapes (K up to 53248) the fp32 accumulation of any
+library (cuBLAS included) and Hopper's reduced-precision FP8 accumulation put absolute errors of
+order ``eps * max|ref|`` on elements near zero, which the elementwise tolerance of the small-shape
+tests rejects for every backend alike (measured on the H200: 304 of 524 rows). Their gate is the
+tests' normwise form (``assert_close_normwise``: ``atol`` times ``max(1, max|ref|)``), the one the
+attention tests use for the same reason.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from turbo_core.testing.numerics import Gate, snr_gate, tolerance_gate
+from turbo_core.testing.numerics import Gate, normwise_gate, snr_gate, tolerance_gate
 
 __all__ = ["DEFAULT_MODELS", "FAMILIES", "FORMATS", "AccCase", "Built", "build_cases"]
 
@@ -96,7 +104,7 @@ def _gemm(tokens, quick, models) -> Iterator[AccCase]:
                 return Built([suite.reference(a, b, ta, tb)],
                              lambda backend: [_pinned(backend, "gemm", GemmArgs(a, b, ta, tb))])
 
-            yield AccCase("gemm", "gemm", _DT[dtype], c.label, ("out",), tolerance_gate(dtype), build)
+            yield AccCase("gemm", "gemm", _DT[dtype], c.label, ("out",), normwise_gate(dtype), build)
 
 
 def _gemm_fp8(tokens, quick, models, formats) -> Iterator[AccCase]:
@@ -114,7 +122,7 @@ def _gemm_fp8(tokens, quick, models, formats) -> Iterator[AccCase]:
 
             gran = suite.SHORT[c.granularity]
             yield AccCase("gemm_fp8", "gemm_fp8", f"fp8 {gran} {fmt}", c.label, ("out",),
-                          tolerance_gate(torch.bfloat16), build, granularity=gran, format=fmt,
+                          normwise_gate(torch.bfloat16), build, granularity=gran, format=fmt,
                           e2e_gate=snr_gate(fmt))
 
 
@@ -129,7 +137,7 @@ def _grouped_gemm(tokens, quick, models) -> Iterator[AccCase]:
             args = suite.turbo_args(c.pass_, p, q, lens, offs)
             return Built([suite.reference(c, p, q)], lambda backend: [_pinned(backend, prim, args)])
 
-        yield AccCase("grouped_gemm", prim, "bf16", c.label, ("out",), tolerance_gate(torch.bfloat16), build)
+        yield AccCase("grouped_gemm", prim, "bf16", c.label, ("out",), normwise_gate(torch.bfloat16), build)
 
 
 def _grouped_gemm_fp8(tokens, quick, models, formats) -> Iterator[AccCase]:
@@ -150,7 +158,7 @@ def _grouped_gemm_fp8(tokens, quick, models, formats) -> Iterator[AccCase]:
 
             gran = suite.SHORT[c.granularity]
             yield AccCase("grouped_gemm_fp8", prim, f"fp8 {gran} {fmt}", c.label, ("out",),
-                          tolerance_gate(torch.bfloat16), build, granularity=gran, format=fmt,
+                          normwise_gate(torch.bfloat16), build, granularity=gran, format=fmt,
                           e2e_gate=snr_gate(fmt))
 
 

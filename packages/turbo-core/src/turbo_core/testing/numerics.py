@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SNR_DB", "TOLERANCES", "Gate", "assert_close_normwise", "assert_close_to_reference", "assert_snr", "error_stats", "snr_db",
-           "snr_gate", "tolerance", "tolerance_gate", "within_tolerance"]
+__all__ = ["SNR_DB", "TOLERANCES", "Gate", "assert_close_normwise", "assert_close_to_reference", "assert_snr", "error_stats",
+           "normwise_gate", "snr_db", "snr_gate", "tolerance", "tolerance_gate", "within_normwise", "within_tolerance"]
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float32: (1e-4, 1e-4),
@@ -74,12 +74,18 @@ def assert_close_normwise(actual: torch.Tensor, reference: torch.Tensor, *, dtyp
     in every flash-attention kernel: FA2, FA3, cuDNN), where the error of a small element follows the
     size of the large ones: two units in the last place of the largest element."""
     dtype = dtype or actual.dtype
-    rtol, atol = tolerance(dtype)
     ref = reference.detach().to(torch.float64)
     amax = ref.abs().max().item() if ref.numel() else 0.0
-    atol = max(atol, 2.0 * torch.finfo(dtype).eps) * max(1.0, amax)
+    rtol, atol = normwise_tolerance(dtype, amax)
     torch.testing.assert_close(actual.detach().to(torch.float64), ref, rtol=rtol, atol=atol,
                                msg=lambda m: f"{what} (normwise gate, max|ref| = {amax:.3g}): {m}")
+
+
+def normwise_tolerance(dtype: torch.dtype, amax: float) -> tuple[float, float]:
+    """``(rtol, atol)`` of the normwise gate for results of ``dtype`` whose reference's largest
+    magnitude is ``amax`` (see :func:`assert_close_normwise`)."""
+    rtol, atol = tolerance(dtype)
+    return rtol, max(atol, 2.0 * torch.finfo(dtype).eps) * max(1.0, amax)
 
 
 # -- non-raising forms of the gates above (``turbo accuracy`` reports them row by row) ---------------------
@@ -93,6 +99,15 @@ def within_tolerance(actual: torch.Tensor, reference: torch.Tensor, dtype: torch
         return False
     rtol, atol = tolerance(dtype)
     a, r = actual.detach().to(torch.float64), reference.detach().to(torch.float64)
+    return bool(torch.isclose(a, r, rtol=rtol, atol=atol, equal_nan=True).all().item())
+
+
+def within_normwise(actual: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether ``assert_close_normwise(actual, reference, dtype=dtype)`` would pass."""
+    if actual.shape != reference.shape:
+        return False
+    a, r = actual.detach().to(torch.float64), reference.detach().to(torch.float64)
+    rtol, atol = normwise_tolerance(dtype, r.abs().max().item() if r.numel() else 0.0)
     return bool(torch.isclose(a, r, rtol=rtol, atol=atol, equal_nan=True).all().item())
 
 
@@ -121,22 +136,28 @@ def error_stats(reference: torch.Tensor, actual: torch.Tensor) -> dict[str, floa
 @dataclass(frozen=True)
 class Gate:
     """One pass/fail criterion of the tests: ``kind`` ``"tolerance"`` (``assert_close_to_reference``
-    at ``dtype``'s rtol/atol) or ``"snr"`` (``assert_snr`` at the ``fmt`` floor)."""
+    at ``dtype``'s rtol/atol), ``"normwise"`` (``assert_close_normwise``: the absolute tolerance
+    scaled by ``max |ref|``, for sums of many products) or ``"snr"`` (``assert_snr`` at the ``fmt``
+    floor)."""
 
     kind: str
     dtype: torch.dtype | None = None
     fmt: str | None = None
 
     def describe(self) -> str:
-        if self.kind == "tolerance":
+        if self.kind in ("tolerance", "normwise"):
             rtol, atol = tolerance(self.dtype)
-            return f"rtol={rtol:g} atol={atol:g} ({str(self.dtype).removeprefix('torch.')})"
+            name = str(self.dtype).removeprefix("torch.")
+            if self.kind == "normwise":
+                return f"rtol={rtol:g} atol={atol:g}*max(1,max|ref|) ({name}, normwise)"
+            return f"rtol={rtol:g} atol={atol:g} ({name})"
         return f"SNR>={SNR_DB[self.fmt]:g}dB ({self.fmt})"
 
     def check(self, reference: torch.Tensor, actual: torch.Tensor) -> bool:
-        if self.kind == "tolerance":
-            return within_tolerance(actual, reference.to(actual.device) if reference.device != actual.device
-                                    else reference, self.dtype)
+        if self.kind in ("tolerance", "normwise"):
+            within = within_tolerance if self.kind == "tolerance" else within_normwise
+            return within(actual, reference.to(actual.device) if reference.device != actual.device else reference,
+                          self.dtype)
         if actual.shape != reference.shape:
             return False
         return snr_db(reference, actual.to(reference.device)) >= SNR_DB[self.fmt]
@@ -146,6 +167,12 @@ def tolerance_gate(dtype: torch.dtype) -> Gate:
     """The gate of results of ``dtype`` against a float64 reference (``TOLERANCES``)."""
     tolerance(dtype)  # unknown dtypes fail here, naming the argument
     return Gate("tolerance", dtype=dtype)
+
+
+def normwise_gate(dtype: torch.dtype) -> Gate:
+    """The normwise gate of results of ``dtype`` (:func:`assert_close_normwise`)."""
+    tolerance(dtype)
+    return Gate("normwise", dtype=dtype)
 
 
 def snr_gate(fmt: str) -> Gate:
