@@ -73,9 +73,10 @@ for part in $parts; do
        [ -f "$OUT/hipblaslt_sm90_ship.json" ] && export TURBO_TUNING_DB=$OUT/hipblaslt_sm90_ship.json
        models=${HB_MODELS:-llama3.1-8b llama3.1-70b llama3.1-405b}
        timeout 150 python3 -m turbo_core.cli bench gemm --models $models --providers torch turbo:HIPBLASLT \
-         --out "$OUT/hb_bench_gemm.json"
+         --rounds ${HB_ROUNDS:-1} --out "$OUT/hb_bench_gemm.json"
        timeout 330 python3 -m turbo_core.cli bench gemm-fp8 --models $models --granularities tensorwise rowwise blockwise \
-         --providers torch._scaled_mm F.scaled_mm turbo:HIPBLASLT --out "$OUT/hb_bench_gemm_fp8.json") > "$OUT/hbbench.log" 2>&1
+         --providers torch._scaled_mm F.scaled_mm turbo:HIPBLASLT --rounds ${HB_ROUNDS:-1} ${HB_PASSES:+--passes $HB_PASSES} \
+         --out "$OUT/hb_bench_gemm_fp8.json") > "$OUT/hbbench.log" 2>&1
       grep -vE "^\s*$" "$OUT/hbbench.log" | tail -30 ;;
     hbgap)  # HIPBLASLT FP8 vs torch._scaled_mm on the shapes where turbo bench gemm-fp8 showed a gap; every rank
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \

@@ -29,6 +29,29 @@ def test_quick_gemm_suite_writes_rows(tmp_path, capsys):
     assert "geomean ratio to torch" in capsys.readouterr().out
 
 
+def test_rounds_time_each_provider_in_turn(tmp_path, monkeypatch, capsys):
+    """--rounds 3: every provider of a case is timed three times, interleaved (A B, A B, A B), and the
+    row reports the median of its rounds."""
+    from turbo_core.bench import runner
+
+    order = []
+    real = timing.measure
+
+    def spy(fn, sets, **kw):
+        order.append(len(order))
+        return real(fn, sets, **kw)
+
+    monkeypatch.setattr(timing, "measure", spy)
+    monkeypatch.setattr(runner, "ROUNDS", 1)
+    out = tmp_path / "r.json"
+    assert main(["bench", "gemm", "--quick", "--include-reference", "--rounds", "3", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert all(r["rounds"] == 3 and r["p10_ms"] <= r["median_ms"] <= r["p90_ms"] for r in rows)
+    assert len(order) == 3 * len(rows)  # 6 cases x 2 providers x 3 rounds
+    assert main(["bench", "gemm", "--quick", "--rounds", "0"]) == 2
+    assert "--rounds: expected a count >= 1" in capsys.readouterr().err
+
+
 def test_provider_filter_and_reference_excluded_by_default(tmp_path):
     out = tmp_path / "b.json"
     main(["bench", "--quick", "--out", str(out)])

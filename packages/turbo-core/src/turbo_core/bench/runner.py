@@ -12,12 +12,20 @@ denominator of ``bf16_ratio``; ``"turbo"``), baseline (the name of the ratio's p
 (``"ok"``, ``"declined: <reason>"``, ``"skipped: <reason>"``, ``"error: <message>"``), median_ms,
 p10_ms, p90_ms, tflops, ratio (baseline time / this time, on the same case), bf16_ratio (the same
 against the ``bf16`` provider, when the suite has one), peak_fraction (of the datasheet dense peak
-of the provider's precision), max_rel_err (``max|out - ref| / max|ref|`` against float64 math).
+of the provider's precision), max_rel_err (``max|out - ref| / max|ref|`` against float64 math),
+rounds.
+
+Rounds (``turbo bench --rounds N``, :data:`ROUNDS`): a GPU's clocks drift with its power and
+temperature over a run (on the H200 the same FP8 GEMM measured 1465 then 1265 TFLOP/s a few seconds
+apart), so a provider timed after another may be measured at other clocks. With ``N > 1`` every
+case's providers are timed ``N`` times in turn (A B C, A B C, ...); a row reports the median of its
+rounds' medians (p10/p90: the lowest p10 and highest p90 of its rounds).
 """
 
 from __future__ import annotations
 
 import platform as _platform
+import statistics
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +34,9 @@ import torch
 
 from turbo_core.bench import timing
 from turbo_core.bench.suites import gemm as gemm_suite
+
+#: Interleaved timing rounds per case (``turbo bench --rounds``; see the module docstring).
+ROUNDS = 1
 
 #: Datasheet dense bf16 TFLOP/s by device-name substring.
 PEAK_BF16 = {"H200": 989.0, "H100": 989.0, "MI300X": 1307.0, "MI325X": 1307.0, "MI355X": 2500.0, "MI350X": 2300.0}
@@ -170,14 +181,30 @@ def run_cases(suite: str, cases: Sequence, *, row: Callable[[Any], dict], flops:
         refs: dict[str, torch.Tensor] = {}
         times: dict[str, float] = {}
         baseline = next((p.name for p in table if p.role == "baseline"), None)
-        for p in table:
-            out_row = {**base, **p.fields, "provider": p.name, "role": p.role, "baseline": baseline}
+        results: dict[int, dict] = {}
+        rounds = max(1, int(ROUNDS))
+        for i, p in enumerate(table):
             if p.memo is not None and p.memo in memo:
-                result = memo[p.memo]
+                results[i] = memo[p.memo]
             else:
-                result = _measure(case, p, sets, first, anchor, refs, reference, warmup, iters)
-                if p.memo is not None:
-                    memo[p.memo] = result
+                results[i] = _measure(case, p, sets, first, anchor, refs, reference, warmup, iters)
+        again = [i for i, p in enumerate(table) if results[i]["status"] == "ok" and not (p.memo is not None
+                                                                                       and p.memo in memo)]
+        medians = {i: [results[i]["median_ms"]] for i in again}
+        for _ in range(rounds - 1):
+            for i in again:
+                t = _time_only(table[i], sets, anchor, warmup, iters)
+                medians[i].append(t.median_ms)
+                results[i]["p10_ms"] = min(results[i]["p10_ms"], t.p10_ms)
+                results[i]["p90_ms"] = max(results[i]["p90_ms"], t.p90_ms)
+        for i in again:
+            results[i]["median_ms"] = statistics.median(medians[i])
+            results[i]["rounds"] = len(medians[i])
+            if table[i].memo is not None:
+                memo[table[i].memo] = results[i]
+        for i, p in enumerate(table):
+            out_row = {**base, **p.fields, "provider": p.name, "role": p.role, "baseline": baseline}
+            result = results[i]
             out_row.update(result)
             if result["status"] == "ok":
                 ms = result["median_ms"]
@@ -195,6 +222,12 @@ def run_cases(suite: str, cases: Sequence, *, row: Callable[[Any], dict], flops:
             progress.advance(task)
         del sets, refs
     return rows
+
+
+def _time_only(p: Provider, sets: list, anchor, warmup: int, iters: int) -> timing.Timing:
+    """One more timing of a provider that already ran ok (a later round)."""
+    calls = [(p.prepare(s), anchor) for s in sets]
+    return timing.measure(lambda fn, _anchor: fn(), calls, warmup=warmup, iters=iters)
 
 
 def _measure(case, p: Provider, sets: list, first, anchor, refs: dict, reference, warmup: int, iters: int) -> dict:

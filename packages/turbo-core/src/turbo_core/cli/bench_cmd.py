@@ -42,6 +42,9 @@ def add_parser(sub) -> None:
                         "when liger-kernel is importable)")
     p.add_argument("--include-reference", action="store_true", help="also time the TORCH reference backend")
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="gemm, grouped_gemm, FP8 GEMM suites: time each case's providers this many times in turn "
+                        "(A B, A B, ...) and report the median round, so GPU clock drift hits every provider alike")
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when present (cpu with --quick)")
     p.add_argument("--granularities", nargs="*",
@@ -124,6 +127,10 @@ def run(args) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() and not args.quick else "cpu")
     iters, warmup = (3, 1) if args.quick else (args.iters, args.warmup)
+    if args.rounds < 1:
+        print(f"turbo bench: --rounds: expected a count >= 1, got {args.rounds}", file=sys.stderr)
+        return 2
+    runner.ROUNDS = args.rounds
     console = Console(stderr=True)
     env = runner.environment(device)
     env["argv"] = ["turbo", *sys.argv[1:]]
