@@ -67,6 +67,17 @@ for part in $parts; do
        python3 benchmarks/scripts/ship_tuning_db.py "$db" $OUT/hipblaslt_sm90*.check.json --out "$OUT/hipblaslt_sm90_ship.json"
       ) > "$OUT/tune_hipblaslt.log" 2>&1
       grep -E "summary|geomean|TFLOP/s of|invalid|do not ship|ship it|took|exited|wrote|drop" "$OUT/tune_hipblaslt.log" | tail -40 ;;
+    tunefp8bwd)  # backend choice TRITON vs HIPBLASLT for the FP8 backward layouts (dgrad NN, wgrad TN), confirmed by --check
+      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
+              TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
+       db=$OUT/fp8_bwd_sm90.json
+       timeout 150 python3 -m turbo_core.cli tune gemm-fp8 --backends TRITON HIPBLASLT --no-configs \
+         --models ${BWD_MODELS:-llama3.1-8b llama3.1-70b} --passes dgrad wgrad --time-limit ${BWD_S:-70} \
+         --out "$db" --report "$OUT/fp8_bwd.tune.json"
+       timeout 90 python3 -m turbo_core.cli tune --check "$db" --time-limit 35 --report "$OUT/fp8_bwd.check.json"
+       python3 benchmarks/scripts/ship_tuning_db.py "$db" "$OUT/fp8_bwd.check.json" --out "$OUT/fp8_bwd_ship.json"
+      ) > "$OUT/tunefp8bwd.log" 2>&1
+      grep -E "wrote|drop|checked|turbo tune" "$OUT/tunefp8bwd.log" | tail -30 ;;
     hbbench)  # HIPBLASLT (with its tuned DB when OUT has one) vs torch on the gemm and gemm-fp8 suites
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
               TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit

@@ -170,6 +170,9 @@ def test_gemm_fp8_cases_quantize_each_pass_like_the_fp8_linear():
     assert ("dgrad", "blockwise-1d2d", (e5, e4, "bf16")) in layouts  # gradient E5M2, weight tiles
     assert ("wgrad", "blockwise-1d1d", (e5, e4, "bf16")) in layouts  # gradient and input along K
     assert all(c.primitive == "gemm_fp8" and c.flops == 2 * math.prod(c.key.shape) for c in cases)
+    bwd = campaign.gemm_fp8_cases(arch="cpu", granularities=["rowwise"], fmt=Format.E4M3, device="cpu", quick=True,
+                                  passes=["dgrad", "wgrad"])
+    assert bwd and {c.label.split()[0].split("/")[-1] for c in bwd} == {"dgrad", "wgrad"}
     default = campaign.gemm_fp8_cases(arch="cpu", granularities=None, fmt=Format.E4M3, device="cpu", quick=True)
     assert {c.key.layout.split("/")[1].split("-")[0] for c in default} == {"tensorwise", "rowwise", "blockwise"}
     with pytest.raises(ValueError, match="MX_BLOCKWISE is not tuned"):

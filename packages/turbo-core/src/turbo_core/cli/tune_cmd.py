@@ -33,6 +33,8 @@ def add_parser(sub) -> None:
                    help="tune these shapes instead of the suite's (layout NN/NT/TN/TT, default NT)")
     p.add_argument("--models", nargs="*", help="restrict the suite to these models")
     p.add_argument("--tokens", type=int, default=None, help="tokens per micro-batch (default 8192; --quick 32)")
+    p.add_argument("--passes", nargs="*", choices=["fwd", "dgrad", "wgrad"],
+                   help="only the suite's shapes of these passes (default all)")
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16", help="gemm: the operand dtype")
     p.add_argument("--granularity", nargs="*", metavar="G",
                    help="gemm-fp8: tensorwise, rowwise, blockwise (default: all three)")
@@ -142,12 +144,14 @@ def _run_tune(args, console, device: str, warmup: int, iters: int) -> int:
 
             cases = campaign.gemm_fp8_cases(arch=arch, granularities=args.granularity,
                                             fmt=as_format(args.format, "--format"), device=device, quick=args.quick,
-                                            shapes=args.shapes, models=args.models, tokens=args.tokens)
+                                            shapes=args.shapes, models=args.models, tokens=args.tokens,
+                                            passes=args.passes)
         else:
             if args.granularity:
                 raise ValueError("--granularity: only for gemm-fp8")
             cases = campaign.gemm_cases(arch=arch, dtype=keys.dtype_of(args.dtype), device=device, quick=args.quick,
-                                        shapes=args.shapes, models=args.models, tokens=args.tokens)
+                                        shapes=args.shapes, models=args.models, tokens=args.tokens,
+                                        passes=args.passes)
         available = available_backends(primitive, include_reference=device == "cpu" or args.include_reference)
         if args.backends:
             backends = [normalize_backend_name(b, argument="--backends") for b in args.backends]

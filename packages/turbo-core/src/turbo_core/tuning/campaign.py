@@ -146,7 +146,8 @@ def parse_shape(text: str) -> tuple[int, int, int, str]:
 
 
 def gemm_cases(*, arch: str, dtype: torch.dtype, device: str, quick: bool, shapes: Sequence[str] | None = None,
-               models: Sequence[str] | None = None, tokens: int | None = None) -> list[Case]:
+               models: Sequence[str] | None = None, tokens: int | None = None,
+               passes: Sequence[str] | None = None) -> list[Case]:
     """The gemm suite's cases (``turbo_core.bench.suites.gemm``; ``--quick``: its tiny shapes), or
     the given ``MxNxK[:LAYOUT]`` shapes, one case per distinct key."""
 
@@ -157,7 +158,8 @@ def gemm_cases(*, arch: str, dtype: torch.dtype, device: str, quick: bool, shape
             items.append((f"{m}x{n}x{k} {layout}", m, n, k, layout))
     else:
         for c in gemm_suite.cases(tokens or (32 if quick else 8192), quick, list(models) if models else None):
-            items.append((c.label, c.m, c.n, c.k, c.layout))
+            if not passes or c.pass_ in passes:
+                items.append((c.label, c.m, c.n, c.k, c.layout))
     name = _keys.dtype_name(dtype)
     out: dict[_keys.Key, Case] = {}
     for label, m, n, k, layout in items:
@@ -170,7 +172,7 @@ def gemm_cases(*, arch: str, dtype: torch.dtype, device: str, quick: bool, shape
 
 def gemm_fp8_cases(*, arch: str, granularities: Sequence[Any], fmt: Any, device: str, quick: bool,
                    shapes: Sequence[str] | None = None, models: Sequence[str] | None = None,
-                   tokens: int | None = None) -> list[Case]:
+                   tokens: int | None = None, passes: Sequence[str] | None = None) -> list[Case]:
     """FP8 GEMM cases (bf16 results): the gemm suite's shapes (or ``MxNxK[:LAYOUT]``, read as
     forward passes) at each granularity (TENSORWISE, ROWWISE, BLOCKWISE; MX is not tuned), one per
     distinct key. Each pass quantizes its operands as the FP8 Linear does: BLOCKWISE weights in
@@ -189,7 +191,8 @@ def gemm_fp8_cases(*, arch: str, granularities: Sequence[Any], fmt: Any, device:
             items.append((f"{m}x{n}x{k} {layout}", m, n, k, layout, "fwd"))
     else:
         for c in gemm_suite.cases(tokens or (32 if quick else 8192), quick, list(models) if models else None):
-            items.append((c.label, c.m, c.n, c.k, c.layout, c.pass_))
+            if not passes or c.pass_ in passes:
+                items.append((c.label, c.m, c.n, c.k, c.layout, c.pass_))
     out: dict[_keys.Key, Case] = {}
     for label, m, n, k, layout, pass_ in items:
         roles = fp8_suite.ROLES.get(pass_, fp8_suite.ROLES["fwd"])
