@@ -211,27 +211,16 @@ def gemm_fp8_cases(*, arch: str, granularities: Sequence[Any], fmt: Any, device:
 
 # -- timing ----------------------------------------------------------------------------------------
 
-def _dequant(q: torch.Tensor, s: torch.Tensor, block: int, dtype: torch.dtype) -> torch.Tensor:
-    """``q * scale_inv`` in ``dtype``, each scale repeated over its block (see the bench suite's
-    ``dequant64``, of which this is the float32 form for model-sized GPU operands)."""
-    x = q.to(dtype)
-    v = s.to(dtype)
-    if v.numel() == 1:
-        return x * v.reshape(())
-    for d in range(x.dim()):
-        if v.shape[d] not in (1, x.shape[d]):
-            v = v.repeat_interleave(block, dim=d).narrow(d, 0, x.shape[d])
-    return x * v
-
-
 def _reference(primitive: str, args: Any) -> torch.Tensor:
     """An independent result to check candidates against: float64 math on the CPU; on a GPU
     ``torch.matmul`` in the operands' dtype (FP8: of the operands dequantized in float32), kept in
     float32 (its rounding is within the tolerance, and model-sized outputs stay a few GB)."""
     if primitive == "gemm_fp8":
+        from turbo_core.bench.suites.gemm_fp8 import dequant
+
         dt = torch.float64 if args.a.device.type == "cpu" else torch.float32
-        a = _dequant(args.a, args.a_scale_inv, args.block_size or 1, dt)
-        b = _dequant(args.b, args.b_scale_inv, args.block_size or 1, dt)
+        a = dequant(args.a, args.a_scale_inv, args.block_size or 1, dt)
+        b = dequant(args.b, args.b_scale_inv, args.block_size or 1, dt)
         c = (a.t() if args.trans_a else a) @ (b.t() if args.trans_b else b)
         return c.t() if args.trans_c else c
     if primitive != "gemm":

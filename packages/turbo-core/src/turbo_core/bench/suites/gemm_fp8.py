@@ -58,7 +58,7 @@ from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args, blockwise_layout, cd
 from turbo_core.low_precision import Format, ScalingGranularity, ScalingRecipe, as_format, as_granularity, fp8_dtype_for
 
 __all__ = ["BLOCK", "MX_BLOCK", "Fp8GemmCase", "accepted", "baseline_skip", "cases", "default_granularities",
-           "dequant64", "granularities_of", "make_inputs", "operand_dtype", "print_table", "quantize_operand",
+           "dequant", "dequant64", "granularities_of", "make_inputs", "operand_dtype", "print_table", "quantize_operand",
            "reference", "run", "scale_values", "swizzle_32_4_4"]
 
 G = ScalingGranularity
@@ -155,8 +155,13 @@ def dequant64(q: torch.Tensor, s: torch.Tensor, block: int) -> torch.Tensor:
     """``q * scale_inv`` in float64, each scale repeated over its block: a dim where the scale has
     neither q's size nor 1 is cut in blocks of ``block`` (the last one partial). ``s`` has q's rank
     (or one element)."""
-    x = q.double()
-    v = scale_values(s)
+    return dequant(q, s, block, torch.float64)
+
+
+def dequant(q: torch.Tensor, s: torch.Tensor, block: int, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`dequant64` computed in ``dtype`` (float32 keeps model-sized GPU operands small)."""
+    x = q.to(dtype)
+    v = scale_values(s).to(dtype)
     if v.numel() == 1:
         return x * v.reshape(())
     for d in range(x.dim()):
