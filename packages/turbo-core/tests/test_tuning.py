@@ -572,7 +572,7 @@ def test_the_timer_is_handed_the_device_tensor_and_the_gemm_of_each_set(fakes, m
 
     monkeypatch.setattr(timing, "measure", spy)
     db, rows = campaign.tune(_cases(["8x6x4", "6x8x4:TN"]), backends=["TORCH", "FAKEA", "FAKEB"], device="cpu",
-                             warmup=0, iters=2)
+                             warmup=0, iters=2, confirm=0)
     # None: measure would have timed with the wall clock, unsynchronized (the H200 bug)
     assert clocks and all(c is not None and c[0] == c[1] for c in clocks), clocks
     assert [r.status for r in rows] == ["ok", "ok"] and len(db) == 2
@@ -668,6 +668,53 @@ def test_a_config_more_than_twice_the_best_baseline_is_invalid(device_model, mon
     else:
         assert row.status.startswith("invalid: FAKEA config {'speed': 3.0} measured")
         assert "more than 2x the best baseline of this run" in row.status and len(db) == 0
+
+
+def test_a_win_that_does_not_hold_in_alternating_rounds_is_not_kept(device_model, monkeypatch):
+    """A config that measured 1.5x once but 1.0x when re-timed against its heuristics (clock drift)
+    is rejected; a steady 1.5x config is kept, with the confirmation rounds' times."""
+    device_model.update(TORCH=1e-3, FAKEA=2e-3)
+    seen = []
+    real = T.kernel_config
+
+    def drifting(backend, primitive, key):  # the forced config reads fast only the first time it is timed
+        cfg = real(backend, primitive, key)
+        if cfg and cfg.get("drift"):
+            seen.append(1)
+            return {"speed": 1.5 if len(seen) == 1 else 1.0}
+        return cfg
+
+    monkeypatch.setattr(T, "kernel_config", drifting)
+    space = T.Space("FAKEA", "gemm", candidates=lambda args: [{"speed": 1.0, "drift": True}],
+                    key=lambda args: cpu_key((1, 1, 1), layout="cfg"))
+    monkeypatch.setitem(importlib.import_module("turbo_core.tuning.spaces")._SPACES, ("FAKEA", "gemm"), space)
+    db, (row,) = campaign.tune(_cases(["8x6x4"]), backends=["TORCH", "FAKEA"], device="cpu", warmup=0, iters=1)
+    assert not row.config_gain and "not confirmed" in row.rejected["FAKEA {'speed': 1.0, 'drift': True}"]
+    assert len(seen) == 1 + 2  # the search's timing, then two confirmation rounds
+    _offer_configs(monkeypatch, 1.5)
+    db, (row,) = campaign.tune(_cases(["8x6x4"]), backends=["TORCH", "FAKEA"], device="cpu", warmup=0, iters=1)
+    assert row.config_gain == {"FAKEA": pytest.approx(1.5)} and not row.rejected
+
+
+def test_a_backend_win_is_confirmed_against_the_heuristic(device_model, monkeypatch):
+    """FAKEA measured faster than the heuristic's TORCH in the search but not in the confirmation:
+    the choice stays with the heuristic's backend."""
+    calls = []
+    real = campaign._time
+
+    def timed(primitive, backend, sets, **kw):
+        calls.append(backend)
+        us, err = real(primitive, backend, sets, **kw)
+        if backend == "FAKEA" and len(calls) > 2:  # after the search: as slow as TORCH
+            us *= 4
+        return us, err
+
+    device_model.update(TORCH=1e-3, FAKEA=2e-3)
+    monkeypatch.setattr(campaign, "_time", timed)
+    db, (row,) = campaign.tune(_cases(["8x6x4"]), backends=["TORCH", "FAKEA"], device="cpu", warmup=0, iters=1,
+                               configs=False)
+    assert row.heuristic == "TORCH" and row.backend == "TORCH" and "not confirmed" in row.rejected["backend FAKEA"]
+    assert calls == ["TORCH", "FAKEA", "FAKEA", "TORCH", "FAKEA", "TORCH"]
 
 
 @pytest.mark.parametrize(("fakea_tflops", "speed", "cpu_peak", "status"), [
@@ -829,6 +876,7 @@ def test_cli_check_reports_a_regression(tmp_path):
     (["tune", "gemm", "--quick", "--shapes", "8x8"], "--shapes: expected MxNxK"),
     (["tune", "gemm", "--quick", "--shapes", "8x8x8:XY"], "layout must be NN, NT, TN or TT"),
     (["tune", "gemm", "--quick", "--iters", "0"], "--iters: expected a positive count"),
+    (["tune", "gemm", "--quick", "--confirm", "-1"], "--confirm: expected a count >= 0"),
     (["tune", "gemm", "--quick", "--backends", "NOPE"], "--backends: NOPE not available"),
     (["tune", "--check", "/nonexistent/db.json"], "--check:"),
 ])

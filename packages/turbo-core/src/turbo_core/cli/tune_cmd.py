@@ -47,6 +47,9 @@ def add_parser(sub) -> None:
     p.add_argument("--max-configs", type=int, default=None, help="try at most this many configs per backend")
     p.add_argument("--min-gain", type=float, default=0.01,
                    help="keep a tuned config only if it beats the heuristics by this fraction (default 0.01)")
+    p.add_argument("--confirm", type=int, default=None,
+                   help="rounds of the confirmation step: a winning config or backend is re-timed against what it "
+                        "beat, alternating, and kept only if it still wins (default 2; --quick 0; 0: off)")
     p.add_argument("--threshold", type=float, default=0.03,
                    help="--check: a stored choice slower than the heuristics by more than this fraction regresses")
     p.add_argument("--warmup", type=int, default=None, help="warm-up calls per timing (default 5; --quick 1)")
@@ -83,9 +86,9 @@ def run(args) -> int:
     if args.suite is not None and args.check:
         console.print("turbo tune: --check re-times an existing database; do not also name a suite")
         return 2
-    for name in ("warmup", "iters", "max_configs", "tokens"):
+    for name in ("warmup", "iters", "max_configs", "tokens", "confirm"):
         v = getattr(args, name)
-        low = 0 if name == "warmup" else 1
+        low = 0 if name in ("warmup", "confirm") else 1
         if v is not None and v < low:
             want = "a count >= 0" if low == 0 else "a positive count"
             console.print(f"turbo tune: --{name.replace('_', '-')}: expected {want}, got {v}")
@@ -174,6 +177,7 @@ def _run_tune(args, console, device: str, warmup: int, iters: int) -> int:
         cases, backends=backends, device=device, warmup=warmup, iters=iters, configs=not args.no_configs,
         max_configs=args.max_configs if args.max_configs is not None else (2 if args.quick else None),
         min_gain=args.min_gain, time_limit=args.time_limit, progress=lambda label: console.print(f"  {label}"),
+        confirm=args.confirm if args.confirm is not None else (0 if args.quick else 2),
     )
     table = Table(title=f"turbo tune {args.suite} ({arch})")
     for col in ("shape", "heuristic", "tuned", "times (us)", "vs heuristic", "config gain", "status"):
