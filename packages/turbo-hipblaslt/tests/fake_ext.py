@@ -105,6 +105,7 @@ class FakeExt:
         self.offers_for = None  # optional: Call -> how many algorithms the heuristic offers for it
         self.counted: list[Call] = []  # the calls algo_count was asked about
         self.attempts: list[Call] = []  # every non-empty matmul asked for, failed ones included
+        self.many: list[tuple[tuple, list]] = []  # every matmul_many call: (common, groups)
 
     def _offers(self, c: Call) -> int:
         return self.offers if self.offers_for is None else self.offers_for(c)
@@ -162,6 +163,7 @@ class FakeExt:
         D.copy_(out.to(D.dtype))
 
     def matmul_many(self, common: tuple, groups) -> None:
+        self.many.append((tuple(common), [tuple(g) for g in groups]))
         for m, n, k, a, b, d in groups:
             args = list(common)
             args[1:4] = [m, n, k]
@@ -178,6 +180,35 @@ class FakeExt:
 
     def clear_cache(self) -> None:
         pass
+
+
+class RocmFakeExt(FakeExt):
+    """The ROCm-flavoured fake: also has ``matmul_grouped`` (hipBLASLt's one-launch grouped GEMM), which
+    records each call's ``(common, groups)`` and computes every non-empty group in float64 like ``matmul``
+    (without recording those in ``calls``). ``grouped_offers=False`` makes it answer that the library has
+    no grouped algorithm (``False``, nothing computed)."""
+
+    PLATFORM = "rocm"
+    LIBRARY = "simulated hipBLASLt"
+
+    def __init__(self, offers: int = 4, grouped_offers: bool = True) -> None:
+        super().__init__(offers)
+        self.grouped: list[tuple[tuple, list]] = []
+        self.grouped_offers = grouped_offers
+
+    def matmul_grouped(self, common: tuple, groups) -> bool:
+        groups = [tuple(g) for g in groups]
+        self.grouped.append((tuple(common), groups))
+        if not self.grouped_offers:
+            return False
+        saved = list(self.calls)
+        for m, n, k, a, b, d in groups:
+            args = list(common)
+            args[1:4] = [m, n, k]
+            args[6], args[9], args[12] = a, b, d
+            self.matmul(*args)
+        self.calls = saved
+        return True
 
 
 def simulate(monkeypatch, fake: FakeExt | None = None) -> FakeExt:

@@ -1,12 +1,19 @@
-"""``grouped_gemm`` and ``grouped_gemm_variable_k`` on BLASLt, as a loop of BLASLt calls.
+"""``grouped_gemm`` and ``grouped_gemm_variable_k`` on BLASLt: hipBLASLt's one-launch grouped GEMM on
+ROCm, a loop of BLASLt calls elsewhere.
 
-cuBLASLt has no grouped GEMM with device-side group sizes, so each group is one ordinary matmul:
-the group offsets are read on the host (``group_offs.tolist()``: **one host sync per call** when they
-live on the GPU, hence no CUDA-graph capture: ``can_handle`` declines while a stream is capturing),
-then one C++ call (``_C.matmul_many``) runs every non-empty group in order on the current stream, with
-the same plan (layouts) and each group's own size and pointers; the heuristic's algorithm is cached
-per distinct size. hipBLASLt's grouped API (``hipblaslt_ext::GroupedGemm``) would run them as one
-launch; it is not used yet (see the package README).
+The group offsets are read on the host (``group_offs.tolist()``: **one host sync per call** when they
+live on the GPU, hence no CUDA-graph capture: ``can_handle`` declines while a stream is capturing); each
+non-empty group becomes one ``(m, n, k, A, B, D)`` problem of the same plan (layouts), with its own size
+and pointers (``group_calls``). Then:
+
+* ROCm (the loaded extension has ``matmul_grouped``): one ``_C.matmul_grouped`` call runs every group as
+  one ``hipblaslt_ext::GroupedGemm`` (one launch; the heuristic's algorithm and the GroupedGemm object
+  are cached per group sizes). When the library has no grouped algorithm for them (it answers ``False``,
+  nothing launched), the loop below runs them instead. Written against hipBLASLt's header, not yet
+  compiled or run (see the package README).
+* CUDA (cuBLASLt has no grouped GEMM with device-side group sizes), or the fallback: one
+  ``_C.matmul_many`` call runs one ordinary matmul per group, in order, on the current stream; the
+  heuristic's algorithm is cached per distinct size.
 
 Numerics as the dense ``gemm``: fp32 accumulation, rounded once. The forward's rows past
 ``group_offs[-1]`` are zero; an empty group writes nothing (forward) or gives a zero matrix / leaves
@@ -18,13 +25,14 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmVariableKArgs, grouped_gemm_dims
-from turbo_hipblaslt import blaslt
+from turbo_hipblaslt import blaslt, runtime
 from turbo_hipblaslt.blaslt import Side
 from turbo_hipblaslt.codes import DTYPE_CODES
 from turbo_hipblaslt.gemm import DIRECT, gpu_reason, plan_reason, result_layout
 from turbo_hipblaslt.layout import LayoutUnsupported
 
-__all__ = ["can_handle", "can_handle_variable_k", "group_calls", "grouped_gemm", "grouped_gemm_variable_k"]
+__all__ = ["can_handle", "can_handle_variable_k", "group_calls", "grouped_gemm", "grouped_gemm_variable_k",
+           "launch_groups"]
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -74,6 +82,18 @@ def group_calls(plan: blaslt.BlasPlan, offs: list[int], *, vary: str, a_ptr: int
     return out
 
 
+def launch_groups(base: tuple, calls: list[tuple[int, int, int, int, int, int]]) -> None:
+    """Run ``base`` once per ``(m, n, k, A, B, D)`` group (``group_calls``): as one grouped GEMM when the
+    extension has ``matmul_grouped`` (ROCm) and the library has a grouped algorithm for them, else as
+    ``matmul_many``'s loop."""
+    if not calls:
+        return
+    grouped = getattr(runtime.ext(), "matmul_grouped", None)
+    if grouped is not None and runtime.run_on(base[0], grouped, base, calls):
+        return
+    blaslt.launch_many(base, calls)
+
+
 # -- forward / dgrad ----------------------------------------------------------------------------------------
 
 def _forward_plan(args: GroupedGemmArgs) -> blaslt.BlasPlan:
@@ -113,7 +133,7 @@ def grouped_gemm(args: GroupedGemmArgs) -> torch.Tensor:
     es = a.element_size()
     calls = group_calls(p, offs, vary="rows", a_ptr=a.data_ptr(), a_step=a.stride(0) * es, b_ptr=b.data_ptr(),
                         b_step=b.stride(0) * es, d_ptr=out.data_ptr(), d_step=out.stride(0) * es, fixed=(n, k))
-    blaslt.launch_many(base, calls)
+    launch_groups(base, calls)
     return out
 
 
@@ -169,7 +189,7 @@ def grouped_gemm_variable_k(args: GroupedGemmVariableKArgs) -> torch.Tensor:
         calls = group_calls(p, offs, vary="k", a_ptr=a.data_ptr(), a_step=a.stride(0) * es, b_ptr=b.data_ptr(),
                             b_step=b.stride(0) * es, d_ptr=d.data_ptr(), d_step=d.stride(0) * d.element_size(),
                             fixed=(k, n))
-        blaslt.launch_many(base, calls)
+        launch_groups(base, calls)
     if direct:
         return d
     if out is not None:

@@ -17,8 +17,9 @@ SERVES = ("gemm (fp16/bf16/fp32, every layout, accumulate-into-out; bias/GELU ep
           "turbo_hipblaslt.api.gemm/linear), gemm_fp8 (TENSORWISE E4M3/E5M2/HYBRID; ROWWISE and BLOCKWISE 1x128/128x128 "
           "where the library has the scale modes: turbo_hipblaslt.api.capabilities(); fp32 results not on "
           "sm89/sm90, whose FP8 accumulation is imprecise, unless TURBO_HIPBLASLT_FP8_FP32_OUT=1), grouped_gemm and "
-          "grouped_gemm_variable_k (a loop of BLASLt calls, one host sync per call)")
-NOT_DONE = "MX/FP4 GEMM, grouped FP8 GEMM and hipBLASLt's one-launch grouped API are not implemented"
+          "grouped_gemm_variable_k (one host sync per call; ROCm: one hipBLASLt grouped-GEMM launch, written against "
+          "the header but not yet compiled or run; CUDA: a loop of cuBLASLt calls)")
+NOT_DONE = "MX/FP4 GEMM and grouped FP8 GEMM are not implemented"
 
 # The libraries tuned algorithm ranks depend on (turbo_hipblaslt.algos): probed only when a tuning database
 # or campaign names them; each answers None on the other platform or when it cannot tell cheaply.

@@ -28,7 +28,8 @@
 // epilogue, scale modes, workspace size, pointer alignments, algo) in an LRU of bounded size; failures are cached
 // too. Errors raise turbo_hipblaslt._C.BlasLtError (a RuntimeError) whose .status is the library's status
 // name (e.g. "CUBLAS_STATUS_NOT_SUPPORTED") and .stage the step that failed ("handle", "setup",
-// "heuristic", "matmul"). The GIL is held throughout (the library call only enqueues work).
+// "heuristic", "matmul"; "grouped" for matmul_grouped). The GIL is held throughout (the library call only
+// enqueues work). ROCm builds also have matmul_grouped (hipBLASLt's one-launch grouped GEMM, see below).
 #define PY_SSIZE_T_CLEAN
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030A0000
@@ -44,6 +45,14 @@
 #include <utility>
 
 #include "blaslt_alias.h"
+
+#if defined(TURBO_BLASLT_ROCM)
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include <hipblaslt/hipblaslt-ext.hpp>
+#endif
 
 namespace {
 
@@ -526,6 +535,260 @@ PyObject* py_matmul_many(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+#if defined(TURBO_BLASLT_ROCM)
+// -- matmul_grouped: hipBLASLt's one-launch grouped GEMM (hipblaslt_ext::GroupedGemm; ROCm only) ---------------
+//
+// Every group is one problem of one GroupedGemm (same ops, dtypes, compute type and leading dimensions as
+// `common`, its own m, n, k and pointers; C = D, so beta = 1 accumulates into D). The heuristic's first
+// algorithm for the whole set, the GroupedGemm object and the verdict are cached per (device, configuration,
+// group sizes) in a small LRU. Per call: setProblem (this call's pointers and alpha/beta), isAlgoSupported,
+// initialize (with useUserArgs = false: the library writes the kernel arguments into pinned host memory of
+// the object and copies them into the workspace with an async copy on `stream`) and run(stream).
+// Because that host staging buffer belongs to the cached object, an event recorded after initialize is
+// waited for before the object is initialized again or destroyed (normally already complete: the caller
+// read the group offsets on the host, which synchronized the stream).
+
+using GroupedKey = std::vector<long long>;
+
+struct Grouped {
+  std::unique_ptr<hipblaslt_ext::GroupedGemm> gemm;
+  hipblasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+  bool usable = false;       // false: the library has no grouped algorithm for this set (nothing launched)
+  std::string why;           // why not usable
+  hipEvent_t staged = nullptr;  // recorded after initialize's argument copy
+  bool pending = false;
+  std::vector<float> alpha, beta;
+
+  Grouped() = default;
+  Grouped(const Grouped&) = delete;
+  Grouped& operator=(const Grouped&) = delete;
+  ~Grouped() {
+    if (staged != nullptr) {
+      if (pending) static_cast<void>(hipEventSynchronize(staged));
+      static_cast<void>(hipEventDestroy(staged));
+    }
+  }
+};
+
+using GroupedLru = std::list<std::pair<GroupedKey, Grouped>>;
+GroupedLru g_grouped_lru;
+std::map<GroupedKey, GroupedLru::iterator> g_grouped_index;
+constexpr size_t kGroupedCapacity = 64;
+
+std::string describe_grouped(const Call& base, size_t count) {
+  return std::to_string(count) + " groups, op=" + (base.transa ? "T" : "N") + (base.transb ? "T" : "N") +
+         " types(a,b,d)=" + std::to_string(base.a_type) + "," + std::to_string(base.b_type) + "," +
+         std::to_string(base.d_type) + " ld=" + std::to_string(base.lda) + "," + std::to_string(base.ldb) + "," +
+         std::to_string(base.ldd);
+}
+
+// Both set the Python error (stage "grouped") and return -1 (run_grouped's failure value).
+int grouped_fail(tb::Status st, const std::string& detail) {
+  raise_error("grouped", tb::status_name(st), detail);
+  return -1;
+}
+
+int hip_fail(hipError_t err, const std::string& detail) {
+  const char* name = hipGetErrorName(err);
+  raise_error("grouped", name != nullptr ? name : "hipError", detail);
+  return -1;
+}
+
+// Sets the problem of g's GroupedGemm to `calls` (this call's sizes, pointers, alpha/beta).
+tb::Status set_grouped_problem(const Call& base, const std::vector<Call>& calls, tb::DataType at, tb::DataType bt,
+                               tb::DataType dt, Grouped& g) {
+  const size_t count = calls.size();
+  std::vector<int64_t> m(count), n(count), k(count), batch(count, 1), lda(count, base.lda), ldb(count, base.ldb),
+      ldc(count, base.ldd), ldd(count, base.ldd), sa(count), sb(count), sc(count), sd(count);
+  std::vector<hipblaslt_ext::GemmEpilogue> epilogue(count);
+  std::vector<hipblaslt_ext::GemmInputs> inputs(count);
+  g.alpha.assign(count, static_cast<float>(base.alpha));
+  g.beta.assign(count, static_cast<float>(base.beta));
+  for (size_t i = 0; i < count; ++i) {
+    const Call& c = calls[i];
+    m[i] = c.m;
+    n[i] = c.n;
+    k[i] = c.k;
+    sa[i] = base.lda * (base.transa ? c.m : c.k);  // one matrix per problem: strides span it (batch 1)
+    sb[i] = base.ldb * (base.transb ? c.k : c.n);
+    sc[i] = sd[i] = base.ldd * c.n;
+    inputs[i].a = reinterpret_cast<void*>(c.a);
+    inputs[i].b = reinterpret_cast<void*>(c.b);
+    inputs[i].c = reinterpret_cast<void*>(c.d);
+    inputs[i].d = reinterpret_cast<void*>(c.d);
+    inputs[i].alpha = static_cast<void*>(&g.alpha[i]);
+    inputs[i].beta = static_cast<void*>(&g.beta[i]);
+  }
+  hipblaslt_ext::GemmProblemType type;
+  type.op_a = base.transa ? tb::kOpT : tb::kOpN;
+  type.op_b = base.transb ? tb::kOpT : tb::kOpN;
+  type.type_a = at;
+  type.type_b = bt;
+  type.type_c = dt;
+  type.type_d = dt;
+  type.type_compute = tb::kCompute32F;
+  return g.gemm->setProblem(m, n, k, batch, lda, ldb, ldc, ldd, sa, sb, sc, sd, epilogue, inputs, type);
+}
+
+// Builds g for `calls` (GroupedGemm, heuristic, support and workspace checks). false with the Python error set
+// on a library error; true otherwise (g.usable false when the library has no grouped algorithm).
+bool build_grouped(const Call& base, const std::vector<Call>& calls, tb::Handle handle, Grouped& g) {
+  const std::string what = describe_grouped(base, calls.size());
+  tb::DataType at, bt, dt;
+  if (!data_type(base.a_type, &at) || !data_type(base.b_type, &bt) || !data_type(base.d_type, &dt)) {
+    g.why = "a dtype this " TB_LIBRARY " build has no data type for; " + what;
+    return true;
+  }
+  const tb::Operation opa = base.transa ? tb::kOpT : tb::kOpN, opb = base.transb ? tb::kOpT : tb::kOpN;
+  g.gemm = std::make_unique<hipblaslt_ext::GroupedGemm>(handle, opa, opb, at, bt, dt, dt, tb::kCompute32F);
+  tb::Status st = set_grouped_problem(base, calls, at, bt, dt, g);
+  if (st != tb::kSuccess) {
+    grouped_fail(st, "setProblem; " + what);
+    return false;
+  }
+  hipblaslt_ext::GemmPreference pref;
+  pref.setMaxWorkspaceBytes(static_cast<size_t>(base.workspace_size > 0 ? base.workspace_size : 0));
+  std::vector<hipblasLtMatmulHeuristicResult_t> results;
+  st = g.gemm->algoGetHeuristic(1, pref, results);
+  if (st != tb::kSuccess || results.empty() || results[0].state != tb::kSuccess) {
+    g.why = std::string("heuristic: ") + tb::status_name(st != tb::kSuccess ? st : tb::kNotSupported) +
+            " (no grouped algorithm for " + what + ")";
+    return true;
+  }
+  g.algo = results[0].algo;
+  size_t need = 0;
+  st = g.gemm->isAlgoSupported(g.algo, need);
+  if (st != tb::kSuccess) {
+    g.why = std::string("isAlgoSupported: ") + tb::status_name(st) + " (" + what + ")";
+    return true;
+  }
+  if (need > static_cast<size_t>(base.workspace_size > 0 ? base.workspace_size : 0)) {
+    g.why = "the grouped algorithm needs " + std::to_string(need) + " bytes of workspace, " +
+            std::to_string(base.workspace_size) + " available (" + what + ")";
+    return true;
+  }
+  const hipError_t err = hipEventCreateWithFlags(&g.staged, hipEventDisableTiming);
+  if (err != hipSuccess) {
+    g.staged = nullptr;
+    hip_fail(err, "creating the staging event; " + what);
+    return false;
+  }
+  g.workspace = need;
+  g.usable = true;
+  return true;
+}
+
+// Runs `calls` (non-empty groups) as one grouped GEMM. Returns 1 when launched, 0 when the library has no
+// grouped algorithm for them (nothing launched), -1 with the Python error set on failure.
+int run_grouped(const Call& base, const std::vector<Call>& calls) {
+  tb::Handle handle = nullptr;
+  tb::Status st = get_handle(base.device, &handle);
+  if (st != tb::kSuccess) {
+    raise_error("handle", tb::status_name(st),
+                "creating the " TB_LIBRARY " handle of device " + std::to_string(base.device));
+    return -1;
+  }
+  GroupedKey key{base.device, base.transa, base.transb, base.a_type, base.b_type, base.d_type, base.lda, base.ldb,
+                 base.ldd, base.beta != 0.0 ? 1 : 0, base.workspace_size};
+  for (const Call& c : calls) {
+    key.push_back(c.m);
+    key.push_back(c.n);
+    key.push_back(c.k);
+  }
+  Grouped* g = nullptr;
+  const std::string what = describe_grouped(base, calls.size());
+  tb::DataType at, bt, dt;
+  try {
+    auto it = g_grouped_index.find(key);
+    if (it != g_grouped_index.end()) {
+      g_grouped_lru.splice(g_grouped_lru.begin(), g_grouped_lru, it->second);
+      g = &g_grouped_lru.front().second;
+      if (!g->usable) return 0;
+      if (!data_type(base.a_type, &at) || !data_type(base.b_type, &bt) || !data_type(base.d_type, &dt)) return 0;
+      if (g->pending) {
+        const hipError_t err = hipEventSynchronize(g->staged);  // its host staging buffer is rewritten below
+        if (err != hipSuccess) return hip_fail(err, "waiting for the previous argument copy; " + what);
+        g->pending = false;
+      }
+      st = set_grouped_problem(base, calls, at, bt, dt, *g);
+      if (st != tb::kSuccess) return grouped_fail(st, "setProblem; " + what);
+      size_t need = 0;
+      st = g->gemm->isAlgoSupported(g->algo, need);
+      if (st != tb::kSuccess) return grouped_fail(st, "isAlgoSupported; " + what);
+    } else {
+      g_grouped_lru.emplace_front(std::piecewise_construct, std::forward_as_tuple(key), std::forward_as_tuple());
+      g_grouped_index[key] = g_grouped_lru.begin();
+      g = &g_grouped_lru.front().second;
+      const bool ok = build_grouped(base, calls, handle, *g);
+      if (!ok || !g->usable) {
+        const bool usable = g->usable;
+        if (!ok) {  // a library error: do not keep the entry
+          g_grouped_index.erase(key);
+          g_grouped_lru.pop_front();
+        }
+        while (g_grouped_lru.size() > kGroupedCapacity) {
+          g_grouped_index.erase(g_grouped_lru.back().first);
+          g_grouped_lru.pop_back();
+        }
+        return ok && !usable ? 0 : -1;
+      }
+      while (g_grouped_lru.size() > kGroupedCapacity) {
+        g_grouped_index.erase(g_grouped_lru.back().first);
+        g_grouped_lru.pop_back();
+      }
+    }
+    const tb::Stream stream = reinterpret_cast<tb::Stream>(base.stream);
+    st = g->gemm->initialize(g->algo, reinterpret_cast<void*>(base.workspace), false, stream);
+    if (st != tb::kSuccess) return grouped_fail(st, "initialize; " + what);
+    hipError_t err = hipEventRecord(g->staged, stream);
+    if (err != hipSuccess) return hip_fail(err, "recording the staging event; " + what);
+    g->pending = true;
+    st = g->gemm->run(stream);
+    if (st != tb::kSuccess) return grouped_fail(st, "run; " + what);
+  } catch (const std::exception& exc) {
+    raise_error("grouped", "std::exception", std::string(exc.what()) + "; " + what);
+    return -1;
+  }
+  return 1;
+}
+
+// matmul_grouped(common, groups) -> True (launched as one grouped GEMM) or False (no grouped algorithm for
+// these groups: nothing launched, run them with matmul_many).
+PyObject* py_matmul_grouped(PyObject*, PyObject* args) {
+  PyObject* common = nullptr;
+  PyObject* groups = nullptr;
+  if (!PyArg_ParseTuple(args, "OO", &common, &groups)) return nullptr;
+  Call base;
+  if (!parse_call(common, &base)) return nullptr;
+  if (base.epilogue != kEpiNone || base.a_scale_mode != kScaleNone || base.b_scale_mode != kScaleNone ||
+      base.algo != 0) {
+    raise_error("grouped", tb::status_name(tb::kNotSupported),
+                "matmul_grouped runs plain GEMMs with the heuristic's first algorithm: no epilogue, scale modes "
+                "or algo rank");
+    return nullptr;
+  }
+  const Py_ssize_t count = PySequence_Size(groups);
+  if (count < 0) return nullptr;
+  std::vector<Call> calls;
+  calls.reserve(static_cast<size_t>(count));
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* item = PySequence_GetItem(groups, i);
+    if (item == nullptr) return nullptr;
+    Call c = base;
+    const int ok = PyArg_ParseTuple(item, "LLLKKK", &c.m, &c.n, &c.k, &c.a, &c.b, &c.d);
+    Py_DECREF(item);
+    if (!ok) return nullptr;
+    if (c.m == 0 || c.n == 0 || c.k == 0) continue;
+    calls.push_back(c);
+  }
+  if (calls.empty()) Py_RETURN_TRUE;
+  const int rc = run_grouped(base, calls);
+  if (rc < 0) return nullptr;
+  return PyBool_FromLong(rc);
+}
+#endif  // TURBO_BLASLT_ROCM
+
 bool dict_set(PyObject* dict, const char* key, PyObject* value) {
   if (value == nullptr) return false;
   const int rc = PyDict_SetItemString(dict, key, value);
@@ -580,6 +843,10 @@ PyObject* py_cache_info(PyObject*, PyObject*) {
 PyObject* py_clear_cache(PyObject*, PyObject*) {
   g_index.clear();
   g_lru.clear();
+#if defined(TURBO_BLASLT_ROCM)
+  g_grouped_index.clear();
+  g_grouped_lru.clear();
+#endif
   g_hits = g_misses = 0;
   Py_RETURN_NONE;
 }
@@ -622,6 +889,12 @@ PyMethodDef kMethods[] = {
     {"matmul_many", py_matmul_many, METH_VARARGS,
      "matmul_many(common, groups): `common` is matmul's argument tuple, `groups` a sequence of "
      "(m, n, k, a, b, d) tuples replacing those fields; runs one matmul per group, in order, skipping empty ones."},
+#if defined(TURBO_BLASLT_ROCM)
+    {"matmul_grouped", py_matmul_grouped, METH_VARARGS,
+     "matmul_grouped(common, groups) -> bool: matmul_many's arguments run as one hipBLASLt grouped GEMM "
+     "(hipblaslt_ext::GroupedGemm, one launch; empty groups skipped). True when launched; False when the library "
+     "has no grouped algorithm for them (nothing launched: run matmul_many). ROCm builds only."},
+#endif
     {"library_version", py_library_version, METH_NOARGS,
      "library_version() -> the loaded library's version number (cuBLASLt: major*10000 + minor*100 + patch; "
      "hipBLASLt: major*100000 + minor*100 + patch), or -1 when it needs a handle and none exists yet."},
