@@ -43,13 +43,13 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "blaslt_alias.h"
 
 #if defined(TURBO_BLASLT_ROCM)
 #include <exception>
 #include <memory>
-#include <vector>
 
 #include <hipblaslt/hipblaslt-ext.hpp>
 #endif
@@ -514,22 +514,34 @@ PyObject* py_algo_count(PyObject*, PyObject* args) {
   return PyLong_FromLong(usable);
 }
 
+// The non-empty groups of `groups` (a sequence of (m, n, k, a, b, d) tuples), each `base` with those fields
+// replaced; false with the Python error set when an item does not parse.
+bool parse_groups(PyObject* groups, const Call& base, std::vector<Call>* out) {
+  const Py_ssize_t count = PySequence_Size(groups);
+  if (count < 0) return false;
+  out->reserve(static_cast<size_t>(count));
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* item = PySequence_GetItem(groups, i);
+    if (item == nullptr) return false;
+    Call c = base;
+    const int ok = PyArg_ParseTuple(item, "LLLKKK", &c.m, &c.n, &c.k, &c.a, &c.b, &c.d);
+    Py_DECREF(item);
+    if (!ok) return false;
+    if (c.m == 0 || c.n == 0 || c.k == 0) continue;
+    out->push_back(c);
+  }
+  return true;
+}
+
 PyObject* py_matmul_many(PyObject*, PyObject* args) {
   PyObject* common = nullptr;
   PyObject* groups = nullptr;
   if (!PyArg_ParseTuple(args, "OO", &common, &groups)) return nullptr;
   Call base;
   if (!parse_call(common, &base)) return nullptr;
-  const Py_ssize_t count = PySequence_Size(groups);
-  if (count < 0) return nullptr;
-  for (Py_ssize_t i = 0; i < count; ++i) {
-    PyObject* item = PySequence_GetItem(groups, i);
-    if (item == nullptr) return nullptr;
-    Call c = base;
-    const int ok = PyArg_ParseTuple(item, "LLLKKK", &c.m, &c.n, &c.k, &c.a, &c.b, &c.d);
-    Py_DECREF(item);
-    if (!ok) return nullptr;
-    if (c.m == 0 || c.n == 0 || c.k == 0) continue;
+  std::vector<Call> calls;
+  if (!parse_groups(groups, base, &calls)) return nullptr;
+  for (const Call& c : calls) {
     if (!run(c)) return nullptr;
   }
   Py_RETURN_NONE;
@@ -768,20 +780,8 @@ PyObject* py_matmul_grouped(PyObject*, PyObject* args) {
                 "or algo rank");
     return nullptr;
   }
-  const Py_ssize_t count = PySequence_Size(groups);
-  if (count < 0) return nullptr;
   std::vector<Call> calls;
-  calls.reserve(static_cast<size_t>(count));
-  for (Py_ssize_t i = 0; i < count; ++i) {
-    PyObject* item = PySequence_GetItem(groups, i);
-    if (item == nullptr) return nullptr;
-    Call c = base;
-    const int ok = PyArg_ParseTuple(item, "LLLKKK", &c.m, &c.n, &c.k, &c.a, &c.b, &c.d);
-    Py_DECREF(item);
-    if (!ok) return nullptr;
-    if (c.m == 0 || c.n == 0 || c.k == 0) continue;
-    calls.push_back(c);
-  }
+  if (!parse_groups(groups, base, &calls)) return nullptr;
   if (calls.empty()) Py_RETURN_TRUE;
   const int rc = run_grouped(base, calls);
   if (rc < 0) return nullptr;
