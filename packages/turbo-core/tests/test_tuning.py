@@ -485,6 +485,26 @@ def test_a_callable_key_is_built_only_when_a_database_has_configs(fakes):
     assert T.kernel_config("HIPBLASLT", "gemm", key) == {"algo": 1} and built == [1]
 
 
+def test_config_reader_converts_once_per_dict_and_reports_a_bad_one_once(caplog):
+    calls = []
+
+    def convert(d):
+        calls.append(d)
+        if d["x"] < 0:
+            raise ValueError(f"config.x: expected >= 0, got {d['x']}")
+        return d["x"] * 2
+
+    read = T.ConfigReader(convert, -1, "FAKE gemm", " (its heuristics run)")
+    good, bad = {"x": 3}, {"x": -5}
+    caplog.set_level(logging.WARNING, logger="turbo")
+    assert [read(good), read(good), read(bad), read(bad)] == [6, 6, -1, -1]
+    assert calls == [good, bad]
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == ["turbo: ignoring a tuned FAKE gemm config (its heuristics run): config.x: expected >= 0, got -5"]
+    read.clear()
+    assert read(good) == 6 and len(calls) == 3
+
+
 def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 

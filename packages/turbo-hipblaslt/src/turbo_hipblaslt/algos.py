@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from turbo_core.tuning import Key, Space, dtype_name, kernel_config
+from turbo_core.tuning import ConfigReader, Key, Space, dtype_name, kernel_config
 from turbo_core.tuning import register_space as _register_space
 from turbo_hipblaslt import blaslt, runtime
 from turbo_hipblaslt.codes import DTYPE_CODES, EPILOGUE_CODES, SCALE_CODES, SCALE_NONE
@@ -62,7 +62,6 @@ _EPILOGUE_NAMES = {code: name for name, code in EPILOGUE_CODES.items() if name i
 #: compute, epilogue, A/B scale modes.
 _signature = operator.itemgetter(0, 1, 2, 3, 4, 5, 7, 10, 13, 17, 18, 22, 24)
 _keys: dict[tuple, tuple] = {}
-_converted: dict[int, tuple[dict, int]] = {}
 _beyond: set[tuple[str, tuple, int]] = set()
 _lock = threading.Lock()
 
@@ -118,35 +117,19 @@ def algo_from_config(config: Any) -> int:
     return algo
 
 
-def _algo(primitive: str, config: dict) -> int:
-    """:func:`algo_from_config`, converted once per config object; a bad config is reported once and
-    gives rank 0."""
-    hit = _converted.get(id(config))
-    if hit is not None and hit[0] is config:
-        return hit[1]
-    try:
-        algo = algo_from_config(config)
-    except ValueError as exc:
-        log.warning("turbo: ignoring a tuned %s %s config (the heuristic's first algorithm runs): %s", BACKEND,
-                    primitive, exc)
-        algo = 0
-    with _lock:
-        if len(_converted) >= 1024:
-            _converted.clear()
-        _converted[id(config)] = (config, algo)
-    return algo
+#: :func:`algo_from_config` per primitive, converted once per config object; a bad config is reported
+#: once and gives rank 0.
+_algo = {p: ConfigReader(algo_from_config, 0, f"{BACKEND} {p}", " (the heuristic's first algorithm runs)")
+         for p in ("gemm", "gemm_fp8")}
 
 
 def launch(primitive: str, args: tuple) -> None:
     """Run call tuple ``args`` of ``primitive`` (``"gemm"``, ``"gemm_fp8"``) with the tuned rank of
     its key, else rank 0 (``args``' own ``algo`` is replaced by the tuned one)."""
     config = kernel_config(BACKEND, primitive, lambda: key_of(args))
-    algo = 0 if config is None else _algo(primitive, config)
-    if algo == 0:
-        blaslt.launch(args if args[blaslt.ALGO_SLOT] == 0 else blaslt.with_algo(args, 0))
-        return
-    key = key_of(args)
-    if (primitive, key, algo) in _beyond:
+    algo = 0 if config is None else _algo[primitive](config)
+    key = key_of(args) if algo else None
+    if algo == 0 or (primitive, key, algo) in _beyond:
         blaslt.launch(args if args[blaslt.ALGO_SLOT] == 0 else blaslt.with_algo(args, 0))
         return
     error = runtime.ext().BlasLtError
@@ -170,8 +153,9 @@ def reset() -> None:
     """Forget the memoized keys, the converted configs and the ranks found unavailable."""
     with _lock:
         _keys.clear()
-        _converted.clear()
         _beyond.clear()
+    for reader in _algo.values():
+        reader.clear()
 
 
 def libraries() -> tuple[str, ...]:

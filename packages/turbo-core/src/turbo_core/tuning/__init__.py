@@ -16,6 +16,7 @@ campaign behind ``turbo tune``: ``turbo_core.tuning.campaign``. Importing this p
 from turbo_core.tuning.active import (
     ENV_DB,
     ENV_SWITCH,
+    ConfigReader,
     best,
     disabled,
     forcing,
@@ -37,6 +38,7 @@ __all__ = [
     "ENV_DB",
     "ENV_SWITCH",
     "ConfigChoice",
+    "ConfigReader",
     "Entry",
     "Key",
     "Space",

@@ -37,8 +37,8 @@ from turbo_core.tuning import versions as _versions
 from turbo_core.tuning.db import Entry, TuningDB
 from turbo_core.tuning.keys import _KEYS, Key
 
-__all__ = ["ENV_DB", "ENV_SWITCH", "best", "disabled", "forcing", "info", "kernel_config", "lookup", "overridden",
-           "record", "reload", "reset", "save", "shipped_files"]
+__all__ = ["ENV_DB", "ENV_SWITCH", "ConfigReader", "best", "disabled", "forcing", "info", "kernel_config", "lookup",
+           "overridden", "record", "reload", "reset", "save", "shipped_files"]
 
 log = logging.getLogger("turbo")
 
@@ -202,6 +202,37 @@ def kernel_config(backend: str, primitive: str, key: Key | tuple) -> dict | None
     if callable(key):
         key = key()
     return db.kernel_config(backend, primitive, key)
+
+
+class ConfigReader:
+    """What a launcher makes of the config dicts :func:`kernel_config` returns: ``convert(config)``
+    (raising ``ValueError`` for a config it cannot use), computed once per dict object; a config that
+    does not convert is reported once (a warning: "ignoring a tuned <what> config<consequence>: why")
+    and gives ``fallback``, so a bad database entry never fails a call."""
+
+    def __init__(self, convert: Any, fallback: Any, what: str, consequence: str = "") -> None:
+        self._convert, self._fallback, self._what, self._consequence = convert, fallback, what, consequence
+        self._memo: dict[int, tuple[dict, Any]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, config: dict) -> Any:
+        hit = self._memo.get(id(config))
+        if hit is not None and hit[0] is config:
+            return hit[1]
+        try:
+            value = self._convert(config)
+        except ValueError as exc:
+            log.warning("turbo: ignoring a tuned %s config%s: %s", self._what, self._consequence, exc)
+            value = self._fallback
+        with self._lock:
+            if len(self._memo) >= 1024:
+                self._memo.clear()
+            self._memo[id(config)] = (config, value)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._memo.clear()
 
 
 def lookup(primitive: str, args: Any, platform: Platform) -> tuple[str, str, frozenset[str]] | None:

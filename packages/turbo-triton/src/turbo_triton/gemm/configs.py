@@ -15,11 +15,10 @@ this module offers to ``turbo tune`` (registered with ``turbo_core.tuning`` when
 
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from turbo_core.tuning import Key, Space, kernel_config, register_space
+from turbo_core.tuning import ConfigReader, Key, Space, kernel_config, register_space
 
 
 @dataclass(frozen=True)
@@ -177,8 +176,6 @@ _BLOCKS = ("block_m", "block_n", "block_k")
 _INTS = ("group_m", "num_warps", "num_stages")
 _BOOLS = ("flatten", "warp_specialize", "subtile")
 _FIELDS = tuple(f.name for f in fields(GemmConfig))
-log = logging.getLogger("turbo")
-_converted: dict[int, tuple[dict, GemmConfig | None]] = {}
 _WIDTHS: dict[tuple[int, int], tuple[str, str]] = {}
 
 
@@ -226,21 +223,9 @@ def from_dict(d: dict) -> GemmConfig:
     return GemmConfig(**d)
 
 
-def _from_db(d: dict) -> GemmConfig | None:
-    """The :class:`GemmConfig` of a database dict (converted once per dict; a bad one is reported once
-    and ignored, so the table's choice applies)."""
-    hit = _converted.get(id(d))
-    if hit is not None and hit[0] is d:
-        return hit[1]
-    try:
-        cfg = from_dict(d)
-    except ValueError as exc:
-        log.warning("turbo: ignoring a tuned TRITON gemm config: %s", exc)
-        cfg = None
-    if len(_converted) >= 1024:
-        _converted.clear()
-    _converted[id(d)] = (d, cfg)
-    return cfg
+#: The :class:`GemmConfig` of a database dict (converted once per dict; a bad one is reported once and
+#: ignored, so the table's choice applies).
+_from_db = ConfigReader(from_dict, None, "TRITON gemm")
 
 
 def _facts(args: Any) -> tuple:
