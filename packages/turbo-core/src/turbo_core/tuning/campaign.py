@@ -146,24 +146,25 @@ def parse_shape(text: str) -> tuple[int, int, int, str]:
     return m, n, k, layout
 
 
+def _shape_items(quick: bool, shapes: Sequence[str] | None, models: Sequence[str] | None, tokens: int | None,
+                 passes: Sequence[str] | None) -> list[tuple[str, int, int, int, str, str]]:
+    """``(label, m, n, k, layout, pass)`` of the given ``MxNxK[:LAYOUT]`` shapes (read as forward
+    passes), else of the gemm suite's cases (``--quick``: its tiny shapes) of ``passes``."""
+    if shapes:
+        return [(f"{m}x{n}x{k} {layout}", m, n, k, layout, "fwd") for m, n, k, layout in map(parse_shape, shapes)]
+    return [(c.label, c.m, c.n, c.k, c.layout, c.pass_)
+            for c in gemm_suite.cases(tokens or (32 if quick else 8192), quick, list(models) if models else None)
+            if not passes or c.pass_ in passes]
+
+
 def gemm_cases(*, arch: str, dtype: torch.dtype, device: str, quick: bool, shapes: Sequence[str] | None = None,
                models: Sequence[str] | None = None, tokens: int | None = None,
                passes: Sequence[str] | None = None) -> list[Case]:
     """The gemm suite's cases (``turbo_core.bench.suites.gemm``; ``--quick``: its tiny shapes), or
     the given ``MxNxK[:LAYOUT]`` shapes, one case per distinct key."""
-
-    items: list[tuple[str, int, int, int, str]] = []
-    if shapes:
-        for s in shapes:
-            m, n, k, layout = parse_shape(s)
-            items.append((f"{m}x{n}x{k} {layout}", m, n, k, layout))
-    else:
-        for c in gemm_suite.cases(tokens or (32 if quick else 8192), quick, list(models) if models else None):
-            if not passes or c.pass_ in passes:
-                items.append((c.label, c.m, c.n, c.k, c.layout))
     name = _keys.dtype_name(dtype)
     out: dict[_keys.Key, Case] = {}
-    for label, m, n, k, layout in items:
+    for label, m, n, k, layout, _ in _shape_items(quick, shapes, models, tokens, passes):
         key = _keys.Key(arch, (m, n, k), (name, name), layout)
         if key not in out:
             out[key] = Case("gemm", key, label,
@@ -185,17 +186,8 @@ def gemm_fp8_cases(*, arch: str, granularities: Sequence[Any], fmt: Any, device:
     grans = fp8_suite.granularities_of(granularities or ["tensorwise", "rowwise", "blockwise"])
     if G.MX_BLOCKWISE in grans:
         raise ValueError("--granularity: MX_BLOCKWISE is not tuned (its kernels have no alternatives to search)")
-    items: list[tuple[str, int, int, int, str, str]] = []
-    if shapes:
-        for s in shapes:
-            m, n, k, layout = parse_shape(s)
-            items.append((f"{m}x{n}x{k} {layout}", m, n, k, layout, "fwd"))
-    else:
-        for c in gemm_suite.cases(tokens or (32 if quick else 8192), quick, list(models) if models else None):
-            if not passes or c.pass_ in passes:
-                items.append((c.label, c.m, c.n, c.k, c.layout, c.pass_))
     out: dict[_keys.Key, Case] = {}
-    for label, m, n, k, layout, pass_ in items:
+    for label, m, n, k, layout, pass_ in _shape_items(quick, shapes, models, tokens, passes):
         roles = fp8_suite.ROLES.get(pass_, fp8_suite.ROLES["fwd"])
         dts = [_keys.dtype_name(fp8_suite.operand_dtype(fmt, r, device)) for r in roles]
         for g in grans:
@@ -471,16 +463,17 @@ def _tune_case(case: Case, gen: torch.Generator, *, backends, device, warmup, it
                 seen(f"{b} config {cfg}", t)
                 if t < best_t:
                     best_t, best_cfg = t, cfg
-            if best_cfg is not None and best_t < t_default * (1 - min_gain) and confirm > 0:
+            won = best_cfg is not None and best_t < t_default * (1 - min_gain)
+            if won and confirm > 0:
                 t_def2, t_cfg2 = _confirm(case.primitive, sets, (b, None), (b, best_cfg), device=device,
                                           warmup=warmup, iters=iters, rounds=confirm)
-                if t_cfg2 < t_def2 * (1 - min_gain):
+                won = t_cfg2 < t_def2 * (1 - min_gain)
+                if won:
                     best_t, t_default = t_cfg2, t_def2
                 else:
                     row.rejected[f"{b} {best_cfg}"] = (f"not confirmed: {t_cfg2:.4g} us against its heuristics' "
                                                        f"{t_def2:.4g} us in {confirm} alternating rounds")
-                    best_cfg = None
-            if best_cfg is not None and best_t < t_default * (1 - min_gain):
+            if won:
                 entry.configs[b] = ConfigChoice(space.key(args), best_cfg, best_t, t_default, _backend_versions([b]),
                                                 match=space.match)
                 row.config_gain[b] = t_default / best_t
