@@ -95,19 +95,21 @@ def within_tolerance(actual: torch.Tensor, reference: torch.Tensor, dtype: torch
     """Whether ``assert_close_to_reference(actual, reference, dtype=dtype)`` would pass: same shape,
     every element ``|actual - ref| <= atol + rtol * |ref|`` in float64 (NaN/inf only where ref has
     the same value)."""
-    if actual.shape != reference.shape:
-        return False
-    rtol, atol = tolerance(dtype)
-    a, r = actual.detach().to(torch.float64), reference.detach().to(torch.float64)
-    return bool(torch.isclose(a, r, rtol=rtol, atol=atol, equal_nan=True).all().item())
+    return _within(actual, reference, lambda r: tolerance(dtype))
 
 
 def within_normwise(actual: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> bool:
     """Whether ``assert_close_normwise(actual, reference, dtype=dtype)`` would pass."""
+    return _within(actual, reference, lambda r: normwise_tolerance(dtype, r.abs().max().item() if r.numel() else 0.0))
+
+
+def _within(actual: torch.Tensor, reference: torch.Tensor, tolerances) -> bool:
+    """Same shape and every element ``|actual - ref| <= atol + rtol * |ref|`` in float64, ``(rtol,
+    atol) = tolerances(ref)`` (NaN only where ref has NaN)."""
     if actual.shape != reference.shape:
         return False
     a, r = actual.detach().to(torch.float64), reference.detach().to(torch.float64)
-    rtol, atol = normwise_tolerance(dtype, r.abs().max().item() if r.numel() else 0.0)
+    rtol, atol = tolerances(r)
     return bool(torch.isclose(a, r, rtol=rtol, atol=atol, equal_nan=True).all().item())
 
 

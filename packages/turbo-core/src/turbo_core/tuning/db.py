@@ -67,9 +67,9 @@ def _versions(value: Any, what: str) -> dict[str, str]:
     return dict(value)
 
 
-def _match(value: Any, what: str) -> str:
+def _match(value: Any, what: str = "match") -> str:
     if value not in _MATCHES:
-        raise ValueError(f"{what}.match: expected one of {', '.join(_MATCHES)}, got {value!r}")
+        raise ValueError(f"{what}: expected one of {', '.join(_MATCHES)}, got {value!r}")
     return value
 
 
@@ -85,8 +85,7 @@ class ConfigChoice:
     match: str = "bucket"
 
     def __post_init__(self) -> None:
-        if self.match not in _MATCHES:
-            raise ValueError(f"match: expected one of {', '.join(_MATCHES)}, got {self.match!r}")
+        _match(self.match)
 
     def to_json(self) -> dict:
         out: dict = {"key": self.key.to_json(), "config": self.config}
@@ -110,7 +109,7 @@ class ConfigChoice:
         return cls(Key.from_json(obj.get("key"), what=f"{what}.key"), dict(config),
                    _num(obj.get("time_us"), f"{what}.time_us"),
                    _num(obj.get("default_time_us"), f"{what}.default_time_us"),
-                   _versions(obj.get("versions"), f"{what}.versions"), _match(obj.get("match", "bucket"), what))
+                   _versions(obj.get("versions"), f"{what}.versions"), _match(obj.get("match", "bucket"), f"{what}.match"))
 
 
 @dataclass
@@ -135,8 +134,7 @@ class Entry:
             raise ValueError(f"primitive: expected a primitive name, got {self.primitive!r}")
         if not isinstance(self.key, Key):
             raise TypeError(f"key: expected a turbo_core.tuning.Key, got {type(self.key).__name__}")
-        if self.match not in _MATCHES:
-            raise ValueError(f"match: expected one of {', '.join(_MATCHES)}, got {self.match!r}")
+        _match(self.match)
         if self.backend is not None and (not isinstance(self.backend, str) or not self.backend):
             raise ValueError(f"backend: expected a backend name or None, got {self.backend!r}")
         if self.backend is not None:
