@@ -13,6 +13,11 @@ ROOT=$(pwd)
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export PYTHONPATH=$ROOT/packages/turbo-core/src:$ROOT/packages/turbo-triton/src
 export TURBO_PLUGINS=turbo_core.reference.plugin,turbo_triton.plugin
+# turbo-hipblaslt from the snapshot, its plugin loaded, the extension built by the JIT into one cache per machine
+hb_env() {
+  export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
+         TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
+}
 parts=${*:-gputests fp8check normcheck normbench groupedcheck groupedbench}
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
@@ -56,8 +61,7 @@ for part in $parts; do
       tail -40 "$OUT/moe_dispatch_bench.log" ;;
     tunehipblaslt)  # HIPBLASLT's algorithm rank per shape (bf16, then FP8), confirmed by --check: the DB it ships for sm90
       # HB_SEED=file starts from an earlier campaign's database; HB_SKIP_GEMM=1 skips the bf16 stage
-      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
-              TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
+      (hb_env
        db=$OUT/hipblaslt_sm90.json
        [ -n "${HB_SEED:-}" ] && cp "$HB_SEED" "$db"
        [ "${HB_SKIP_GEMM:-0}" = 1 ] || timeout 200 python3 benchmarks/scripts/tune_gemm_h200.py --out "$db" --backends HIPBLASLT \
@@ -68,8 +72,7 @@ for part in $parts; do
       ) > "$OUT/tune_hipblaslt.log" 2>&1
       grep -E "summary|geomean|TFLOP/s of|invalid|do not ship|ship it|took|exited|wrote|drop" "$OUT/tune_hipblaslt.log" | tail -40 ;;
     tunefp8bwd)  # backend choice TRITON vs HIPBLASLT for the FP8 backward layouts (dgrad NN, wgrad TN), confirmed by --check
-      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
-              TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
+      (hb_env
        db=$OUT/fp8_bwd_sm90.json
        timeout 150 python3 -m turbo_core.cli tune gemm-fp8 --backends TRITON HIPBLASLT --no-configs \
          --models ${BWD_MODELS:-llama3.1-8b llama3.1-70b} --passes dgrad wgrad --time-limit ${BWD_S:-70} \
@@ -79,8 +82,7 @@ for part in $parts; do
       ) > "$OUT/tunefp8bwd.log" 2>&1
       grep -E "wrote|drop|checked|turbo tune" "$OUT/tunefp8bwd.log" | tail -30 ;;
     hbbench)  # HIPBLASLT (with its tuned DB when OUT has one) vs torch on the gemm and gemm-fp8 suites
-      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
-              TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
+      (hb_env
        [ -f "$OUT/hipblaslt_sm90_ship.json" ] && export TURBO_TUNING_DB=$OUT/hipblaslt_sm90_ship.json
        models=${HB_MODELS:-llama3.1-8b llama3.1-70b llama3.1-405b}
        timeout 150 python3 -m turbo_core.cli bench gemm --models $models --providers torch turbo:HIPBLASLT \
@@ -90,8 +92,7 @@ for part in $parts; do
          --out "$OUT/hb_bench_gemm_fp8.json") > "$OUT/hbbench.log" 2>&1
       grep -vE "^\s*$" "$OUT/hbbench.log" | tail -30 ;;
     hbgap)  # HIPBLASLT FP8 vs torch._scaled_mm on the shapes where turbo bench gemm-fp8 showed a gap; every rank
-      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
-              TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
+      (hb_env
        timeout 150 python3 benchmarks/scripts/hipblaslt_fp8_gap.py --out "$OUT/hipblaslt_fp8_gap.json") > "$OUT/hbgap.log" 2>&1
       tail -14 "$OUT/hbgap.log" ;;
     hbalgotests)  # the GPU tests of the algorithm ranks and the version probe
@@ -100,8 +101,7 @@ for part in $parts; do
          --pytest-k "algo or library_version or rank") > "$OUT/hbalgotests.log" 2>&1
       tail -8 "$OUT/hbalgotests.log" ;;
     accuracy)  # turbo accuracy at the model shapes, every available backend (TRITON, HIPBLASLT) vs float64
-      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-hipblaslt/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_hipblaslt.plugin \
-              TURBO_HIPBLASLT_JIT=1 TURBO_HIPBLASLT_CACHE_DIR=/tmp/turbo_hb_jit
+      (hb_env
        timeout ${ACC_S:-300} python3 -m turbo_core.cli accuracy --out "$OUT/accuracy.json" --markdown "$OUT/accuracy.md") > "$OUT/accuracy.log" 2>&1
       echo "accuracy exit $?"; tail -25 "$OUT/accuracy.log" ;;
     profile)  # turbo profile of a full-size bench suite and of the demo: hot-kernel tables + a trace
