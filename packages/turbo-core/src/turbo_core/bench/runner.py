@@ -182,16 +182,18 @@ def run_cases(suite: str, cases: Sequence, *, row: Callable[[Any], dict], flops:
         times: dict[str, float] = {}
         baseline = next((p.name for p in table if p.role == "baseline"), None)
         results: dict[int, dict] = {}
-        rounds = max(1, int(ROUNDS))
+        again: list[int] = []  # measured here (not memoized) and ok: timed again in later rounds
         for i, p in enumerate(table):
             if p.memo is not None and p.memo in memo:
                 results[i] = memo[p.memo]
-            else:
-                results[i] = _measure(case, p, sets, first, anchor, refs, reference, warmup, iters)
-        again = [i for i, p in enumerate(table) if results[i]["status"] == "ok" and not (p.memo is not None
-                                                                                       and p.memo in memo)]
+                continue
+            results[i] = _measure(case, p, sets, first, anchor, refs, reference, warmup, iters)
+            if p.memo is not None:
+                memo[p.memo] = results[i]  # the same dict: later rounds update what the memo holds
+            if results[i]["status"] == "ok":
+                again.append(i)
         medians = {i: [results[i]["median_ms"]] for i in again}
-        for _ in range(rounds - 1):
+        for _ in range(max(1, int(ROUNDS)) - 1):
             for i in again:
                 t = _time_only(table[i], sets, anchor, warmup, iters)
                 medians[i].append(t.median_ms)
@@ -200,8 +202,6 @@ def run_cases(suite: str, cases: Sequence, *, row: Callable[[Any], dict], flops:
         for i in again:
             results[i]["median_ms"] = statistics.median(medians[i])
             results[i]["rounds"] = len(medians[i])
-            if table[i].memo is not None:
-                memo[table[i].memo] = results[i]
         for i, p in enumerate(table):
             out_row = {**base, **p.fields, "provider": p.name, "role": p.role, "baseline": baseline}
             result = results[i]
