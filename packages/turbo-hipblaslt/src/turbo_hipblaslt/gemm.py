@@ -21,7 +21,7 @@ from turbo_hipblaslt.blaslt import Side
 from turbo_hipblaslt.codes import DTYPE_CODES
 from turbo_hipblaslt.layout import LayoutUnsupported
 
-__all__ = ["DIRECT", "call_for", "can_handle", "gemm", "plan_call", "plan_reason", "result_layout"]
+__all__ = ["DIRECT", "call_for", "call_reason", "can_handle", "gemm", "plan_call", "plan_reason", "result_layout"]
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 #: (input dtype, result dtype) pairs the library writes itself.
@@ -58,11 +58,15 @@ def can_handle(args: GemmArgs) -> str | None:
     m, n, k = gemm_dims(args)
     if m == 0 or n == 0 or k == 0:
         return None  # answered without the library
-    call = call_for(args)
+    return call_reason("gemm", call_for(args))
+
+
+def call_reason(what: str, call: tuple | str) -> str | None:
+    """Why the library cannot run ``call`` (a call tuple, or already a reason), or ``None``."""
     if isinstance(call, str):
         return call
     why = blaslt.check(call)
-    return None if why is None else f"HIPBLASLT gemm: {why}"
+    return None if why is None else f"HIPBLASLT {what}: {why}"
 
 
 def call_for(args: GemmArgs) -> tuple | str:
@@ -95,8 +99,7 @@ def plan_call(p: blaslt.BlasPlan, a: torch.Tensor, b: torch.Tensor, out: torch.T
 def plan_reason(what: str, p: blaslt.BlasPlan, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None,
                 d_dtype: torch.dtype) -> str | None:
     """Why the library has no algorithm for :func:`plan_call`'s call, or ``None``."""
-    why = blaslt.check(plan_call(p, a, b, out, d_dtype))
-    return None if why is None else f"HIPBLASLT {what}: {why}"
+    return call_reason(what, plan_call(p, a, b, out, d_dtype))
 
 
 def gemm(args: GemmArgs) -> torch.Tensor:

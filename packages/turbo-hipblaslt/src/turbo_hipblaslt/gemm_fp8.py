@@ -40,7 +40,7 @@ from turbo_core.low_precision import ScalingGranularity
 from turbo_hipblaslt import algos, blaslt, runtime, scales
 from turbo_hipblaslt.blaslt import Side
 from turbo_hipblaslt.codes import DTYPE_CODES, SCALE_BLOCK128, SCALE_OUTER_VEC, SCALE_SCALAR, SCALE_VEC128
-from turbo_hipblaslt.gemm import gpu_reason, result_layout
+from turbo_hipblaslt.gemm import call_reason, gpu_reason, result_layout
 from turbo_hipblaslt.layout import LayoutUnsupported, k_contiguous, plan_gemm
 
 __all__ = ["call_for", "can_handle", "gemm_fp8"]
@@ -161,11 +161,7 @@ def can_handle(args: GemmFp8Args) -> str | None:
     m, n, k = gemm_fp8_dims(args)
     if m == 0 or n == 0 or k == 0:
         return None
-    call = call_for(args)
-    if isinstance(call, str):
-        return call
-    why = blaslt.check(call)
-    return None if why is None else f"HIPBLASLT gemm_fp8: {why}"
+    return call_reason("gemm_fp8", call_for(args))
 
 
 def call_for(args: GemmFp8Args) -> tuple | str:
