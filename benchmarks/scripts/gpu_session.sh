@@ -3,7 +3,7 @@
 # of a clean snapshot; OUT is the folder results go to). Parts run one after another, each under its
 # own time limit, and a failing part does not stop the next.
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
-# Parts: gputests fp8check normcheck normbench groupedcheck groupedbench
+# Parts: gputests fp8check normcheck normsweep normbench groupedcheck groupedbench
 #        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
 #        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbgap hbalgotests accuracy profile
 #        moedispatch nccltests (the last two on the two-GPU kind)
@@ -32,6 +32,7 @@ for part in $parts; do
         ) > "$OUT/gputests.log" 2>&1; tail -5 "$OUT/gputests.log" ;;
     fp8check) timeout 150 python3 benchmarks/scripts/gemm_fp8_gpu_check.py --out "$OUT/gemm_fp8_check.json" > "$OUT/gemm_fp8_check.log" 2>&1; tail -5 "$OUT/gemm_fp8_check.log" ;;
     normcheck) timeout 180 python3 benchmarks/scripts/norm_act_h200.py --out "$OUT/norm_check.json" --parts check,graph > "$OUT/norm_check.log" 2>&1; tail -5 "$OUT/norm_check.log" ;;
+    normsweep) timeout 400 python3 benchmarks/scripts/norm_act_h200.py --out "$OUT/norm_sweep.json" --parts sweep_norm,sweep_glu > "$OUT/norm_sweep.log" 2>&1; grep -E "heuristic|copy" "$OUT/norm_sweep.log" | tail -30 ;;
     normbench) timeout 200 python3 benchmarks/scripts/norm_act_h200.py --out "$OUT/norm_bench.json" --parts bench --tokens 16384 > "$OUT/norm_bench.log" 2>&1; tail -30 "$OUT/norm_bench.log" ;;
     groupedcheck) timeout 150 python3 benchmarks/scripts/grouped_gemm_h200.py --out "$OUT/grouped_check.json" --check-only > "$OUT/grouped_check.log" 2>&1; tail -8 "$OUT/grouped_check.log" ;;
     groupedbench) timeout 240 python3 benchmarks/scripts/grouped_gemm_h200.py --out "$OUT/grouped_bench.json" --skip-check --max-minutes 3.5 > "$OUT/grouped_bench.log" 2>&1; tail -30 "$OUT/grouped_bench.log" ;;
