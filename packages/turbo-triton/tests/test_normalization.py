@@ -127,8 +127,10 @@ def test_heuristic_tiles():
     # whole rows up to the limits, chunks beyond; a chunked walk has one row per program
     assert pick(4096, False, False).block_n == 4096
     assert pick(7169, False, False).block_n == 8192
-    assert pick(32768, False, False).block_n < 32768 and pick(32768, False, False).block_m == 1
-    assert pick(16384, True, False).block_n < 16384
+    assert pick(32768, False, False).block_n == 32768
+    assert pick(65536, False, False).block_n < 65536 and pick(65536, False, False).block_m == 1
+    assert pick(16384, True, False).block_n == 16384
+    assert pick(32768, True, False).block_n < 32768
     small = pick(1000, False, False)
     assert small.block_m * small.block_n >= 2048 and small.num_warps >= 4
     assert pick(1000, True, True).block_n == 1024  # interpreter: whole rows, large tiles

@@ -205,6 +205,12 @@ TILE_CASES = [
     ("MX_BLOCKWISE", -2, 32, R0, Tile(64, 4)),
     ("MX_BLOCKWISE", -1, 32, R2D, Tile(32, 32)),
     ("MX_BLOCKWISE", -2, 32, R2D, Tile(32, 32)),
+    # a group per tile row / tile column / whole tile: the reductions without the 4-D reshape
+    ("BLOCKWISE", -1, 16, R0, Tile(4, 16)),
+    ("BLOCKWISE", 0, 16, R0, Tile(16, 8)),
+    ("BLOCKWISE", None, 16, R2D, Tile(16, 16)),
+    ("MX_BLOCKWISE", -2, 32, R0, Tile(32, 4)),
+    ("MX_BLOCKWISE", -1, 32, R0, Tile(4, 32)),
 ]
 
 

@@ -2,6 +2,13 @@
 
 Each timed call uses the next of several copies of the inputs, so that a GEMM whose operands
 fit in L2 is not timed hot. On the CPU (``--quick`` smoke runs) wall-clock time is used.
+
+Device time, not host time (:data:`QUEUE_AHEAD`): before the timed calls are enqueued, the GPU is
+held by a sleep kernel long enough for the host to enqueue all of them (1.5x their measured host
+time), so each event pair times the kernels alone, as ``triton.testing.do_bench`` does with its
+cache flush. Without it, an op whose kernels take less time than its Python launch path (a
+memory-bound op at 50-100 us, an eager Triton launch at 20-60 us) is timed at the host's pace.
+The host cost of a call is a separate figure (``benchmarks/scripts/dispatch_overhead.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +22,14 @@ import torch
 
 #: Bytes the rotated copies of a case's inputs must exceed (2x the H200's 60 MB L2).
 ROTATE_BYTES = 128 * 2**20
+#: Hold the GPU while the timed calls are enqueued (see the module doc); ``turbo profile`` turns it
+#: off so that its traces hold only the profiled work.
+QUEUE_AHEAD = True
+#: Cycles a millisecond, for ``torch.cuda._sleep`` (an upper bound of today's GPU clocks: a slower
+#: clock only lengthens the wait).
+_CYCLES_PER_MS = 2_000_000
+#: Longest hold, in milliseconds.
+_MAX_HOLD_MS = 2000.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +66,8 @@ def measure(fn: Callable, input_sets: Sequence, *, warmup: int = 10, iters: int 
     if cuda:
         torch.cuda.synchronize()
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+        if QUEUE_AHEAD:
+            _hold(fn, input_sets, iters)
         for i, (start, end) in enumerate(events):
             start.record()
             fn(*input_sets[i % n])
@@ -63,3 +80,16 @@ def measure(fn: Callable, input_sets: Sequence, *, warmup: int = 10, iters: int 
             fn(*input_sets[i % n])
             samples.append((time.perf_counter() - t0) * 1e3)
     return Timing(statistics.median(samples), _quantile(samples, 0.1), _quantile(samples, 0.9), len(samples))
+
+
+def _hold(fn: Callable, input_sets: Sequence, iters: int) -> None:
+    """Enqueue a sleep kernel covering 1.5x the host time of ``iters`` calls (measured on a few
+    calls that are synchronized after), so the timed calls queue up behind it."""
+    probe = min(3, iters)
+    t0 = time.perf_counter()
+    for i in range(probe):
+        fn(*input_sets[i % len(input_sets)])
+    host_ms = (time.perf_counter() - t0) * 1e3 / probe
+    torch.cuda.synchronize()
+    hold_ms = min(_MAX_HOLD_MS, 1.5 * host_ms * iters + 0.2)
+    torch.cuda._sleep(int(hold_ms * _CYCLES_PER_MS))

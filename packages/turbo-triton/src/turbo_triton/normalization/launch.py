@@ -17,11 +17,8 @@ from turbo_triton import _runtime
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 #: Longest row (elements, power of two) kept whole in registers; longer rows are walked in chunks.
-FWD_WHOLE_ROW_MAX = 16384
-BWD_WHOLE_ROW_MAX = 8192
-#: Chunk width for rows longer than that.
-CHUNK = 4096
-
+FWD_WHOLE_ROW_MAX = 32768
+BWD_WHOLE_ROW_MAX = 16384
 
 @dataclass(frozen=True)
 class RowConfig:
@@ -41,16 +38,27 @@ def _warps(elements: int, lo: int = 1, hi: int = 16) -> int:
 
 
 def pick(hidden: int, backward: bool, interp: bool) -> RowConfig:
-    """Tile heuristic for rows of ``hidden`` elements."""
+    """Tile heuristic for rows of ``hidden`` elements.
+
+    From 4096 up, the configurations the H200 tile sweep measured best (``norm_act_h200.py --parts
+    sweep_norm``, 16384 tokens, bf16; see ``benchmarks/norm-activation-h200-2026-11-29.md``): the
+    forward keeps rows whole to 32768 (8 warps, 16 at 32768); the backward keeps them whole to 16384
+    with a 1-2 programs a SM persistent grid and walks longer rows in 4-row x 2048 chunks.
+    """
     width = triton.next_power_of_2(hidden)
     if interp:  # few, large programs: the interpreter's cost is per program and per op
         return RowConfig(max(1, min(64, 16384 // width)), width, 4, 1)
     limit = BWD_WHOLE_ROW_MAX if backward else FWD_WHOLE_ROW_MAX
     if width > limit:
-        return RowConfig(1, CHUNK, _warps(CHUNK), 2)
-    block_m = max(1, 2048 // width)
-    warps = _warps(block_m * width, lo=4)
-    return RowConfig(block_m, width, warps, max(1, 32 // warps))
+        return RowConfig(4, 2048, 8, 4) if backward else RowConfig(1, 4096, 16, 2)
+    if width < 4096:
+        block_m = max(1, 2048 // width)
+        warps = _warps(block_m * width, lo=4)
+        return RowConfig(block_m, width, warps, max(1, 32 // warps))
+    if backward:
+        return {4096: RowConfig(1, 4096, 16, 2), 8192: RowConfig(2, 8192, 16, 1)}.get(width, RowConfig(1, width, 8, 2))
+    warps = 16 if width >= 32768 else 8
+    return RowConfig(1, width, warps, max(1, 32 // warps))
 
 
 def _tensors_reason(named: dict[str, torch.Tensor | None]) -> str | None:

@@ -89,7 +89,7 @@ def quantize_fp4(args: QuantizeFp4Args, tile: Tile | None = None):
     m_ext, n_ext = (m, pad) if row else (pad, n)
     two_d = args.recipe.use_2d_block
     gm, gn = ((BS if two_d else 1), BS) if row else (BS, (BS if two_d else 1))
-    tile = tile or common.pick(m_ext, n_ext, gm, gn)
+    tile = tile or common.pick_mx(m_ext, n_ext, gm, gn)
     common.check_tile(tile, gm, gn)
     rows_out = data_shape[-2]
     xa, x_bits = common.x_arg(x3)
@@ -116,7 +116,7 @@ def quantize_fp4_with_trans(args: QuantizeFp4WithTransArgs, tile: Tile | None = 
     x3 = x if nd == 3 else x.unsqueeze(0)
     b, m, n = x3.shape
     m_pad, n_pad = col_data[-1] * 2, row_data[-1] * 2
-    tile = tile or common.pick(m_pad, n_pad, BS, BS, cap_n=128)
+    tile = tile or common.pick_mx(m_pad, n_pad, BS, BS)
     common.check_tile(tile, BS, BS)
     xa, x_bits = common.x_arg(x3)
     kern.fp4_with_trans_kernel[common.grid(b, m_pad, n_pad, tile)](

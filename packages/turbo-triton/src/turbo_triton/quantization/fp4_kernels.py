@@ -7,8 +7,9 @@ of ``|x|`` (NaN above +inf), the shared exponent by ``numerics.mx_scale`` with `
 the reference's one float64 -> fp32 rounding).
 
 E2M1 encoding (software, so the GPU and the interpreter give the same bits): nearest-even on the
-grid ``(0, 0.5, 1, 1.5, 2, 3, 4, 6)`` by counting the midpoints below the magnitude (a magnitude
-exactly on a midpoint takes the even code), saturating at 6 (Inf too), NaN -> +0; sign bit 3
+grid ``(0, 0.5, 1, 1.5, 2, 3, 4, 6)`` by integer rounding of the fp32 bits (a dozen integer ops an
+element; a magnitude exactly on a midpoint takes the even code), saturating at 6 (Inf too),
+NaN -> +0; sign bit 3
 (``-0.0`` keeps it, as ``torch.signbit`` does). Packing: the even element of each pair along the
 blocked dim in the low nibble, the odd one in the high nibble; col-wise tiles are transposed in
 registers first so the packed pairs lie along the stored (contiguous) dim.
@@ -39,17 +40,21 @@ E2M1_EMAX = tl.constexpr(2)
 
 @triton.jit
 def encode_e2m1(v):
-    """E2M1 codes (int32 0..15) of fp32 ``v`` already scaled into range (see the module doc)."""
-    mag = tl.abs(v)  # NaN compares false below: code 0
-    below = ((mag > 0.25).to(tl.int32) + (mag > 0.75).to(tl.int32) + (mag > 1.25).to(tl.int32)
-             + (mag > 1.75).to(tl.int32) + (mag > 2.5).to(tl.int32) + (mag > 3.5).to(tl.int32)
-             + (mag > 5.0).to(tl.int32))
-    upto = ((mag >= 0.25).to(tl.int32) + (mag >= 0.75).to(tl.int32) + (mag >= 1.25).to(tl.int32)
-            + (mag >= 1.75).to(tl.int32) + (mag >= 2.5).to(tl.int32) + (mag >= 3.5).to(tl.int32)
-            + (mag >= 5.0).to(tl.int32))
-    code = tl.where((below & 1) == 0, below, upto)
-    neg = (v.to(tl.int32, bitcast=True) < 0) & (v == v)
-    return code + tl.where(neg, 8, 0)
+    """E2M1 codes (int32 0..15) of fp32 ``v`` already scaled into range (see the module doc).
+
+    Integer rounding as ``numerics.encode_fp8`` does it (1 mantissa bit, bias 1): below 1.0 the
+    float add of ``2**22`` rounds (RNE) onto the subnormal grid of 0.5; from 1.0 up the exponent is
+    rebiased and the mantissa rounded to nearest-even on the bits; magnitudes are clamped to 6 first.
+    """
+    a = v.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+    is_nan = a > 0x7F800000
+    a = tl.minimum(a, 0x40C00000)  # 6.0: saturate (Inf too; NaN handled below)
+    sub = (a.to(tl.float32, bitcast=True) + 4194304.0).to(tl.int32, bitcast=True) - (149 << 23)
+    odd = (a >> 22) & 1
+    nrm = (a - (126 << 23) + (1 << 21) - 1 + odd) >> 22
+    code = tl.where(a < 0x3F800000, sub, nrm)
+    neg = (v.to(tl.int32, bitcast=True) < 0) & (~is_nan)
+    return tl.where(is_nan, 0, code + tl.where(neg, 8, 0))
 
 
 @triton.jit

@@ -175,8 +175,8 @@ def _unpad_map(offs: torch.Tensor, offs_pad: torch.Tensor, total: int, limit: in
     return out
 
 
-def _tile(tile: Tile | None, m: int, n: int, gm: int, gn: int, cap_n: int = 1024) -> Tile:
-    tile = tile or common.pick(m, n, gm, gn, cap_n=max(cap_n, gn))
+def _tile(tile: Tile | None, m: int, n: int, gm: int, gn: int, cap_n: int = 1024, mx: bool = False) -> Tile:
+    tile = tile or (common.pick_mx(m, n, gm, gn) if mx else common.pick(m, n, gm, gn, cap_n=max(cap_n, gn)))
     common.check_tile(tile, gm, gn)
     return tile
 
@@ -232,7 +232,7 @@ def _quantize_padded(x, dtype, gran, lens, offs, ax, bs, tile, fp4=False):
     row = ax == 1
     n_ext = data_shape[1] if row else n
     gm, gn = (1, 32) if row else (32, 1)
-    tile = _tile(tile, m_pad, n_ext, gm, gn)
+    tile = _tile(tile, m_pad, n_ext, gm, gn, mx=True)
     # FP4 ignores the FP8 format constexprs (placeholders); E2M1 has its own emax.
     fmt = dict(FMAX=1.0, MB=1, BIAS=1, FNUZ=False, SOFT=False) if fp4 else common.fmt_constexprs(dtype)
     q_row_len = data_shape[1]  # the data's row stride (bytes for FP4)
@@ -291,7 +291,7 @@ def _with_trans(x, dtype, gran, lens, offs, bs, tile, fp4=False):
             m, m_c, n, *x.stride(), common.eps(), BM=tile.block_m, BN=tile.block_n, BS=bs,
             **common.fmt_constexprs(dtype), X_BITS=x_bits, num_warps=tile.num_warps)
     else:
-        tile = _tile(tile, m_c, n_ext, 32, 32, cap_n=128)
+        tile = _tile(tile, m_c, n_ext, 32, 32, mx=True)
         fmt = dict(FMAX=1.0, MB=1, BIAS=1, FNUZ=False, SOFT=False) if fp4 else common.fmt_constexprs(dtype)
         data = (lambda t: t) if fp4 else common.data_arg
         kern.grouped_mx_with_trans_kernel[common.grid(1, m_c, n_ext, tile)](

@@ -40,16 +40,31 @@ def abs_bits(x):
 
 @triton.jit
 def group_max(t, BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr):
-    """``[BM, BN]`` -> ``[BM // GM, BN // GN]``: the max over each ``GM x GN`` group."""
-    t = tl.reshape(t, (BM // GM, GM, BN // GN, GN))
-    return tl.max(tl.max(t, axis=3), axis=1)
+    """``[BM, BN]`` -> ``[BM // GM, BN // GN]``: the max over each ``GM x GN`` group.
+
+    Groups spanning whole rows, whole columns or single elements of the tile reduce without the
+    4-D reshape (which the compiler may lower to a layout conversion through shared memory)."""
+    if GM == 1 and GN == 1:
+        return t
+    elif GM == 1 and GN == BN:
+        return tl.max(t, axis=1, keep_dims=True)
+    elif GM == BM and GN == 1:
+        return tl.max(t, axis=0, keep_dims=True)
+    elif GM == BM and GN == BN:
+        return tl.max(tl.max(t, axis=1, keep_dims=True), axis=0, keep_dims=True)
+    else:
+        t = tl.reshape(t, (BM // GM, GM, BN // GN, GN))
+        return tl.max(tl.max(t, axis=3), axis=1)
 
 
 @triton.jit
 def expand(s, BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr):
     """``[BM // GM, BN // GN]`` -> ``[BM, BN]``: each group's value on each of its elements."""
-    s = tl.broadcast_to(s[:, None, :, None], (BM // GM, GM, BN // GN, GN))
-    return tl.reshape(s, (BM, BN))
+    if (GM == 1 or GM == BM) and (GN == 1 or GN == BN):
+        return tl.broadcast_to(s, (BM, BN))
+    else:
+        s = tl.broadcast_to(s[:, None, :, None], (BM // GM, GM, BN // GN, GN))
+        return tl.reshape(s, (BM, BN))
 
 
 @triton.jit

@@ -72,7 +72,7 @@ def _mx(x: torch.Tensor, dtype: torch.dtype, row_2d: bool, col_2d: bool, tile: T
     x3 = x if nd == 3 else x.unsqueeze(0)
     b, m, n = x3.shape
     m_pad, n_pad = col_data[-1], row_data[-1]
-    tile = tile or common.pick(m_pad, n_pad, MXFP8_BLOCK_SIZE, MXFP8_BLOCK_SIZE, cap_n=128)
+    tile = tile or common.pick_mx(m_pad, n_pad, MXFP8_BLOCK_SIZE, MXFP8_BLOCK_SIZE)
     common.check_tile(tile, MXFP8_BLOCK_SIZE, MXFP8_BLOCK_SIZE)
     xa, x_bits = common.x_arg(x3)
     kernels.mx_with_trans_kernel[common.grid(b, m_pad, n_pad, tile)](
