@@ -4,7 +4,7 @@
 # own time limit, and a failing part does not stop the next.
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normsweep normbench groupedcheck groupedbench
-#        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
+#        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
 #        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbgap hbalgotests accuracy profile
 #        moedispatch nccltests (the last two on the two-GPU kind)
 set -u
@@ -44,7 +44,8 @@ for part in $parts; do
     dispatch) timeout 60 python3 benchmarks/scripts/dispatch_overhead.py --device cuda --prims gemm,grouped_gemm --out "$OUT/dispatch_overhead.json" > "$OUT/dispatch.log" 2>&1; tail -30 "$OUT/dispatch.log" ;;
     quantcheck) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts check,graph --out "$OUT/quant_fp8.json" > "$OUT/quant_fp8.log" 2>&1; tail -30 "$OUT/quant_fp8.log" ;;
     quantsweep) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts sweep --out "$OUT/quant_sweep.json" > "$OUT/quant_sweep.log" 2>&1; tail -30 "$OUT/quant_sweep.log" ;;
-    quantbench) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts bench --shapes 16384x8192 --out "$OUT/quant_bench.json" > "$OUT/quant_bench.log" 2>&1; tail -40 "$OUT/quant_bench.log" ;;
+    quantbench) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts bench --shapes 16384x8192 ${QUANT_BENCH_ARGS:-} --out "$OUT/quant_bench.json" > "$OUT/quant_bench.log" 2>&1; tail -40 "$OUT/quant_bench.log" ;;
+    gquant) timeout 400 python3 benchmarks/scripts/grouped_quant_gpu_check.py --out "$OUT/grouped_quant.json" > "$OUT/grouped_quant.log" 2>&1; tail -30 "$OUT/grouped_quant.log" ;;
     moecheck) timeout 580 python3 benchmarks/scripts/moe_permute_gpu_check.py --out "$OUT/moe_permute.json" > "$OUT/moe_permute.log" 2>&1; tail -30 "$OUT/moe_permute.log" ;;
     attncheck) timeout 400 python3 benchmarks/scripts/attention_gpu_check.py --parts check --out "$OUT/attention_check.json" > "$OUT/attention_check.log" 2>&1; tail -20 "$OUT/attention_check.log" ;;
     attnspeed) timeout 300 python3 benchmarks/scripts/attention_gpu_check.py --parts speed --out "$OUT/attention_speed.json" > "$OUT/attention_speed.log" 2>&1; tail -8 "$OUT/attention_speed.log" ;;

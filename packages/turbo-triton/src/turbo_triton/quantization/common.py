@@ -101,11 +101,14 @@ def around_axis(shape: tuple[int, ...], ax: int) -> tuple[tuple[int, int, int], 
     return (_prod(shape[:ax]), shape[ax], _prod(shape[ax + 1:])), False
 
 
-def _warps(elements: int) -> int:
-    """About 64 elements a thread, at least 4 warps: the H200 sweep (``quant_fp8_gpu_check.py
-    --parts sweep``) found 4 warps on 4096-8192-element tiles 1.2-1.8x faster than 8 or 16 on
-    every column-direction and MX kernel, and equal on the row-direction ones."""
-    return max(4, min(16, elements // 2048))
+def _warps(elements: int, gm: int) -> int:
+    """Warps a program. Groups along the contiguous dim only (``gm == 1``): about 32 elements a
+    thread. Groups spanning rows (column-direction, 2-D, both directions at once): 4 warps, which
+    the H200 sweep (``quant_fp8_gpu_check.py --parts sweep``) measured 1.1-1.8x faster than 8 or
+    16 on 8192-16384-element tiles, while row-direction tiles of 8192 ran best at 8."""
+    if gm == 1:
+        return max(2, min(16, elements // 1024))
+    return 4
 
 
 def pick(m: int, n: int, gm: int, gn: int, *, cap_n: int = 1024, target: int = 8192) -> Tile:
@@ -115,13 +118,13 @@ def pick(m: int, n: int, gm: int, gn: int, *, cap_n: int = 1024, target: int = 8
     target = 16384 if _runtime.interpreting() else target
     bn = max(gn, min(triton.next_power_of_2(max(n, 1)), cap_n, max(1, target // gm)))
     bm = max(gm, min(triton.next_power_of_2(max(m, 1)), max(1, target // bn)))
-    return Tile(bm, bn, _warps(bm * bn))
+    return Tile(bm, bn, _warps(bm * bn, gm))
 
 
 def pick_mx(m: int, n: int, gm: int, gn: int) -> Tile:
-    """MX (and MXFP4) tiles: 32 x 128 for 1 x 32 or 32 x 1 blocks and both directions at once,
-    4 warps (H200 sweep: mx-row 3966 vs 2739 GB/s for 8 x 1024, mx-col 1808 vs 1073 for 32 x 256,
-    with_trans 1951 vs 1172 for 64 x 128)."""
+    """Tiles of MX column-direction and both-direction kernels (and every MXFP4 one): 32 x 128,
+    4 warps (H200 sweep: mx-col 1799 vs 1078 GB/s for 32 x 256 x 8 warps, with_trans 1968 vs
+    1173 for 64 x 128 x 8 warps). MX FP8 row-direction tiles come from :func:`pick` (8 x 1024)."""
     return pick(m, n, gm, gn, cap_n=128, target=4096)
 
 

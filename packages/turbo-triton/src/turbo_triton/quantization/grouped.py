@@ -232,7 +232,7 @@ def _quantize_padded(x, dtype, gran, lens, offs, ax, bs, tile, fp4=False):
     row = ax == 1
     n_ext = data_shape[1] if row else n
     gm, gn = (1, 32) if row else (32, 1)
-    tile = _tile(tile, m_pad, n_ext, gm, gn, mx=True)
+    tile = _tile(tile, m_pad, n_ext, gm, gn, mx=fp4 or not row)  # MX FP8 rows: the row-direction tile
     # FP4 ignores the FP8 format constexprs (placeholders); E2M1 has its own emax.
     fmt = dict(FMAX=1.0, MB=1, BIAS=1, FNUZ=False, SOFT=False) if fp4 else common.fmt_constexprs(dtype)
     q_row_len = data_shape[1]  # the data's row stride (bytes for FP4)

@@ -147,7 +147,7 @@ def _mx(x: torch.Tensor, dtype: torch.dtype, axis: int, use_2d: bool, tile: Tile
     pad = data_shape[-1]
     m_ext, n_ext = (m, pad) if row else (pad, n)
     gm, gn = ((32 if use_2d else 1), 32) if row else (32, (32 if use_2d else 1))
-    tile = tile or common.pick_mx(m_ext, n_ext, gm, gn)
+    tile = tile or (common.pick(m_ext, n_ext, gm, gn) if row else common.pick_mx(m_ext, n_ext, gm, gn))
     common.check_tile(tile, gm, gn)
     rows_out = data_shape[-2]
     xa, x_bits = common.x_arg(x3)
