@@ -306,7 +306,8 @@ def check_all(models):
             k, n = kn_odd[gran]
             check_fwd(gran, odd, k, n, tb, two_d=two_d, tail=7, label=f"{tag}/odd", gen=gen)
             k, n = kn_al
-            variants = [(None, None, "aligned"), ("pointer", None, "aligned-pointer"), (None, SMALL, "aligned-small")]
+            variants = [(None, None, "aligned"), ("pointer", None, "aligned-pointer"), (None, SMALL, "aligned-small"),
+                        ("tma", None, "aligned-m-major")]
             if gran == "BLOCKWISE":
                 variants.append((None, DEFER, "aligned-defer"))
             for path, cfg, lab in variants:
@@ -337,7 +338,8 @@ def check_all(models):
                 return
             k, n = kn_odd[gran]
             check_vark(gran, odd, k, n, tc, label=f"{gran}/odd", gen=gen)
-            variants = [(None, None, "aligned"), ("pointer", None, "aligned-pointer"), (None, SMALL, "aligned-small")]
+            variants = [(None, None, "aligned"), ("pointer", None, "aligned-pointer"), (None, SMALL, "aligned-small"),
+                        ("tma", None, "aligned-m-major")]
             if gran == "BLOCKWISE":
                 variants.append((None, DEFER, "aligned-defer"))
             for path, cfg, lab in variants:

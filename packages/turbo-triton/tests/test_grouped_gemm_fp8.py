@@ -51,7 +51,8 @@ TALL = Fp8GroupedConfig(32, 16, 16, 2, 1, 1)  # wgrad: K=48 is not a multiple of
 # (path, K, N, config): odd sizes on the pointer kernel (K=40 for BLOCKWISE: a partial last block),
 # aligned ones on the TMA kernel
 FWD_PATHS = [("pointer", 45, 33, None), ("tma", 48, 32, SMALL), ("tma", 48, 32, SPLIT)]
-VARK_PATHS = [("pointer", 45, 33, None), ("tma", 48, 32, SMALL), ("tma", 48, 32, TALL)]
+VARK_PATHS = [("pointer", 45, 33, None), ("tma", 48, 32, SMALL), ("tma", 48, 32, TALL),
+              ("tma+kmajor", 48, 32, SMALL), ("tma+kmajor", 48, 32, TALL)]
 
 
 def _ids(paths):
@@ -283,7 +284,7 @@ def test_variable_k_against_float64(gran_id, trans_c, path, k, n, cfg):
     assert torch.count_nonzero(c[1]) == 0, "an empty group gives a zero matrix"
 
 
-@pytest.mark.parametrize("path", ["pointer", "tma"])
+@pytest.mark.parametrize("path", ["pointer", "tma", "tma+kmajor"])
 @pytest.mark.parametrize("trans_c", [False, True], ids=["C", "CT"])
 def test_variable_k_blockwise_unaligned_groups(trans_c, path):
     # group starts that are not multiples of the block size (a broken precondition of the spec's
@@ -324,7 +325,8 @@ def test_variable_k_out_dtypes(path, out_dtype):
 # accumulate into out (the fused wgrad): fp32 and bf16 out, both paths, the output TMA store and
 # the masked one, in both layouts
 ACCUM = [("rowwise", "pointer", None, torch.float32, False), ("blockwise-1d", "tma", SMALL, torch.bfloat16, True),
-         ("tensorwise", "tma", TALL, torch.float32, False), ("blockwise-1d", "pointer", None, torch.float16, True)]
+         ("tensorwise", "tma", TALL, torch.float32, False), ("blockwise-1d", "pointer", None, torch.float16, True),
+         ("rowwise", "tma+kmajor", SMALL, torch.bfloat16, True)]
 
 
 @pytest.mark.parametrize("gran_id,path,cfg,out_dtype,trans_c", ACCUM,

@@ -14,13 +14,16 @@ import torch
 __all__ = ["transpose_last2"]
 
 
-def transpose_last2(x: torch.Tensor) -> torch.Tensor:
+def transpose_last2(x: torch.Tensor, *, row_align: int = 1) -> torch.Tensor:
     """``x.transpose(-1, -2).contiguous()`` for a 2-D or 3-D tensor of 1-byte elements (any strides).
 
     Args:
         x: ``[R, C]`` or ``[B, R, C]``, element size 1 (float8 dtypes, uint8, int8).
+        row_align: the output's rows are stored ``round_up(R, row_align)`` elements apart (a TMA
+            descriptor needs 16-byte row strides); the padding is never read as data.
     Returns:
-        a new contiguous ``[C, R]`` / ``[B, C, R]`` tensor of x's dtype.
+        a new ``[C, R]`` / ``[B, C, R]`` tensor of x's dtype, contiguous when ``R`` is a multiple of
+        ``row_align`` (else a view of the padded storage).
     """
     if x.element_size() != 1 or x.dim() not in (2, 3):
         raise ValueError(f"x: expected a 2-D or 3-D tensor of 1-byte elements, got {x.dtype} {tuple(x.shape)}")
@@ -28,7 +31,8 @@ def transpose_last2(x: torch.Tensor) -> torch.Tensor:
 
     x3 = x if x.dim() == 3 else x.unsqueeze(0)
     b, r, c = x3.shape
-    y3 = torch.empty((b, c, r), dtype=x.dtype, device=x.device)
+    r_pad = -(-r // row_align) * row_align
+    y3 = torch.empty((b, c, r_pad), dtype=x.dtype, device=x.device)[:, :, :r]
     if y3.numel():
         xs, ys = x3.view(torch.uint8), y3.view(torch.uint8)
         block = 64

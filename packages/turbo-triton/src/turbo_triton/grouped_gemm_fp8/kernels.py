@@ -273,22 +273,31 @@ def grouped_gemm_fp8_variable_k_kernel(
 
 
 @triton.jit
+def _vk_tiles(a_desc, b_desc, r0, off_m, off_n, KMAJOR: tl.constexpr):
+    """The chunk's operand tiles as the dot takes them: ``[BLOCK_M, BLOCK_K]`` and ``[BLOCK_K, BLOCK_N]``.
+    KMAJOR: the descriptors are over the transposed copies ``a^T [K, M_total]`` / ``b^T [N, M_total]``."""
+    if KMAJOR:
+        return a_desc.load([off_m, r0]), b_desc.load([off_n, r0]).T
+    else:
+        return a_desc.load([r0, off_m]).T, b_desc.load([r0, off_n])
+
+
+@triton.jit
 def _vk_tma_step(acc, a_desc, b_desc, r0, off_m, off_n, lo, hi, sa_ptrs, km_ok, sb_ptrs, n_ok, s_ar, s_br,
                  MASKED: tl.constexpr, BLOCKWISE: tl.constexpr, BS: tl.constexpr, UPCAST: tl.constexpr,
-                 IMPRECISE: tl.constexpr, BLOCK_K: tl.constexpr):
+                 IMPRECISE: tl.constexpr, BLOCK_K: tl.constexpr, KMAJOR: tl.constexpr):
     """One chunk of rows ``[r0, r0 + BLOCK_K)``; ``MASKED``: only the rows in ``[lo, hi)`` count."""
-    a = a_desc.load([r0, off_m])
-    b = b_desc.load([r0, off_n])
+    a, b = _vk_tiles(a_desc, b_desc, r0, off_m, off_n, KMAJOR)
     if MASKED:
         rows = r0 + tl.arange(0, BLOCK_K)
-        keep = ((rows >= lo) & (rows < hi))[:, None]
-        a = tl.where(keep, a, 0.0)
-        b = tl.where(keep, b, 0.0)
+        keep = (rows >= lo) & (rows < hi)
+        a = tl.where(keep[None, :], a, 0.0)
+        b = tl.where(keep[:, None], b, 0.0)
     if BLOCKWISE:
         rb = tl.cast(r0 // BS, tl.int64)
-        acc = _scaled_step(acc, a.T, b, sa_ptrs + rb * s_ar, km_ok, sb_ptrs + rb * s_br, n_ok, UPCAST)
+        acc = _scaled_step(acc, a, b, sa_ptrs + rb * s_ar, km_ok, sb_ptrs + rb * s_br, n_ok, UPCAST)
     else:
-        acc = _mma(a.T, b, acc, UPCAST, IMPRECISE)
+        acc = _mma(a, b, acc, UPCAST, IMPRECISE)
     return acc
 
 
@@ -300,13 +309,17 @@ def grouped_gemm_fp8_variable_k_tma_kernel(
     BLOCKWISE: tl.constexpr, BS: tl.constexpr, UPCAST: tl.constexpr, IMPRECISE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_PROGRAMS, SUBTILE: tl.constexpr = False, DEFER_SCALE: tl.constexpr = False,
+    KMAJOR: tl.constexpr = False,
 ):
     """Hopper kernel: a ``[M_total, K]`` (block ``[BLOCK_K, BLOCK_M]``) and b ``[M_total, N]`` (block
-    ``[BLOCK_K, BLOCK_N]``) through TMA descriptors, as the bf16 ``grouped_gemm_variable_k_tma_kernel``:
+    ``[BLOCK_K, BLOCK_N]``) through TMA descriptors, or with ``KMAJOR`` their transposed copies
+    ``a^T [K, M_total]`` (block ``[BLOCK_M, BLOCK_K]``) and ``b^T [N, M_total]`` (block
+    ``[BLOCK_N, BLOCK_K]``), as the bf16 ``grouped_gemm_variable_k_tma_kernel``:
     a group's full row chunks stream unmasked; a chunk that reaches outside the group (the last one,
     and for BLOCKWISE with an unaligned group start the first) is masked to it. The output through
-    ``c_desc`` (``C_TMA``) or masked stores. Both operands are M-major here (the contraction runs
-    along their rows): Triton lays them out K-major in shared memory for the FP8 MMA.
+    ``c_desc`` (``C_TMA``) or masked stores. Without KMAJOR both operands are M-major (the contraction
+    runs along their rows), which Hopper's FP8 MMA cannot read directly (a slow path: 53-97 TFLOP/s
+    on the H200); the K-major copies feed it as the forward's operands do.
     ``DEFER_SCALE`` (BLOCKWISE) as in :func:`grouped_gemm_fp8_tma_kernel`, over the unmasked chunks."""
     tiles_m = tl.cdiv(K, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -326,12 +339,13 @@ def grouped_gemm_fp8_variable_k_tma_kernel(
         sb_ptrs = sb_ptr + offs_n.to(tl.int64) * s_bn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         lo = row_start
-        if BLOCKWISE:
-            base = _chunk_base(row_start, BLOCKWISE, BLOCK_K)
-            if base < row_start:  # the group starts inside a chunk: a masked first chunk
-                acc = _vk_tma_step(acc, a_desc, b_desc, base, off_m, off_n, row_start, row_end, sa_ptrs, km_ok,
-                                   sb_ptrs, n_ok, s_ar, s_br, True, BLOCKWISE, BS, UPCAST, IMPRECISE, BLOCK_K)
-                lo = tl.minimum(base + BLOCK_K, row_end)
+        base = _chunk_base(row_start, BLOCKWISE, BLOCK_K)
+        if KMAJOR:  # the rows are the descriptors' inner dim: a load must start 16-byte aligned
+            base = row_start - row_start % BLOCK_K
+        if base < row_start:  # the group starts inside a chunk: a masked first chunk
+            acc = _vk_tma_step(acc, a_desc, b_desc, base, off_m, off_n, row_start, row_end, sa_ptrs, km_ok,
+                               sb_ptrs, n_ok, s_ar, s_br, True, BLOCKWISE, BS, UPCAST, IMPRECISE, BLOCK_K, KMAJOR)
+            lo = tl.minimum(base + BLOCK_K, row_end)
         full = (row_end - lo) // BLOCK_K
         if DEFER_SCALE:
             prev = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -339,7 +353,8 @@ def grouped_gemm_fp8_variable_k_tma_kernel(
             sb_prev = tl.zeros((BLOCK_N,), dtype=tl.float32)
             for ki in range(0, full):
                 r0 = lo + ki * BLOCK_K
-                part = _product(a_desc.load([r0, off_m]).T, b_desc.load([r0, off_n]), UPCAST)
+                a_t, b_t = _vk_tiles(a_desc, b_desc, r0, off_m, off_n, KMAJOR)
+                part = _product(a_t, b_t, UPCAST)
                 acc += prev * sa_prev[:, None] * sb_prev[None, :]
                 rb = tl.cast(r0 // BS, tl.int64)
                 prev = part
@@ -349,11 +364,12 @@ def grouped_gemm_fp8_variable_k_tma_kernel(
         else:
             for ki in range(0, full):
                 acc = _vk_tma_step(acc, a_desc, b_desc, lo + ki * BLOCK_K, off_m, off_n, lo, row_end, sa_ptrs,
-                                   km_ok, sb_ptrs, n_ok, s_ar, s_br, False, BLOCKWISE, BS, UPCAST, IMPRECISE, BLOCK_K)
+                                   km_ok, sb_ptrs, n_ok, s_ar, s_br, False, BLOCKWISE, BS, UPCAST, IMPRECISE, BLOCK_K,
+                                   KMAJOR)
         r0 = lo + full * BLOCK_K
         if r0 < row_end:
             acc = _vk_tma_step(acc, a_desc, b_desc, r0, off_m, off_n, lo, row_end, sa_ptrs, km_ok,
-                               sb_ptrs, n_ok, s_ar, s_br, True, BLOCKWISE, BS, UPCAST, IMPRECISE, BLOCK_K)
+                               sb_ptrs, n_ok, s_ar, s_br, True, BLOCKWISE, BS, UPCAST, IMPRECISE, BLOCK_K, KMAJOR)
         acc = _epilogue_scales(acc, sa_ptrs, km_ok, sb_ptrs, n_ok, BLOCKWISE)
         if C_TMA:
             if TRANS_C:
