@@ -211,15 +211,11 @@ TILE_CASES = [
     ("BLOCKWISE", None, 16, R2D, Tile(16, 16)),
     ("MX_BLOCKWISE", -2, 32, R0, Tile(32, 4)),
     ("MX_BLOCKWISE", -1, 32, R0, Tile(4, 32)),
-    # the chunked column walk: 4-row and 16-row chunks (one chunk = the whole tile)
-    ("BLOCKWISE", 0, 16, R0, Tile(16, 8, chunk_m=4)),
-    ("BLOCKWISE", 0, 16, R0, Tile(16, 32, chunk_m=16)),
 ]
 
 
 @pytest.mark.parametrize("gran,axis,bs,recipe,tile", TILE_CASES,
-                         ids=[f"{g}-{a}-{t.block_m}x{t.block_n}{f'c{t.chunk_m}' if t.chunk_m else ''}"
-                              for g, a, _, _, t in TILE_CASES])
+                         ids=[f"{g}-{a}-{t.block_m}x{t.block_n}" for g, a, _, _, t in TILE_CASES])
 def test_quantize_small_tiles(gran, axis, bs, recipe, tile):
     _check_quantize(_quant_args(_input((2, 37, 45), seed=13), E4M3, gran, axis, bs, recipe), tile)
 
@@ -335,7 +331,6 @@ def test_with_trans_bit_identical_to_reference(gran, bs, recipe, recipe_t, shape
 
 
 @pytest.mark.parametrize("gran,bs,tile", [("BLOCKWISE", 16, Tile(16, 32)), ("BLOCKWISE", 8, Tile(32, 8)),
-                                          ("BLOCKWISE", 16, Tile(16, 16, chunk_m=4)),
                                           ("MX_BLOCKWISE", 32, Tile(32, 64)), ("MX_BLOCKWISE", 32, Tile(64, 32))])
 def test_with_trans_small_tiles_nan_inf_non_contiguous(gran, bs, tile):
     x = _input((90, 37), torch.float32, seed=41).t()
@@ -439,10 +434,3 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
 def test_bad_tile_is_an_error():
     with pytest.raises(ValueError, match="tile.block_n"):
         quantize.quantize_fp8(_quant_args(torch.ones(8, 64), E4M3, "BLOCKWISE", -1, 32), Tile(4, 16))
-    with pytest.raises(ValueError, match="tile.chunk_m"):  # the chunked walk needs block_m == the group's rows
-        quantize.quantize_fp8(_quant_args(torch.ones(64, 8), E4M3, "BLOCKWISE", 0, 16), Tile(32, 8, chunk_m=4))
-    with pytest.raises(ValueError, match="tile.chunk_m"):
-        quantize.quantize_fp8(_quant_args(torch.ones(64, 8), E4M3, "BLOCKWISE", 0, 16), Tile(16, 8, chunk_m=3))
-    with pytest.raises(ValueError, match="tile.block_n"):
-        quantize_with_trans.quantize_fp8_with_trans(QuantizeFp8WithTransArgs(torch.ones(32, 32), E4M3, "BLOCKWISE", 16),
-                                                    Tile(16, 32, chunk_m=4))

@@ -31,16 +31,11 @@ MAX_BLOCK_2D = 128
 
 @dataclass(frozen=True)
 class Tile:
-    """``block_m x block_n`` elements a program (powers of two, multiples of the scale group).
-
-    ``chunk_m`` (column-direction BLOCKWISE kernels, whose groups span the tile's rows): when set,
-    the tile is walked in ``chunk_m``-row chunks twice (the column amax, then the cast; the second
-    read hits L2) instead of being held in registers whole."""
+    """``block_m x block_n`` elements a program (powers of two, multiples of the scale group)."""
 
     block_m: int
     block_n: int
     num_warps: int = 4
-    chunk_m: int = 0
 
 
 def soft() -> bool:
@@ -137,10 +132,6 @@ def check_tile(tile: Tile, gm: int, gn: int) -> None:
     for name, v, g in (("block_m", tile.block_m, gm), ("block_n", tile.block_n, gn)):
         if v <= 0 or v & (v - 1) or v % g:
             raise ValueError(f"tile.{name}: expected a power of two multiple of the scale group ({g}), got {v}")
-    c = tile.chunk_m
-    if c and (c & (c - 1) or tile.block_m % c or tile.block_m != gm):
-        raise ValueError(f"tile.chunk_m: expected a power of two dividing block_m, with block_m equal to the "
-                         f"group's rows ({gm}); got chunk_m={c}, block_m={tile.block_m}")
 
 
 def device_reason(x: torch.Tensor, fp8_dtype: torch.dtype) -> str | None:

@@ -15,8 +15,6 @@ divide the tile), so a tile holds whole groups and is read from memory once:
   (col-wise, written transposed), or 32x32 tiles; the grid covers the zero padding to 128.
 * ``blockwise_with_trans_kernel`` / ``mx_with_trans_kernel``: both directions from one read of
   each tile (row copy and column copy with their own scales).
-* ``quant_cols_chunked_kernel`` / ``blockwise_with_trans_chunked_kernel``: the column-direction
-  BLOCKWISE kernels walking the tile in row chunks, twice (``Tile.chunk_m``).
 * ``dequant_kernel`` / ``mx_dequant_kernel``: ``q * scale_inv`` with the scale gathered per
   element, output strides given (the MX col-wise data comes back transposed).
 
@@ -70,33 +68,6 @@ def quant_groups_kernel(x_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_m,
     q_offs = b * M * N + rows[:, None] * N + cols[None, :]
     _fp32_groups(x, rows, cols, mask, tm, tn, M, N, q_ptr, q_offs, s_ptr + b * ss_b, ss_m, ss_n,
                  eps, BM, BN, GM, GN, FMAX, MB, BIAS, FNUZ, SOFT)
-
-
-@triton.jit
-def quant_cols_chunked_kernel(x_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_m, ss_n, eps,
-                              BM: tl.constexpr, BN: tl.constexpr, CH: tl.constexpr,
-                              FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
-                              SOFT: tl.constexpr, X_BITS: tl.constexpr):
-    """``BM x 1`` groups (a column of the tile each): the tile walked in ``CH``-row chunks, once for
-    the column amax and once for the cast (the second read comes from L2), so no cross-warp
-    reduction of a whole tile and few registers. Same results as ``quant_groups_kernel``."""
-    b, tm, tn, rows, cols = tile_of(tl.program_id(0), M, N, BM, BN)
-    col_ok = cols < N
-    x_base = x_ptr + b * sx_b + cols[None, :] * sx_n
-    amax = tl.zeros((BN,), dtype=tl.int32)
-    for r0 in tl.static_range(0, BM, CH):
-        rr = tm.to(tl.int64) * BM + r0 + tl.arange(0, CH)
-        mask = (rr < M)[:, None] & col_ok[None, :]
-        x = load_f32(x_base + rr[:, None] * sx_m, mask, X_BITS)
-        amax = tl.maximum(amax, tl.max(abs_bits(x), axis=0))
-    scale, s_inv = fp32_scale(amax, eps, FMAX)
-    tl.store(s_ptr + b * ss_b + tm.to(tl.int64) * ss_m + cols * ss_n, s_inv, mask=col_ok)
-    for r0 in tl.static_range(0, BM, CH):
-        rr = tm.to(tl.int64) * BM + r0 + tl.arange(0, CH)
-        mask = (rr < M)[:, None] & col_ok[None, :]
-        x = load_f32(x_base + rr[:, None] * sx_m, mask, X_BITS)
-        q = to_fp8(x * scale[None, :], q_ptr, FMAX, MB, BIAS, FNUZ, SOFT)
-        tl.store(q_ptr + b * M * N + rr[:, None] * N + cols[None, :], q, mask=mask)
 
 
 @triton.jit
@@ -218,39 +189,6 @@ def blockwise_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, sx_
                  BM, BN, 1, BS, FMAX, MB, BIAS, FNUZ, SOFT)
     _fp32_groups(x, rows, cols, mask, tm, tn, M, N, qc_ptr, q_offs, sc_ptr, N, 1, eps,
                  BM, BN, BS, 1, FMAX, MB, BIAS, FNUZ, SOFT)
-
-
-@triton.jit
-def blockwise_with_trans_chunked_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, sx_m, sx_n, eps,
-                                        BS: tl.constexpr, CH: tl.constexpr,
-                                        FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr,
-                                        FNUZ: tl.constexpr, SOFT: tl.constexpr, X_BITS: tl.constexpr):
-    """``blockwise_with_trans_kernel`` on ``BS x BS`` tiles walked in ``CH``-row chunks: the first walk
-    writes the row copy (each chunk row is a whole ``1 x BS`` block) and takes the column amax, the
-    second (from L2) writes the column copy. Same results."""
-    b, tm, tn, rows, cols = tile_of(tl.program_id(0), M, N, BS, BS)
-    col_ok = cols < N
-    x_base = x_ptr + cols[None, :] * sx_n
-    amax = tl.zeros((BS,), dtype=tl.int32)
-    for r0 in tl.static_range(0, BS, CH):
-        rr = tm.to(tl.int64) * BS + r0 + tl.arange(0, CH)
-        row_ok = rr < M
-        mask = row_ok[:, None] & col_ok[None, :]
-        x = load_f32(x_base + rr[:, None] * sx_m, mask, X_BITS)
-        bits = abs_bits(x)
-        r_scale, r_inv = fp32_scale(tl.max(bits, axis=1), eps, FMAX)
-        tl.store(sr_ptr + rr * tl.cdiv(N, BS) + tn, r_inv, mask=row_ok)
-        q = to_fp8(x * r_scale[:, None], qr_ptr, FMAX, MB, BIAS, FNUZ, SOFT)
-        tl.store(qr_ptr + rr[:, None] * N + cols[None, :], q, mask=mask)
-        amax = tl.maximum(amax, tl.max(bits, axis=0))
-    c_scale, c_inv = fp32_scale(amax, eps, FMAX)
-    tl.store(sc_ptr + tm.to(tl.int64) * N + cols, c_inv, mask=col_ok)
-    for r0 in tl.static_range(0, BS, CH):
-        rr = tm.to(tl.int64) * BS + r0 + tl.arange(0, CH)
-        mask = (rr < M)[:, None] & col_ok[None, :]
-        x = load_f32(x_base + rr[:, None] * sx_m, mask, X_BITS)
-        q = to_fp8(x * c_scale[None, :], qc_ptr, FMAX, MB, BIAS, FNUZ, SOFT)
-        tl.store(qc_ptr + rr[:, None] * N + cols[None, :], q, mask=mask)
 
 
 @triton.jit

@@ -55,12 +55,6 @@ def _launch_groups(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, gm: int,
     tile = tile or common.pick(m, n, gm, gn, cap_n=max(gn, 1024))
     common.check_tile(tile, gm, gn)
     xa, x_bits = common.x_arg(x3)
-    if tile.chunk_m and gn == 1:  # column groups spanning the tile: the chunked walk
-        kernels.quant_cols_chunked_kernel[common.grid(b, m, n, tile)](
-            xa, common.data_arg(q), s3, m, n, *x3.stride(), *s3.stride(), common.eps(),
-            BM=tile.block_m, BN=tile.block_n, CH=tile.chunk_m, **common.fmt_constexprs(dtype), X_BITS=x_bits,
-            num_warps=tile.num_warps)
-        return
     kernels.quant_groups_kernel[common.grid(b, m, n, tile)](
         xa, common.data_arg(q), s3, m, n, *x3.stride(), *s3.stride(), common.eps(),
         BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, **common.fmt_constexprs(dtype), X_BITS=x_bits,

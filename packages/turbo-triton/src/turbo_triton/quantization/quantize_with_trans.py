@@ -49,13 +49,6 @@ def _blockwise(x: torch.Tensor, dtype: torch.dtype, bs: int, tile: Tile | None):
     tile = tile or common.pick(m, n, bs, bs)
     common.check_tile(tile, bs, bs)
     xa, x_bits = common.x_arg(x)
-    if tile.chunk_m:  # one bs x bs tile walked in row chunks (check_tile: block_m == bs)
-        if tile.block_n != bs:
-            raise ValueError(f"tile.block_n: the chunked with_trans kernel takes bs x bs tiles ({bs}), got {tile.block_n}")
-        kernels.blockwise_with_trans_chunked_kernel[common.grid(1, m, n, tile)](
-            xa, common.data_arg(q_row), s_row, common.data_arg(q_col), s_col, m, n, *x.stride(), common.eps(),
-            BS=bs, CH=tile.chunk_m, **common.fmt_constexprs(dtype), X_BITS=x_bits, num_warps=tile.num_warps)
-        return q_row, s_row, q_col, s_col
     kernels.blockwise_with_trans_kernel[common.grid(1, m, n, tile)](
         xa, common.data_arg(q_row), s_row, common.data_arg(q_col), s_col, m, n, *x.stride(), common.eps(),
         BM=tile.block_m, BN=tile.block_n, BS=bs, **common.fmt_constexprs(dtype), X_BITS=x_bits,
