@@ -262,7 +262,13 @@ def record(kind, ok, **row):
         log("FAIL", kind, row)
 
 
-def _run_check(kind, args, want, run, path, cfg, upcast, label, tail):
+#: The opt-in unpromoted FP8 sum (``precise_acc=False``, ``TURBO_TRITON_FP8_FAST_ACCUM=1``) at a long K,
+#: fp32 out: gated at the error ``torch._scaled_mm(use_fast_accum=True)`` shows on the same kind of inputs
+#: (up to 1e-2, benchmarks/gemm-fp8-h200-2026-11-30.md), not at the promoted sum's 2e-3.
+UNPROMOTED_GATE = 1e-2
+
+
+def _run_check(kind, args, want, run, path, cfg, upcast, label, tail, gate=None):
     used = path or (gl.variable_k_kernel_path(args) if kind == "vark" else gl.kernel_path(args, cfg))
     out_dtype = args.out.dtype if kind == "vark" and args.out is not None else args.out_dtype
     info = dict(label=label, gran=str(args.granularity), a=str(args.a.dtype)[6:], b=str(args.b.dtype)[6:],
@@ -278,7 +284,8 @@ def _run_check(kind, args, want, run, path, cfg, upcast, label, tail):
         return
     err, finite = errors(c, want)
     tail_zero = bool((c[c.shape[0] - tail:] == 0).all()) if kind == "fwd" and tail else True
-    record(kind, finite and tail_zero and err < GATE[out_dtype], **info, rel_err=err, finite=finite,
+    gate = GATE[out_dtype] if gate is None else gate
+    record(kind, finite and tail_zero and err < gate, **info, rel_err=err, gate=gate, finite=finite,
            tail_zero=tail_zero)
 
 
@@ -329,7 +336,7 @@ def check_all(models):
             arch, sms = gl._device_facts(args.a)
             cfg = configs.pick_fwd(arch, args.a.shape[0], 256, k, 3, sms, 4, None)
             _run_check("fwd", args, want, gl.grouped_gemm_fp8, None, replace(cfg, precise_acc=pa), None,
-                       f"{gran}/precise_acc={pa}/K{k}", 0)
+                       f"{gran}/precise_acc={pa}/K{k}", 0, gate=None if pa else UNPROMOTED_GATE)
     log(f"forward checks: {len(RESULTS['checks'])} run, {sum(not r['ok'] for r in RESULTS['checks'])} failed")
     save()
     for gran in ("TENSORWISE", "ROWWISE", "BLOCKWISE"):
