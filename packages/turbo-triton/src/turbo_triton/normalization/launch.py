@@ -20,6 +20,7 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 FWD_WHOLE_ROW_MAX = 32768
 BWD_WHOLE_ROW_MAX = 16384
 
+
 @dataclass(frozen=True)
 class RowConfig:
     """Tile of one program: ``block_m`` rows x ``block_n`` columns (``block_n < H``: the row is
