@@ -59,22 +59,15 @@ def measure(fn: Callable, input_sets: Sequence, *, warmup: int = 10, iters: int 
         raise TypeError("input_sets[0]: no tensor among the inputs, so the device to time on is unknown "
                         "(put a tensor of the inputs in each set, e.g. (anchor, args))")
     cuda = first.device.type == "cuda"
-    hold = cuda and QUEUE_AHEAD
     n = len(input_sets)
-    timed_tail = min(3, warmup) if hold else 0  # the last warm-up calls also give a call's host time
-    for i in range(warmup - timed_tail):
+    for i in range(warmup):
         fn(*input_sets[i % n])
-    if timed_tail:
-        host_ms = _host_ms(fn, input_sets, range(warmup - timed_tail, warmup))
     samples: list[float] = []
     if cuda:
         torch.cuda.synchronize()
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-        if hold:
-            if not timed_tail:  # no warm-up: a few extra calls measure it
-                host_ms = _host_ms(fn, input_sets, range(min(3, iters)))
-                torch.cuda.synchronize()
-            _hold(host_ms, iters)
+        if QUEUE_AHEAD:
+            _hold(fn, input_sets, iters)
         for i, (start, end) in enumerate(events):
             start.record()
             fn(*input_sets[i % n])
@@ -89,17 +82,14 @@ def measure(fn: Callable, input_sets: Sequence, *, warmup: int = 10, iters: int 
     return Timing(statistics.median(samples), _quantile(samples, 0.1), _quantile(samples, 0.9), len(samples))
 
 
-def _host_ms(fn: Callable, input_sets: Sequence, calls: range) -> float:
-    """Host milliseconds a call of ``fn`` (the ``calls``-th input sets), enqueued after a synchronize."""
-    torch.cuda.synchronize()
+def _hold(fn: Callable, input_sets: Sequence, iters: int) -> None:
+    """Enqueue a sleep kernel covering 1.5x the host time of ``iters`` calls (measured on a few
+    calls that are synchronized after), so the timed calls queue up behind it."""
+    probe = min(3, iters)
     t0 = time.perf_counter()
-    for i in calls:
+    for i in range(probe):
         fn(*input_sets[i % len(input_sets)])
-    return (time.perf_counter() - t0) * 1e3 / len(calls)
-
-
-def _hold(host_ms: float, iters: int) -> None:
-    """Enqueue a sleep kernel covering 1.5x the host time of ``iters`` calls, so that the timed
-    calls queue up behind it."""
+    host_ms = (time.perf_counter() - t0) * 1e3 / probe
+    torch.cuda.synchronize()
     hold_ms = min(_MAX_HOLD_MS, 1.5 * host_ms * iters + 0.2)
     torch.cuda._sleep(int(hold_ms * _CYCLES_PER_MS))
