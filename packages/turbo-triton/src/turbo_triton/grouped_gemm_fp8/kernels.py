@@ -202,10 +202,13 @@ def grouped_gemm_fp8_tma_kernel(
 
 
 @triton.jit
-def _chunk_base(row_start, BLOCKWISE: tl.constexpr, BLOCK_K: tl.constexpr):
+def _chunk_base(row_start, BLOCKWISE: tl.constexpr, BLOCK_K: tl.constexpr, KMAJOR: tl.constexpr = False):
     """The first row of a group's first chunk: the group's first row, rounded down to a multiple of
-    ``BLOCK_K`` for BLOCKWISE (a chunk never straddles two scale blocks)."""
+    ``BLOCK_K`` for BLOCKWISE (a chunk never straddles two scale blocks) and for KMAJOR operands (the
+    rows are the descriptors' inner dim, where a TMA load must start 16-byte aligned)."""
     if BLOCKWISE:
+        return row_start - row_start % BLOCK_K
+    elif KMAJOR:
         return row_start - row_start % BLOCK_K
     else:
         return row_start
@@ -339,9 +342,7 @@ def grouped_gemm_fp8_variable_k_tma_kernel(
         sb_ptrs = sb_ptr + offs_n.to(tl.int64) * s_bn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         lo = row_start
-        base = _chunk_base(row_start, BLOCKWISE, BLOCK_K)
-        if KMAJOR:  # the rows are the descriptors' inner dim: a load must start 16-byte aligned
-            base = row_start - row_start % BLOCK_K
+        base = _chunk_base(row_start, BLOCKWISE, BLOCK_K, KMAJOR)
         if base < row_start:  # the group starts inside a chunk: a masked first chunk
             acc = _vk_tma_step(acc, a_desc, b_desc, base, off_m, off_n, row_start, row_end, sa_ptrs, km_ok,
                                sb_ptrs, n_ok, s_ar, s_br, True, BLOCKWISE, BS, UPCAST, IMPRECISE, BLOCK_K, KMAJOR)

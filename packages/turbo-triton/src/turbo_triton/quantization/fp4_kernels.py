@@ -53,7 +53,7 @@ def encode_e2m1(v):
     odd = (a >> 22) & 1
     nrm = (a - (126 << 23) + (1 << 21) - 1 + odd) >> 22
     code = tl.where(a < 0x3F800000, sub, nrm)
-    neg = (v.to(tl.int32, bitcast=True) < 0) & (~is_nan)
+    neg = v.to(tl.int32, bitcast=True) < 0
     return tl.where(is_nan, 0, code + tl.where(neg, 8, 0))
 
 
