@@ -53,9 +53,11 @@ TILE_ENV = "TURBO_TRITON_ATTN_TILES"
 #: Sweep candidates per head dim and kernel: (block_m, block_n, num_warps, num_stages).
 CANDIDATES = {
     128: {"fwd": [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3),
-                  (128, 32, 4, 4)],
-          "dkdv": [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 128, 4, 2)],
-          "dq": [(128, 64, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2)]},
+                  (128, 32, 4, 4), (64, 64, 4, 2), (64, 128, 4, 2), (128, 64, 8, 2), (64, 32, 4, 3)],
+          "dkdv": [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 128, 4, 2),
+                   (32, 64, 4, 3), (64, 64, 4, 2)],
+          "dq": [(128, 64, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 64, 4, 2),
+                 (64, 128, 8, 2)]},
     64: {"fwd": [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3)],
          "dkdv": [(64, 128, 8, 2), (64, 64, 4, 3), (128, 128, 8, 2)],
          "dq": [(128, 64, 8, 2), (64, 64, 4, 3), (128, 128, 8, 2)]},
@@ -197,8 +199,8 @@ def _fell_back(kernel: str, d: int, tile: tuple) -> tuple | None:
     return None
 
 
-def _sweep_case(args, d: int, causal: bool):
-    seq = 32 if args.quick else args.seq
+def _sweep_case(args, d: int, causal: bool, seq: int):
+    seq = 32 if args.quick else seq
     heads = 2 if args.quick else 2048 // d
     batch = max(1, (32 if args.quick else 16384) // seq)
     return (suite.AttnCase("sweep", None, "fwd", batch, seq, seq, heads, heads, d, d, causal),
@@ -247,8 +249,9 @@ def best_tiles(rows: list[dict], current: dict) -> dict:
     best: dict = {}
     for kernel in ("fwd", "dkdv", "dq"):
         key = _score_key(kernel)
-        for d in sorted({r["d"] for r in rows if r["kernel"] == kernel}):
-            mine = [r for r in rows if r["kernel"] == kernel and r["d"] == d]
+        groups = sorted({(r["d"], r["seq"]) for r in rows if r["kernel"] == kernel})
+        for d, seq in groups:
+            mine = [r for r in rows if r["kernel"] == kernel and r["d"] == d and r["seq"] == seq]
             masks = sorted({r["causal"] for r in mine})
             times: dict[tuple, dict] = {}
             for r in mine:
@@ -266,7 +269,8 @@ def best_tiles(rows: list[dict], current: dict) -> dict:
                                   for m in masks},
                      "current": list(cur), "current_geomean_ms": scored.get(cur),
                      "speedup_vs_current": scored[cur] / scored[win] if cur in scored else None}
-            best.setdefault(kernel, {})[str(d)] = entry
+            several = len({g[1] for g in groups if g[0] == d}) > 1
+            best.setdefault(kernel, {})[f"{d}@{seq}" if several else str(d)] = entry
     return best
 
 
@@ -276,29 +280,28 @@ def run_sweep(args, env: dict) -> int:
     current = {d: _current_tiles(d) for d in args.dims}
     data = {"environment": env, "current_tiles": {str(d): current[d] for d in args.dims}, "sweep": rows, "best": {}}
     deadline = T0 + args.max_minutes * 60
-    for d in args.dims:
-        for causal in (False, True):
-            cases = dict(zip(("fwd", "bwd"), _sweep_case(args, d, causal), strict=True))
-            inputs = suite.make_inputs(cases["bwd"], args.device, torch.bfloat16, gen)
-            sets = {p: dict(inputs) for p in cases}  # the same tensors; each holds its reference's scales
-            refs = {p: suite.reference(cases[p], sets[p]) for p in cases}
-            for kernel in ("fwd", "dkdv", "dq"):
-                cands = list(dict.fromkeys([*CANDIDATES.get(d, CANDIDATES[128])[kernel], current[d][kernel]]))
-                for tile in cands:
-                    if time.time() > deadline:
-                        log(f"--max-minutes {args.max_minutes} reached: d={d} causal={causal} {kernel} {tile} "
-                            "and later not run")
-                        data["stopped_before"] = {"d": d, "causal": causal, "kernel": kernel, "tile": list(tile)}
-                        data["best"] = best_tiles(rows, current)
-                        save(args.out, data)
-                        return _finish_sweep(args, data, rows, current)
-                    row = _measure_config(args, cases, sets, refs, kernel, tile)
-                    rows.append(row)
-                    times = {k: round(v, 3) for k, v in row.items() if k.endswith("_ms")}
-                    log(f"d={d} {'causal' if causal else 'full'} {kernel} {tile}: {row['status']} {times}")
+    for d, seq, causal in [(d, seq, causal) for d in args.dims for seq in args.seq for causal in (False, True)]:
+        cases = dict(zip(("fwd", "bwd"), _sweep_case(args, d, causal, seq), strict=True))
+        inputs = suite.make_inputs(cases["bwd"], args.device, torch.bfloat16, gen)
+        sets = {p: dict(inputs) for p in cases}  # the same tensors; each holds its reference's scales
+        refs = {p: suite.reference(cases[p], sets[p]) for p in cases}
+        for kernel in args.kernels:
+            cands = list(dict.fromkeys([*CANDIDATES.get(d, CANDIDATES[128])[kernel], current[d][kernel]]))
+            for tile in cands:
+                if time.time() > deadline:
+                    log(f"--max-minutes {args.max_minutes} reached: d={d} causal={causal} {kernel} {tile} "
+                        "and later not run")
+                    data["stopped_before"] = {"d": d, "seq": seq, "causal": causal, "kernel": kernel, "tile": list(tile)}
                     data["best"] = best_tiles(rows, current)
                     save(args.out, data)
-            del inputs, sets, refs
+                    return _finish_sweep(args, data, rows, current)
+                row = _measure_config(args, cases, sets, refs, kernel, tile)
+                rows.append(row)
+                times = {k: round(v, 3) for k, v in row.items() if k.endswith("_ms")}
+                log(f"d={d} s={seq} {'causal' if causal else 'full'} {kernel} {tile}: {row['status']} {times}")
+                data["best"] = best_tiles(rows, current)
+                save(args.out, data)
+        del inputs, sets, refs
     return _finish_sweep(args, data, rows, current)
 
 
@@ -328,7 +331,11 @@ def main() -> int:
     p.add_argument("--include-reference", action="store_true", help="suite: also the TORCH reference (slow)")
     p.add_argument("--tokens", type=int, default=None, help="suite: batch x seq (default 16384)")
     p.add_argument("--dims", nargs="*", type=int, default=[128, 64, 256], help="sweep: head dims, in this order")
-    p.add_argument("--seq", type=int, default=4096, help="sweep: sequence length (batch 16384 / seq)")
+    p.add_argument("--seq", type=int, nargs="+", default=[4096],
+                   help="sweep: sequence lengths (batch 16384 / seq each); with several, the best tiles are "
+                        "reported per length (keys 'd@seq')")
+    p.add_argument("--kernels", nargs="+", default=["fwd", "dkdv", "dq"], choices=["fwd", "dkdv", "dq"],
+                   help="sweep: the kernels to sweep")
     p.add_argument("--warmup", type=int, default=None, help="default 10 (sweep 5)")
     p.add_argument("--iters", type=int, default=None, help="default 50 (sweep 20)")
     p.add_argument("--max-minutes", type=float, default=9.0)

@@ -51,7 +51,7 @@ for part in $parts; do
     attnspeed) timeout 300 python3 benchmarks/scripts/attention_gpu_check.py --parts speed --out "$OUT/attention_speed.json" > "$OUT/attention_speed.log" 2>&1; tail -8 "$OUT/attention_speed.log" ;;
     routerfp4) timeout 300 python3 benchmarks/scripts/router_fp4_gpu_check.py --out "$OUT/router_fp4.json" > "$OUT/router_fp4.log" 2>&1; tail -30 "$OUT/router_fp4.log" ;;
     attnbench) timeout 580 python3 benchmarks/scripts/attention_h200.py --out "$OUT/attention_bench.json" --max-minutes ${ATTN_MINUTES:-8.5} ${ATTN_MODELS:+--models $ATTN_MODELS} > "$OUT/attention_bench.log" 2>&1; tail -40 "$OUT/attention_bench.log" ;;
-    attntiles) timeout 580 python3 benchmarks/scripts/attention_h200.py --sweep --out "$OUT/attention_tiles.json" --max-minutes 8.5 > "$OUT/attention_tiles.log" 2>&1; tail -30 "$OUT/attention_tiles.log" ;;
+    attntiles) timeout 580 python3 benchmarks/scripts/attention_h200.py --sweep --out "$OUT/attention_tiles.json" --max-minutes ${ATTN_MINUTES:-8.5} ${ATTN_SWEEP_ARGS:-} > "$OUT/attention_tiles.log" 2>&1; tail -30 "$OUT/attention_tiles.log" ;;
     hipblaslt) timeout 580 python3 benchmarks/scripts/hipblaslt_gpu_check.py --out "$OUT/hipblaslt_gpu_check.json" ${HIPBLASLT_PARTS:+--parts $HIPBLASLT_PARTS} > "$OUT/hipblaslt_gpu_check.log" 2>&1; tail -40 "$OUT/hipblaslt_gpu_check.log" ;;
     attnfp8) timeout 580 python3 benchmarks/scripts/attention_fp8_gpu_check.py --parts ${ATTN_FP8_PARTS:-check,speed} --out "$OUT/attention_fp8.json" > "$OUT/attention_fp8.log" 2>&1; tail -30 "$OUT/attention_fp8.log" ;;
     tunegemm) timeout 580 python3 benchmarks/scripts/tune_gemm_h200.py --out "$OUT/sm90.json" --tune-seconds 180 --check-seconds 60 > "$OUT/tune.log" 2>&1; tail -30 "$OUT/tune.log" ;;
