@@ -50,17 +50,19 @@ from turbo_core.bench.suites import attention as suite
 T0 = time.time()
 TILE_ENV = "TURBO_TRITON_ATTN_TILES"
 
-#: Sweep candidates per head dim and kernel: (block_m, block_n, num_warps, num_stages).
+#: Sweep candidates per head dim and kernel: (block_m, block_n, num_warps, num_stages[, warp_specialize]).
 CANDIDATES = {
     128: {"fwd": [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3),
-                  (128, 32, 4, 4), (64, 64, 4, 2), (64, 128, 4, 2), (128, 64, 8, 2), (64, 32, 4, 3)],
+                  (128, 32, 4, 4), (64, 64, 4, 2), (64, 128, 4, 2), (128, 64, 8, 2), (64, 32, 4, 3),
+                  (64, 64, 4, 4), (128, 128, 8, 3, 1), (128, 64, 8, 3, 1), (64, 64, 4, 3, 1)],
           "dkdv": [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 128, 4, 2),
                    (32, 64, 4, 3), (64, 64, 4, 2)],
           "dq": [(128, 64, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 64, 4, 2),
                  (64, 128, 8, 2)]},
-    64: {"fwd": [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3)],
-         "dkdv": [(64, 128, 8, 2), (64, 64, 4, 3), (128, 128, 8, 2)],
-         "dq": [(128, 64, 8, 2), (64, 64, 4, 3), (128, 128, 8, 2)]},
+    64: {"fwd": [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3, 1),
+                 (64, 64, 4, 3, 1), (64, 64, 4, 4)],
+         "dkdv": [(64, 128, 8, 2), (64, 64, 4, 3), (128, 128, 8, 2), (64, 64, 4, 2), (32, 64, 4, 3)],
+         "dq": [(128, 64, 8, 2), (64, 64, 4, 3), (128, 128, 8, 2), (64, 64, 4, 2), (128, 32, 4, 3)]},
     256: {"fwd": [(128, 64, 8, 2), (64, 64, 4, 3), (128, 32, 8, 2), (64, 64, 8, 2)],
           "dkdv": [(32, 64, 4, 2), (64, 64, 8, 2), (32, 128, 4, 2), (64, 32, 4, 2)],
           "dq": [(64, 32, 4, 2), (64, 64, 8, 2), (128, 32, 8, 2)]},
@@ -168,6 +170,11 @@ def run_suite(args, env: dict) -> int:
 # ---- sweep mode -----------------------------------------------------------------------------------
 
 
+def _tile5(tile: tuple) -> tuple:
+    """(block_m, block_n, warps, stages, warp_specialize): a 4-value candidate has no warp specialization."""
+    return (*tile[:4], bool(tile[4]) if len(tile) > 4 else False)
+
+
 def _current_tiles(d: int) -> dict:
     """The tiles the table picks now for head dim ``d`` (this device), without the override."""
     from turbo_triton.attention import configs
@@ -212,7 +219,7 @@ def _measure_config(args, cases: dict, sets: dict, refs: dict, kernel: str, tile
     ``cases``/``sets``/``refs``: per pass, the case, its input set (holding its reference's scales)
     and its float64 reference."""
     fwd_case = cases["fwd"]
-    os.environ[TILE_ENV] = f"{kernel}={','.join(map(str, tile))}"
+    os.environ[TILE_ENV] = f"{kernel}={','.join(str(int(v)) for v in tile)}"
     row = {"kernel": kernel, "tile": list(tile), "d": fwd_case.d_qk, "heads": fwd_case.h_q, "batch": fwd_case.batch,
            "seq": fwd_case.seq_q, "causal": fwd_case.causal, "status": "ok"}
     passes = {"fwd": [("fwd", False)], "dkdv": [("bwd", False), ("bwd", True)], "dq": [("bwd", True)]}[kernel]
@@ -286,7 +293,8 @@ def run_sweep(args, env: dict) -> int:
         sets = {p: dict(inputs) for p in cases}  # the same tensors; each holds its reference's scales
         refs = {p: suite.reference(cases[p], sets[p]) for p in cases}
         for kernel in args.kernels:
-            cands = list(dict.fromkeys([*CANDIDATES.get(d, CANDIDATES[128])[kernel], current[d][kernel]]))
+            cands = list(dict.fromkeys(_tile5(t) for t in [*CANDIDATES.get(d, CANDIDATES[128])[kernel],
+                                                           current[d][kernel]]))
             for tile in cands:
                 if time.time() > deadline:
                     log(f"--max-minutes {args.max_minutes} reached: d={d} causal={causal} {kernel} {tile} "

@@ -88,3 +88,38 @@ def test_declines_with_reasons():
     assert launch.can_handle(AttentionFwdArgs(q, k, v)) is None
     i8 = q.to(torch.int8)
     assert "fp16/bf16/fp32" in launch.can_handle(AttentionFwdArgs(i8, i8, i8))
+
+
+def test_warp_specialized_forward_tile(monkeypatch):
+    # The tile's warp_specialize flag reaches the forward's unmasked key loop (the 80-key window case
+    # has full tiles in the middle); the result is the same float64-checked attention.
+    from turbo_triton.attention import configs
+
+    real = configs.pick
+    monkeypatch.setattr(configs, "pick", lambda kernel, *a, **k: configs.Tile(16, 16, 4, 1, True)
+                        if kernel == "fwd" else real(kernel, *a, **k))
+    q, k, v, dout = _inputs(1, 80, 80, 2, 2, 16, 16)
+    _check(q, k, v, dout, window=(40, 8))
+
+
+def test_warp_specialize_only_where_a_kernel_has_it(monkeypatch):
+    from turbo_triton.attention import configs
+
+    real = configs.pick
+    monkeypatch.setattr(configs, "pick", lambda kernel, *a, **k: configs.Tile(16, 16, 4, 1, True)
+                        if kernel == "dq" else real(kernel, *a, **k))
+    q, k, v, dout = _inputs(1, 20, 20, 1, 1, 16, 16)
+    out, lse = launch.attention_fwd(AttentionFwdArgs(q, k, v))
+    with pytest.raises(ValueError, match="no warp-specialized loop"):
+        launch.attention_bwd(AttentionBwdArgs(dout, q, k, v, out, lse, deterministic=True))
+
+
+def test_tile_override_parses_warp_specialize(monkeypatch):
+    from turbo_triton.attention import configs
+
+    monkeypatch.setenv("TURBO_TRITON_ATTN_TILES", "fwd=64,64,4,3,1;dq=64,64,4,2")
+    assert configs.override("fwd") == configs.Tile(64, 64, 4, 3, True)
+    assert configs.override("dq") == configs.Tile(64, 64, 4, 2, False)
+    monkeypatch.setenv("TURBO_TRITON_ATTN_TILES", "fwd=64,64,4,3,2")
+    with pytest.raises(ValueError, match="warp_specialize 0/1"):
+        configs.override("fwd")

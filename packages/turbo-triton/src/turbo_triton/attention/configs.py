@@ -1,6 +1,8 @@
 """Attention tiles per architecture and head dim.
 
-``Tile(block_m, block_n, num_warps, num_stages)``: ``block_m`` query rows by ``block_n`` key rows.
+``Tile(block_m, block_n, num_warps, num_stages[, warp_specialize])``: ``block_m`` query rows by
+``block_n`` key rows; ``warp_specialize`` (forward only) splits the unmasked key loop into
+producer/consumer warps (``tl.range(warp_specialize=True)``).
 The forward and the deterministic ``dq`` kernel walk key tiles for a query tile; the ``dk/dv``
 kernel walks query tiles for a key tile. sm90 (H100/H200: 228 KB shared memory, wgmma on 64-row
 warpgroup tiles) is from the H200 sweep (``benchmarks/scripts/attention_h200.py``); gfx942 (MI300X:
@@ -8,13 +10,13 @@ warpgroup tiles) is from the H200 sweep (``benchmarks/scripts/attention_h200.py`
 take the next-smaller tiles.
 
 ``TURBO_TRITON_ATTN_TILES="fwd=128,64,8,3;dkdv=64,128,8,2;dq=128,64,8,2"`` overrides the table
-(for sweeps; any subset of the three kernels).
+(for sweeps; any subset of the three kernels; a fifth value 1 turns on warp specialization).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import triton
 
@@ -25,6 +27,7 @@ class Tile:
     block_n: int
     num_warps: int
     num_stages: int
+    warp_specialize: bool = False
 
 
 # head-dim bucket -> kernel -> tile. sm90 from the H200 sweep of 2026-11-30
@@ -60,15 +63,15 @@ def override(kernel: str, variable: str = "TURBO_TRITON_ATTN_TILES") -> Tile | N
         name, _, values = part.partition("=")
         if name.strip() == kernel:
             nums = [int(v) for v in values.split(",")]
-            if len(nums) != 4:
-                raise ValueError(f"{variable}: {kernel}= needs 4 ints (block_m,block_n,warps,stages), "
-                                 f"got {values!r}")
-            return Tile(*nums)
+            if len(nums) not in (4, 5) or (len(nums) == 5 and nums[4] not in (0, 1)):
+                raise ValueError(f"{variable}: {kernel}= needs 4 ints (block_m,block_n,warps,stages) and an "
+                                 f"optional warp_specialize 0/1, got {values!r}")
+            return Tile(*nums[:4], *(bool(n) for n in nums[4:]))
     return None
 
 
 def _halve(tile: Tile) -> Tile:
-    return Tile(max(16, tile.block_m // 2), max(16, tile.block_n // 2), tile.num_warps, tile.num_stages)
+    return replace(tile, block_m=max(16, tile.block_m // 2), block_n=max(16, tile.block_n // 2))
 
 
 def pick(kernel: str, arch: str, head_dim: int, elem_bytes: int) -> Tile:

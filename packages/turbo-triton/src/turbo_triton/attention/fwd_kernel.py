@@ -20,13 +20,14 @@ def _tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_row0, hk, r
            left, right, qk_scale,
            BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
            D_QK: tl.constexpr, D_V: tl.constexpr, MASK: tl.constexpr, HAS_LEFT: tl.constexpr,
-           HAS_RIGHT: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr):
+           HAS_RIGHT: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
+           WS: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
     offs_dk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
     dk_ok = offs_dk < D_QK
     dv_ok = offs_dv < D_V
-    for n0 in range(start, stop, BLOCK_N):
+    for n0 in tl.range(start, stop, BLOCK_N, warp_specialize=WS):
         cols = n0 + offs_n
         if TMA:  # descriptors over [rows, heads * d]; rows past the sequence are another's: masked below
             kt = k_base.load([k_row0 + n0, hk * D_QK]).T
@@ -65,13 +66,14 @@ def attn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
     D_QK: tl.constexpr, D_V: tl.constexpr, VARLEN: tl.constexpr, HAS_SINK: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    TMA: tl.constexpr,
+    TMA: tl.constexpr, WS: tl.constexpr,
 ):
     """Grid ``(query tiles, h_q, batch)``; the query tiles run last-first (the longest causal rows
     start first). Dense: ``seq_q``/``seq_k`` are the lengths; varlen: ``CuQ``/``CuK`` give each
     sequence's start and length and the batch strides are 0. ``TMA`` (Hopper, contiguous q/k/v with
     power-of-two head dims): ``Q``/``K``/``V`` are tensor descriptors over the ``[rows, heads * d]``
-    views, with blocks ``[BLOCK_M or BLOCK_N, d]``."""
+    views, with blocks ``[BLOCK_M or BLOCK_N, d]``. ``WS``: the unmasked key loop is
+    warp-specialized (``tl.range(warp_specialize=True)``; the masked edge loops never are)."""
     h = tl.program_id(1)
     b = tl.program_id(2)
     q_start, len_q = sequence(CuQ, b, seq_q, VARLEN)
@@ -114,13 +116,13 @@ def attn_fwd_kernel(
     lo, full_lo, full_hi, hi = key_ranges(m0, len_q, len_k, left, right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     acc, l_i, m_i = _tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, k_row0, hk, rows, lo, full_lo, len_q,
                            len_k, left, right, qk_scale, BLOCK_N, BLOCK_DQK, BLOCK_DV, D_QK, D_V, True,
-                           HAS_LEFT, HAS_RIGHT, UPCAST, PRECISION, TMA)
+                           HAS_LEFT, HAS_RIGHT, UPCAST, PRECISION, TMA, False)
     acc, l_i, m_i = _tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, k_row0, hk, rows, full_lo, full_hi,
                            len_q, len_k, left, right, qk_scale, BLOCK_N, BLOCK_DQK, BLOCK_DV, D_QK, D_V, False,
-                           HAS_LEFT, HAS_RIGHT, UPCAST, PRECISION, TMA)
+                           HAS_LEFT, HAS_RIGHT, UPCAST, PRECISION, TMA, WS)
     acc, l_i, m_i = _tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, k_row0, hk, rows, full_hi, hi, len_q,
                            len_k, left, right, qk_scale, BLOCK_N, BLOCK_DQK, BLOCK_DV, D_QK, D_V, True,
-                           HAS_LEFT, HAS_RIGHT, UPCAST, PRECISION, TMA)
+                           HAS_LEFT, HAS_RIGHT, UPCAST, PRECISION, TMA, False)
 
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]

@@ -11,6 +11,8 @@ that kernel is the faster one (``configs.atomic_dq``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import triton
 
@@ -113,11 +115,12 @@ def _shrink(tile: Tile) -> Tile | None:
     """The next smaller tile when one needs more shared memory than the device has: a stage fewer,
     else half the key rows, else half the query rows."""
     if tile.num_stages > 1:
-        return Tile(tile.block_m, tile.block_n, tile.num_warps, tile.num_stages - 1)
+        return replace(tile, num_stages=tile.num_stages - 1)
     if tile.block_n > 16:
-        return Tile(tile.block_m, tile.block_n // 2, tile.num_warps, 1)
+        return replace(tile, block_n=tile.block_n // 2, num_stages=1)
     if tile.block_m > 16:
-        return Tile(tile.block_m // 2, max(16, tile.block_n // 2), max(4, tile.num_warps // 2), 1)
+        return replace(tile, block_m=tile.block_m // 2, block_n=max(16, tile.block_n // 2),
+                       num_warps=max(4, tile.num_warps // 2), num_stages=1)
     return None
 
 
@@ -126,11 +129,16 @@ def launch_tiled(kernel, grid_of, tile: Tile, key: tuple, args_of, shrink=_shrin
     (descriptors depend on the tile); ``_runtime.launch_fitted`` retries smaller tiles on
     OutOfResources and remembers the one that fitted per ``key``. An empty grid launches nothing."""
 
+    takes_ws = "WS" in kernel.arg_names
+    if tile.warp_specialize and not takes_ws:
+        raise ValueError(f"attention tile {tile}: {kernel.fn.__name__} has no warp-specialized loop")
+
     def run(t: Tile) -> None:
         grid = grid_of(t)
         if min(grid) > 0:
+            ws = {"WS": t.warp_specialize} if takes_ws else {}
             kernel[grid](*args_of(t), BLOCK_M=t.block_m, BLOCK_N=t.block_n, num_warps=t.num_warps,
-                         num_stages=t.num_stages, **consts)
+                         num_stages=t.num_stages, **ws, **consts)
 
     _runtime.launch_fitted(run, tile, (kernel.fn.__name__, *key), shrink=shrink)
 
