@@ -175,14 +175,15 @@ def _tile5(tile: tuple) -> tuple:
     return (*tile[:4], bool(tile[4]) if len(tile) > 4 else False)
 
 
-def _current_tiles(d: int) -> dict:
-    """The tiles the table picks now for head dim ``d`` (this device), without the override."""
+def _current_tiles(d: int, seq: int) -> dict:
+    """The tiles the table picks now for head dim ``d`` and sequence length ``seq`` (this device),
+    without the override."""
     from turbo_triton.attention import configs
 
     saved = os.environ.pop(TILE_ENV, None)
     try:
         arch = "interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else _arch()
-        return {k: tuple(vars(configs.pick(k, arch, d, 2)).values()) for k in ("fwd", "dkdv", "dq")}
+        return {k: tuple(vars(configs.pick(k, arch, d, 2, seq)).values()) for k in ("fwd", "dkdv", "dq")}
     finally:
         if saved is not None:
             os.environ[TILE_ENV] = saved
@@ -207,7 +208,6 @@ def _fell_back(kernel: str, d: int, tile: tuple) -> tuple | None:
 
 
 def _sweep_case(args, d: int, causal: bool, seq: int):
-    seq = 32 if args.quick else seq
     heads = 2 if args.quick else 2048 // d
     batch = max(1, (32 if args.quick else 16384) // seq)
     return (suite.AttnCase("sweep", None, "fwd", batch, seq, seq, heads, heads, d, d, causal),
@@ -268,7 +268,7 @@ def best_tiles(rows: list[dict], current: dict) -> dict:
             if not scored:
                 continue
             win = min(scored, key=scored.get)
-            cur = tuple(current[d][kernel])
+            cur = tuple(current[(d, seq)][kernel])
             entry = {"tile": list(win), "geomean_ms": scored[win], "metric": key,
                      "masks": ["causal" if m else "full" for m in masks],
                      "per_mask": {("causal" if m else "full"): list(min((t for t in times if times[t].get(m)),
@@ -284,8 +284,9 @@ def best_tiles(rows: list[dict], current: dict) -> dict:
 def run_sweep(args, env: dict) -> int:
     gen = torch.Generator(device=args.device).manual_seed(0)
     rows: list[dict] = []
-    current = {d: _current_tiles(d) for d in args.dims}
-    data = {"environment": env, "current_tiles": {str(d): current[d] for d in args.dims}, "sweep": rows, "best": {}}
+    current = {(d, seq): _current_tiles(d, seq) for d in args.dims for seq in args.seq}
+    data = {"environment": env, "current_tiles": {f"{d}@{seq}": tiles for (d, seq), tiles in current.items()},
+            "sweep": rows, "best": {}}
     deadline = T0 + args.max_minutes * 60
     for d, seq, causal in [(d, seq, causal) for d in args.dims for seq in args.seq for causal in (False, True)]:
         cases = dict(zip(("fwd", "bwd"), _sweep_case(args, d, causal, seq), strict=True))
@@ -294,7 +295,7 @@ def run_sweep(args, env: dict) -> int:
         refs = {p: suite.reference(cases[p], sets[p]) for p in cases}
         for kernel in args.kernels:
             cands = list(dict.fromkeys(_tile5(t) for t in [*CANDIDATES.get(d, CANDIDATES[128])[kernel],
-                                                           current[d][kernel]]))
+                                                           current[(d, seq)][kernel]]))
             for tile in cands:
                 if time.time() > deadline:
                     log(f"--max-minutes {args.max_minutes} reached: d={d} causal={causal} {kernel} {tile} "
@@ -358,6 +359,7 @@ def main() -> int:
     env[TILE_ENV] = os.environ.get(TILE_ENV)
     log("environment:", json.dumps(env, default=str))
     if args.sweep:
+        args.seq = [32] if args.quick else args.seq
         os.environ.pop(TILE_ENV, None)
         return run_sweep(args, env)
     return run_suite(args, env)

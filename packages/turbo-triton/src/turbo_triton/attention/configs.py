@@ -30,12 +30,21 @@ class Tile:
     warp_specialize: bool = False
 
 
-# head-dim bucket -> kernel -> tile. sm90 from the H200 sweep of 2026-11-30
-# (benchmarks/attention-h200-2026-11-30.md): B x S = 16k tokens, S = 4096 (8192 for d=64), causal and not.
+# head-dim bucket -> kernel -> tile. sm90 from the H200 sweeps (benchmarks/attention-h200-2026-11-30.md):
+# B x S = 16k tokens, causal and not; S = 4096 (8192 for d=64) on 2026-11-30, and S = 512..16384 for
+# d = 64/128 on 2026-12-01 (the session-8 section), which moved d=128's backward to 4-warp 64x64 tiles.
 _SM90 = {
     64: {"fwd": Tile(128, 64, 8, 4), "dkdv": Tile(64, 64, 4, 3), "dq": Tile(64, 64, 4, 3)},
-    128: {"fwd": Tile(128, 128, 8, 3), "dkdv": Tile(64, 128, 8, 2), "dq": Tile(128, 128, 8, 2)},
+    128: {"fwd": Tile(128, 128, 8, 3), "dkdv": Tile(64, 64, 4, 2), "dq": Tile(64, 64, 4, 2)},
     256: {"fwd": Tile(128, 64, 8, 2), "dkdv": Tile(64, 64, 8, 2), "dq": Tile(64, 64, 8, 2)},
+}
+# head-dim bucket -> kernel -> (longest walk, tile): the tile that replaces the table's when the kernel's
+# loop walks at most that many rows (keys for "fwd"/"dq", queries for "dkdv"). Short walks favour
+# 4-warp 64-row programs, two or more per SM, which hide each other's prologue and epilogue (the
+# 2026-12-01 sweep: 1.02-1.27x the 8-warp tile at S <= 8192 for d=128, S <= 4096 for d=64).
+_SM90_SHORT = {
+    64: {"fwd": (4096, Tile(64, 64, 4, 3))},
+    128: {"fwd": (8192, Tile(64, 64, 4, 3))},
 }
 _AMD = {
     64: {"fwd": Tile(128, 64, 4, 1), "dkdv": Tile(32, 64, 4, 1), "dq": Tile(64, 32, 4, 1)},
@@ -50,6 +59,7 @@ _DEFAULT = {
 _INTERP = Tile(16, 16, 4, 1)
 
 _TABLES = {"sm90": _SM90, "gfx942": _AMD, "gfx950": _AMD}
+_SHORT = {"sm90": _SM90_SHORT}
 
 
 def _bucket(head_dim: int) -> int:
@@ -74,15 +84,21 @@ def _halve(tile: Tile) -> Tile:
     return replace(tile, block_m=max(16, tile.block_m // 2), block_n=max(16, tile.block_n // 2))
 
 
-def pick(kernel: str, arch: str, head_dim: int, elem_bytes: int) -> Tile:
-    """The tile of ``kernel`` ("fwd", "dkdv", "dq") for the larger of the two head dims."""
+def pick(kernel: str, arch: str, head_dim: int, elem_bytes: int, walk: int | None = None) -> Tile:
+    """The tile of ``kernel`` ("fwd", "dkdv", "dq") for the larger of the two head dims; ``walk``
+    is the length of the kernel's loop (the key length for "fwd"/"dq", the query length for "dkdv";
+    the longest sequence when varlen), which picks the short-walk tile where the arch has one."""
     if arch == "interpreter":
         return _INTERP
     tile = override(kernel)
     if tile is not None:
         return tile
-    table = _TABLES.get(arch) or _TABLES.get(arch.split(":")[0]) or _DEFAULT
+    base = arch.split(":")[0]
+    table = _TABLES.get(arch) or _TABLES.get(base) or _DEFAULT
     tile = table[_bucket(head_dim)][kernel]
+    short = (_SHORT.get(arch) or _SHORT.get(base) or {}).get(_bucket(head_dim), {}).get(kernel)
+    if short is not None and walk is not None and walk <= short[0]:
+        tile = short[1]
     return _halve(tile) if elem_bytes == 4 else tile
 
 
