@@ -50,13 +50,14 @@ from turbo_core.bench.suites import attention as suite
 T0 = time.time()
 TILE_ENV = "TURBO_TRITON_ATTN_TILES"
 
-#: Sweep candidates per head dim and kernel: (block_m, block_n, num_warps, num_stages[, warp_specialize]).
+#: Sweep candidates per head dim and kernel: (block_m, block_n, num_warps, num_stages[, warp_specialize[, q_major]]).
 CANDIDATES = {
     128: {"fwd": [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3),
                   (128, 32, 4, 4), (64, 64, 4, 2), (64, 128, 4, 2), (128, 64, 8, 2), (64, 32, 4, 3),
                   (64, 64, 4, 4), (128, 128, 8, 3, 1), (128, 64, 8, 3, 1), (64, 64, 4, 3, 1)],
           "dkdv": [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 128, 4, 2),
-                   (32, 64, 4, 3), (64, 64, 4, 2)],
+                   (32, 64, 4, 3), (64, 64, 4, 2), (64, 64, 4, 2, 0, 1), (64, 128, 8, 2, 0, 1),
+                   (128, 64, 8, 2, 0, 1), (32, 64, 4, 3, 0, 1), (128, 128, 8, 2, 0, 1)],
           "dq": [(128, 64, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 64, 4, 2),
                  (64, 128, 8, 2)]},
     64: {"fwd": [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3, 1),
@@ -170,9 +171,26 @@ def run_suite(args, env: dict) -> int:
 # ---- sweep mode -----------------------------------------------------------------------------------
 
 
-def _tile5(tile: tuple) -> tuple:
-    """(block_m, block_n, warps, stages, warp_specialize): a 4-value candidate has no warp specialization."""
-    return (*tile[:4], bool(tile[4]) if len(tile) > 4 else False)
+def _tile6(tile: tuple) -> tuple:
+    """(block_m, block_n, warps, stages, warp_specialize, q_major): missing flags are off."""
+    return (*tile[:4], *(bool(tile[i]) if len(tile) > i else False for i in (4, 5)))
+
+
+def _compiled(kernel: str) -> dict:
+    """id -> (n_regs, n_spills) of every compiled variant of the TRITON attention ``kernel`` (best
+    effort: Triton's per-device kernel caches; {} when their layout is not the expected one)."""
+    from turbo_triton.attention import bwd_kernels, fwd_kernel
+
+    fn = {"fwd": fwd_kernel.attn_fwd_kernel, "dkdv": bwd_kernels.attn_bwd_dkdv_kernel,
+          "dq": bwd_kernels.attn_bwd_dq_kernel}[kernel]
+    found = {}
+    try:
+        for entry in getattr(fn, "device_caches", {}).values():
+            for compiled in entry[0].values():
+                found[id(compiled)] = (getattr(compiled, "n_regs", None), getattr(compiled, "n_spills", None))
+    except (TypeError, IndexError, AttributeError):
+        return {}
+    return found
 
 
 def _current_tiles(d: int, seq: int) -> dict:
@@ -223,6 +241,7 @@ def _measure_config(args, cases: dict, sets: dict, refs: dict, kernel: str, tile
     row = {"kernel": kernel, "tile": list(tile), "d": fwd_case.d_qk, "heads": fwd_case.h_q, "batch": fwd_case.batch,
            "seq": fwd_case.seq_q, "causal": fwd_case.causal, "status": "ok"}
     passes = {"fwd": [("fwd", False)], "dkdv": [("bwd", False), ("bwd", True)], "dq": [("bwd", True)]}[kernel]
+    before = _compiled(kernel)
     try:
         for pass_, det in passes:
             case, inputs = cases[pass_], sets[pass_]
@@ -235,6 +254,11 @@ def _measure_config(args, cases: dict, sets: dict, refs: dict, kernel: str, tile
             row[f"{name}_err"] = err
             if not err <= suite.tolerance_of(torch.bfloat16):
                 row["status"] = f"inaccurate: {name} max_rel_err {err:.2e}"
+        new = [stats for key, stats in _compiled(kernel).items() if key not in before]
+        if new:  # the variants this tile compiled (masked/unmasked specializations alike): registers, spills
+            row["n_regs"] = max(r for r, _ in new if r is not None) if any(r is not None for r, _ in new) else None
+            row["n_spills"] = max(sp for _, sp in new if sp is not None) if any(sp is not None for _, sp in new) \
+                else None
         fell = _fell_back(kernel, fwd_case.d_qk, tile)
         if fell:
             row["status"] = f"did not fit: ran {fell}"
@@ -294,7 +318,7 @@ def run_sweep(args, env: dict) -> int:
         sets = {p: dict(inputs) for p in cases}  # the same tensors; each holds its reference's scales
         refs = {p: suite.reference(cases[p], sets[p]) for p in cases}
         for kernel in args.kernels:
-            cands = list(dict.fromkeys(_tile5(t) for t in [*CANDIDATES.get(d, CANDIDATES[128])[kernel],
+            cands = list(dict.fromkeys(_tile6(t) for t in [*CANDIDATES.get(d, CANDIDATES[128])[kernel],
                                                            current[(d, seq)][kernel]]))
             for tile in cands:
                 if time.time() > deadline:
@@ -307,7 +331,8 @@ def run_sweep(args, env: dict) -> int:
                 row = _measure_config(args, cases, sets, refs, kernel, tile)
                 rows.append(row)
                 times = {k: round(v, 3) for k, v in row.items() if k.endswith("_ms")}
-                log(f"d={d} s={seq} {'causal' if causal else 'full'} {kernel} {tile}: {row['status']} {times}")
+                regs = f" regs {row.get('n_regs')} spills {row.get('n_spills')}" if "n_regs" in row else ""
+                log(f"d={d} s={seq} {'causal' if causal else 'full'} {kernel} {tile}: {row['status']} {times}{regs}")
                 data["best"] = best_tiles(rows, current)
                 save(args.out, data)
         del inputs, sets, refs
