@@ -50,14 +50,13 @@ from turbo_core.bench.suites import attention as suite
 T0 = time.time()
 TILE_ENV = "TURBO_TRITON_ATTN_TILES"
 
-#: Sweep candidates per head dim and kernel: (block_m, block_n, num_warps, num_stages[, warp_specialize[, q_major]]).
+#: Sweep candidates per head dim and kernel: (block_m, block_n, num_warps, num_stages[, warp_specialize]).
 CANDIDATES = {
     128: {"fwd": [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3),
                   (128, 32, 4, 4), (64, 64, 4, 2), (64, 128, 4, 2), (128, 64, 8, 2), (64, 32, 4, 3),
                   (64, 64, 4, 4), (128, 128, 8, 3, 1), (128, 64, 8, 3, 1), (64, 64, 4, 3, 1)],
           "dkdv": [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 128, 4, 2),
-                   (32, 64, 4, 3), (64, 64, 4, 2), (64, 64, 4, 2, 0, 1), (64, 128, 8, 2, 0, 1),
-                   (128, 64, 8, 2, 0, 1), (32, 64, 4, 3, 0, 1), (128, 128, 8, 2, 0, 1)],
+                   (32, 64, 4, 3), (64, 64, 4, 2)],
           "dq": [(128, 64, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 64, 4, 2),
                  (64, 128, 8, 2)]},
     64: {"fwd": [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3, 1),
@@ -171,9 +170,9 @@ def run_suite(args, env: dict) -> int:
 # ---- sweep mode -----------------------------------------------------------------------------------
 
 
-def _tile6(tile: tuple) -> tuple:
-    """(block_m, block_n, warps, stages, warp_specialize, q_major): missing flags are off."""
-    return (*tile[:4], *(bool(tile[i]) if len(tile) > i else False for i in (4, 5)))
+def _tile5(tile: tuple) -> tuple:
+    """(block_m, block_n, warps, stages, warp_specialize): a 4-value candidate has no warp specialization."""
+    return (*tile[:4], bool(tile[4]) if len(tile) > 4 else False)
 
 
 def _compiled(kernel: str) -> dict:
@@ -318,7 +317,7 @@ def run_sweep(args, env: dict) -> int:
         sets = {p: dict(inputs) for p in cases}  # the same tensors; each holds its reference's scales
         refs = {p: suite.reference(cases[p], sets[p]) for p in cases}
         for kernel in args.kernels:
-            cands = list(dict.fromkeys(_tile6(t) for t in [*CANDIDATES.get(d, CANDIDATES[128])[kernel],
+            cands = list(dict.fromkeys(_tile5(t) for t in [*CANDIDATES.get(d, CANDIDATES[128])[kernel],
                                                            current[(d, seq)][kernel]]))
             for tile in cands:
                 if time.time() > deadline:

@@ -60,8 +60,7 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, st
                 cols, start, stop, len_q, len_k, left, right, softmax_scale,
                 BLOCK_M: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
                 D_QK: tl.constexpr, D_V: tl.constexpr, MASK: tl.constexpr, HAS_LEFT: tl.constexpr,
-                HAS_RIGHT: tl.constexpr, ATOMIC_DQ: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-                QMAJOR: tl.constexpr):
+                HAS_RIGHT: tl.constexpr, ATOMIC_DQ: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     offs_m = tl.arange(0, BLOCK_M)
     offs_dk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
@@ -83,27 +82,16 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, st
             do = tl.load(do_ptrs, mask=dv_ok[None, :], other=0.0)
             lse = tl.load(lse_base + rows)
             delta = tl.load(delta_base + rows)
-        if QMAJOR:  # S = Q K^T: k and v stay B operands (shared memory); P and dS are transposed
-            s = mm(q, tl.trans(k), tl.zeros([BLOCK_M, k.shape[0]], dtype=tl.float32), UPCAST, PRECISION)
-            p = tl.math.exp2(s * qk_scale - (lse * LOG2E)[:, None])
-            if MASK:
-                p = tl.where(visible(rows, cols, len_q, len_k, left, right, HAS_LEFT, HAS_RIGHT), p, 0.0)
-            dv = mm(tl.trans(p.to(do.dtype)), do, dv, UPCAST, PRECISION)
-            dp = mm(do, tl.trans(v), tl.zeros([BLOCK_M, k.shape[0]], dtype=tl.float32), UPCAST, PRECISION)
-            ds = (p * (dp - delta[:, None])).to(q.dtype)
-            dk = mm(tl.trans(ds), q, dk, UPCAST, PRECISION)
-        else:  # S^T = K Q^T: P^T and dS^T are A operands as computed (k and v as A operands too)
-            st = mm(k, tl.trans(q), tl.zeros([k.shape[0], BLOCK_M], dtype=tl.float32), UPCAST, PRECISION)
-            pt = tl.math.exp2(st * qk_scale - (lse * LOG2E)[None, :])
-            if MASK:
-                pt = tl.where(tl.trans(visible(rows, cols, len_q, len_k, left, right, HAS_LEFT, HAS_RIGHT)), pt, 0.0)
-            dv = mm(pt.to(do.dtype), do, dv, UPCAST, PRECISION)
-            dpt = mm(v, tl.trans(do), tl.zeros([k.shape[0], BLOCK_M], dtype=tl.float32), UPCAST, PRECISION)
-            dst = (pt * (dpt - delta[None, :])).to(q.dtype)
-            dk = mm(dst, q, dk, UPCAST, PRECISION)
-            ds = tl.trans(dst)
+        st = mm(k, tl.trans(q), tl.zeros([k.shape[0], BLOCK_M], dtype=tl.float32), UPCAST, PRECISION)
+        pt = tl.math.exp2(st * qk_scale - (lse * LOG2E)[None, :])
+        if MASK:
+            pt = tl.where(tl.trans(visible(rows, cols, len_q, len_k, left, right, HAS_LEFT, HAS_RIGHT)), pt, 0.0)
+        dv = mm(pt.to(do.dtype), do, dv, UPCAST, PRECISION)
+        dpt = mm(v, tl.trans(do), tl.zeros([k.shape[0], BLOCK_M], dtype=tl.float32), UPCAST, PRECISION)
+        dst = (pt * (dpt - delta[None, :])).to(q.dtype)
+        dk = mm(dst, q, dk, UPCAST, PRECISION)
         if ATOMIC_DQ:
-            dq = mm(ds, k, tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32), UPCAST, PRECISION)
+            dq = mm(tl.trans(dst), k, tl.zeros([BLOCK_M, BLOCK_DQK], dtype=tl.float32), UPCAST, PRECISION)
             tl.atomic_add(dq_base + rows[:, None] * stride_dqs + offs_dk[None, :], dq * softmax_scale,
                           mask=row_ok[:, None] & dk_ok[None, :], sem="relaxed")
     return dk, dv
@@ -119,7 +107,6 @@ def attn_bwd_dkdv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr,
     D_QK: tl.constexpr, D_V: tl.constexpr, VARLEN: tl.constexpr, HAS_LEFT: tl.constexpr,
     HAS_RIGHT: tl.constexpr, ATOMIC_DQ: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    QMAJOR: tl.constexpr = False,
 ):
     """Grid ``(key tiles, h_kv, batch)``: ``dk``/``dv`` of one key tile (zero where no query sees it)."""
     pid_n = tl.program_id(0)
@@ -150,16 +137,14 @@ def attn_bwd_dkdv_kernel(
         delta_base = Delta + b * stride_lb + h * stride_lh + q_start
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qs, stride_dos,
                              stride_dqs, cols, lo, full_lo, len_q, len_k, left, right, softmax_scale, BLOCK_M,
-                             BLOCK_DQK, BLOCK_DV, D_QK, D_V, True, HAS_LEFT, HAS_RIGHT, ATOMIC_DQ, UPCAST, PRECISION,
-                             QMAJOR)
+                             BLOCK_DQK, BLOCK_DV, D_QK, D_V, True, HAS_LEFT, HAS_RIGHT, ATOMIC_DQ, UPCAST, PRECISION)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qs, stride_dos,
                              stride_dqs, cols, full_lo, full_hi, len_q, len_k, left, right, softmax_scale, BLOCK_M,
                              BLOCK_DQK, BLOCK_DV, D_QK, D_V, False, HAS_LEFT, HAS_RIGHT, ATOMIC_DQ, UPCAST,
-                             PRECISION, QMAJOR)
+                             PRECISION)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qs, stride_dos,
                              stride_dqs, cols, full_hi, hi, len_q, len_k, left, right, softmax_scale, BLOCK_M,
-                             BLOCK_DQK, BLOCK_DV, D_QK, D_V, True, HAS_LEFT, HAS_RIGHT, ATOMIC_DQ, UPCAST, PRECISION,
-                             QMAJOR)
+                             BLOCK_DQK, BLOCK_DV, D_QK, D_V, True, HAS_LEFT, HAS_RIGHT, ATOMIC_DQ, UPCAST, PRECISION)
     mask_k = col_ok[:, None] & (offs_dk < D_QK)[None, :]
     mask_v = col_ok[:, None] & (offs_dv < D_V)[None, :]
     tl.store(DK + b * stride_dkb + hk * stride_dkh + (k_start + cols)[:, None] * stride_dks + offs_dk[None, :],

@@ -1,9 +1,8 @@
 """Attention tiles per architecture and head dim.
 
-``Tile(block_m, block_n, num_warps, num_stages[, warp_specialize[, q_major]])``: ``block_m`` query rows
-by ``block_n`` key rows; ``warp_specialize`` (forward only) splits the unmasked key loop into
-producer/consumer warps (``tl.range(warp_specialize=True)``); ``q_major`` (dk/dv only) computes
-``S = Q K^T`` instead of ``S^T = K Q^T`` (k and v become B operands, P and dS are transposed).
+``Tile(block_m, block_n, num_warps, num_stages[, warp_specialize])``: ``block_m`` query rows by
+``block_n`` key rows; ``warp_specialize`` (forward only) splits the unmasked key loop into
+producer/consumer warps (``tl.range(warp_specialize=True)``).
 The forward and the deterministic ``dq`` kernel walk key tiles for a query tile; the ``dk/dv``
 kernel walks query tiles for a key tile. sm90 (H100/H200: 228 KB shared memory, wgmma on 64-row
 warpgroup tiles) is from the H200 sweep (``benchmarks/scripts/attention_h200.py``); gfx942 (MI300X:
@@ -11,8 +10,7 @@ warpgroup tiles) is from the H200 sweep (``benchmarks/scripts/attention_h200.py`
 take the next-smaller tiles.
 
 ``TURBO_TRITON_ATTN_TILES="fwd=128,64,8,3;dkdv=64,128,8,2;dq=128,64,8,2"`` overrides the table
-(for sweeps; any subset of the three kernels; a fifth and sixth value 0/1 set ``warp_specialize`` and
-``q_major``).
+(for sweeps; any subset of the three kernels; a fifth value 1 turns on warp specialization).
 """
 
 from __future__ import annotations
@@ -30,25 +28,23 @@ class Tile:
     num_warps: int
     num_stages: int
     warp_specialize: bool = False
-    q_major: bool = False
 
 
 # head-dim bucket -> kernel -> tile. sm90 from the H200 sweeps (benchmarks/attention-h200-2026-11-30.md):
 # B x S = 16k tokens, causal and not; S = 4096 (8192 for d=64) on 2026-11-30, and S = 512..16384 for
-# d = 64/128 on 2026-12-01 (the session-8 section; its short-walk tiles are below).
+# d = 64/128 on 2026-12-01 (the session-8 section), which moved d=128's backward to 4-warp 64x64 tiles.
 _SM90 = {
     64: {"fwd": Tile(128, 64, 8, 4), "dkdv": Tile(64, 64, 4, 3), "dq": Tile(64, 64, 4, 3)},
-    128: {"fwd": Tile(128, 128, 8, 3), "dkdv": Tile(64, 128, 8, 2), "dq": Tile(128, 128, 8, 2)},
+    128: {"fwd": Tile(128, 128, 8, 3), "dkdv": Tile(64, 64, 4, 2), "dq": Tile(64, 64, 4, 2)},
     256: {"fwd": Tile(128, 64, 8, 2), "dkdv": Tile(64, 64, 8, 2), "dq": Tile(64, 64, 8, 2)},
 }
 # head-dim bucket -> kernel -> (longest walk, tile): the tile that replaces the table's when the kernel's
 # loop walks at most that many rows (keys for "fwd"/"dq", queries for "dkdv"). Short walks favour
 # 4-warp 64-row programs, two or more per SM, which hide each other's prologue and epilogue (the
-# 2026-12-01 sweep, d=128: forward 1.02-1.27x the 8-warp tile at S <= 8192, backward kernels
-# 1.00-1.09x at S <= 8192 and 0.98x causal at 16384; d=64: forward 1.02-1.15x at S <= 4096).
+# 2026-12-01 sweep: 1.02-1.27x the 8-warp tile at S <= 8192 for d=128, S <= 4096 for d=64).
 _SM90_SHORT = {
     64: {"fwd": (4096, Tile(64, 64, 4, 3))},
-    128: {"fwd": (8192, Tile(64, 64, 4, 3)), "dkdv": (8192, Tile(64, 64, 4, 2)), "dq": (8192, Tile(64, 64, 4, 2))},
+    128: {"fwd": (8192, Tile(64, 64, 4, 3))},
 }
 _AMD = {
     64: {"fwd": Tile(128, 64, 4, 1), "dkdv": Tile(32, 64, 4, 1), "dq": Tile(64, 32, 4, 1)},
@@ -77,9 +73,9 @@ def override(kernel: str, variable: str = "TURBO_TRITON_ATTN_TILES") -> Tile | N
         name, _, values = part.partition("=")
         if name.strip() == kernel:
             nums = [int(v) for v in values.split(",")]
-            if not 4 <= len(nums) <= 6 or any(n not in (0, 1) for n in nums[4:]):
-                raise ValueError(f"{variable}: {kernel}= needs 4 ints (block_m,block_n,warps,stages) and "
-                                 f"optional warp_specialize and q_major flags 0/1, got {values!r}")
+            if len(nums) not in (4, 5) or (len(nums) == 5 and nums[4] not in (0, 1)):
+                raise ValueError(f"{variable}: {kernel}= needs 4 ints (block_m,block_n,warps,stages) and an "
+                                 f"optional warp_specialize 0/1, got {values!r}")
             return Tile(*nums[:4], *(bool(n) for n in nums[4:]))
     return None
 

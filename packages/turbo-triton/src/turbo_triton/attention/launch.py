@@ -125,25 +125,21 @@ def _shrink(tile: Tile) -> Tile | None:
     return None
 
 
-#: kernel constexpr -> the Tile flag that sets it (passed to the kernels that have it).
-_TILE_FLAGS = {"WS": "warp_specialize", "QMAJOR": "q_major"}
-
-
 def launch_tiled(kernel, grid_of, tile: Tile, key: tuple, args_of, shrink=_shrink, **consts) -> None:
     """Launch ``kernel`` on the grid ``grid_of(tile)`` with the positional arguments ``args_of(tile)``
     (descriptors depend on the tile); ``_runtime.launch_fitted`` retries smaller tiles on
     OutOfResources and remembers the one that fitted per ``key``. An empty grid launches nothing."""
 
-    flags = {name: field for name, field in _TILE_FLAGS.items() if name in kernel.arg_names}
-    for name, field in _TILE_FLAGS.items():
-        if getattr(tile, field) and name not in flags:
-            raise ValueError(f"attention tile {tile}: {kernel.fn.__name__} has no {field} form")
+    takes_ws = "WS" in kernel.arg_names
+    if tile.warp_specialize and not takes_ws:
+        raise ValueError(f"attention tile {tile}: {kernel.fn.__name__} has no warp-specialized loop")
 
     def run(t: Tile) -> None:
         grid = grid_of(t)
         if min(grid) > 0:
+            ws = {"WS": t.warp_specialize} if takes_ws else {}
             kernel[grid](*args_of(t), BLOCK_M=t.block_m, BLOCK_N=t.block_n, num_warps=t.num_warps,
-                         num_stages=t.num_stages, **{n: getattr(t, f) for n, f in flags.items()}, **consts)
+                         num_stages=t.num_stages, **ws, **consts)
 
     _runtime.launch_fitted(run, tile, (kernel.fn.__name__, *key), shrink=shrink)
 
