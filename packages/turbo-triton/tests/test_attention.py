@@ -127,7 +127,8 @@ def test_tile_override_parses_warp_specialize(monkeypatch):
 
 def test_short_walk_tiles_on_sm90(monkeypatch):
     # sm90 (H200 sweep): d=128 forwards that walk at most 8192 keys take 4-warp 64x64 programs, longer
-    # walks the 8-warp 128x128 tile; the backward tiles do not depend on the walk; fp32 halves the tile.
+    # walks the 8-warp 128x128 tile; the d=128 backward takes 4-warp 64x64 tiles at every length; fp32
+    # halves the tile.
     from turbo_triton.attention import configs
 
     monkeypatch.delenv("TURBO_TRITON_ATTN_TILES", raising=False)
@@ -136,7 +137,8 @@ def test_short_walk_tiles_on_sm90(monkeypatch):
     assert configs.pick("fwd", "sm90", 128, 2) == configs.Tile(128, 128, 8, 3)
     assert configs.pick("fwd", "sm90", 64, 2, 4096) == configs.Tile(64, 64, 4, 3)
     assert configs.pick("fwd", "sm90", 64, 2, 8192) == configs.Tile(128, 64, 8, 4)
-    assert configs.pick("dkdv", "sm90", 128, 2, 512) == configs.pick("dkdv", "sm90", 128, 2, 16384)
+    assert configs.pick("dkdv", "sm90", 128, 2, 512) == configs.pick("dkdv", "sm90", 128, 2, 16384) \
+        == configs.Tile(64, 64, 4, 2)
     assert configs.pick("fwd", "sm90", 128, 4, 1024) == configs.Tile(32, 32, 4, 3)
     assert configs.pick("fwd", "gfx942", 128, 2, 512) == configs.pick("fwd", "gfx942", 128, 2)
     monkeypatch.setenv("TURBO_TRITON_ATTN_TILES", "fwd=128,64,8,3")
