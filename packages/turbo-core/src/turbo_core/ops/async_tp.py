@@ -1,0 +1,270 @@
+"""Async tensor parallelism: a GEMM overlapped with the collective before or after it
+(Primus-Turbo's ``ops/async_tp.py``). Forward only: the results do not track gradients.
+
+``fused_all_gather_matmul``: ``A = all_gather(A_shard, gather_dim)`` and ``C_i = A @ op(B_i)``
+for every ``B_i`` (the sequence-parallel input of a column-parallel linear layer). The shard is
+split into ``num_splits`` chunks along ``gather_dim``. Every chunk's all-gather is queued at once
+(``async_op=True``; NCCL runs collectives on its own stream). The GEMMs of chunk ``s`` run, on the
+caller's stream, as soon as its gather completes, while the later chunks are still in flight.
+
+``fused_matmul_reduce_scatter``: ``C = A @ op(B)``, then a reduce-scatter (sum or average over the
+ranks) along ``scatter_dim`` (the output of a row-parallel linear layer). Each destination rank's
+slice is split into ``num_splits`` chunks. The GEMM of chunk ``s`` (the rows of chunk ``s`` of every
+destination) runs while chunk ``s - 1``'s reduce-scatter is in flight.
+
+The GEMMs are the ``gemm`` op's primitive, so they run on whichever backend the dispatcher picks for
+the device. The result is the unfused composition (all-gather, matmul, reduce-scatter) up to the
+order of the reduction over ranks. Each GEMM sums its products in fp32 and rounds once into the
+output dtype, and the reduce-scatter sums those rounded values in the collective's arithmetic.
+
+``comm_method="pipeline"`` is the one method here. Primus's fused Triton GEMM + reduce-scatter
+kernel (``"tile"``), its ring exchange and its AMD SDMA copies (``enable_sdma``) are not
+implemented; asking for them raises a ValueError. The stream lists (``gemm_streams``,
+``comm_streams``, ``copy_streams``) are accepted for signature compatibility and not used: the GEMMs
+run on the current stream and the collectives on the process group's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from turbo_core.ops.gemm import gemm
+
+__all__ = ["fused_all_gather_matmul", "fused_matmul_reduce_scatter"]
+
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+_LAYOUTS = ("NN", "NT")
+
+
+def _group(group_name):
+    """The process group for ``group_name``: a ProcessGroup, or the name it is registered under."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise ValueError("group_name: torch.distributed is not initialized (call init_process_group first)")
+    if isinstance(group_name, dist.ProcessGroup):
+        return group_name
+    if isinstance(group_name, str):
+        try:
+            return dist.distributed_c10d._resolve_process_group(group_name)
+        except Exception as exc:  # the registry raises a RuntimeError/ValueError for an unknown name
+            raise ValueError(f"group_name: no process group is registered as {group_name!r}") from exc
+    raise ValueError(f"group_name: expected a ProcessGroup or its registered name, got {type(group_name).__name__}")
+
+
+def _check_common(comm_method, num_splits, enable_sdma, streams: dict) -> None:
+    if comm_method != "pipeline":
+        raise ValueError(f"comm_method: only 'pipeline' is implemented here, got {comm_method!r}")
+    if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 1:
+        raise ValueError(f"num_splits: expected an int >= 1, got {num_splits!r}")
+    if enable_sdma:
+        raise ValueError("enable_sdma: SDMA copies (AMD copy engines) are not implemented; pass False")
+    for name, value in streams.items():
+        if value is not None and not isinstance(value, (list, tuple)):
+            raise ValueError(f"{name}: expected None or a list of streams, got {type(value).__name__}")
+
+
+def _check_a(name: str, a, what: str) -> None:
+    if not isinstance(a, torch.Tensor) or a.dtype not in _FLOATS or a.dim() < 2:
+        got = f"{a.dtype} tensor of {a.dim()} dims" if isinstance(a, torch.Tensor) else type(a).__name__
+        raise ValueError(f"{name}: expected a fp16/bf16/fp32 tensor [..., K] with {what}, got {got}")
+
+
+def _check_b(name: str, b, layout: str, a: torch.Tensor) -> int:
+    """N of ``op(b)`` after checking ``b`` against ``a`` and the layout."""
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout of {name}: expected 'NN' (b is [K, N]) or 'NT' (b is [N, K]), got {layout!r}")
+    if not isinstance(b, torch.Tensor) or b.dim() != 2:
+        got = f"a tensor of {b.dim()} dims" if isinstance(b, torch.Tensor) else type(b).__name__
+        raise ValueError(f"{name}: expected a 2-D weight, got {got}")
+    if b.dtype != a.dtype or b.device != a.device:
+        raise ValueError(f"{name}: expected {a.dtype} on {a.device} like the input, got {b.dtype} on {b.device}")
+    k = b.shape[0] if layout == "NN" else b.shape[1]
+    if k != a.shape[-1]:
+        raise ValueError(f"{name}: K = {k} in layout {layout} does not match the input's last dim {a.shape[-1]}")
+    return b.shape[1] if layout == "NN" else b.shape[0]
+
+
+def _row_dim(name: str, dim, a: torch.Tensor) -> int:
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -a.dim() <= dim < a.dim():
+        raise ValueError(f"{name}: expected a dim of the {a.dim()}-D input, got {dim!r}")
+    dim %= a.dim()
+    if dim == a.dim() - 1:
+        raise ValueError(f"{name}: the last dim is the contraction dim K; pick a leading dim")
+    return dim
+
+
+def _check_out(name: str, t, shape: tuple, dtype: torch.dtype, device: torch.device) -> None:
+    if t is None:
+        return
+    if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != dtype or t.device != device:
+        got = f"{tuple(t.shape)} {t.dtype} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(f"{name}: expected {shape} {dtype} on {device}, got {got}")
+
+
+def _mm(rows: torch.Tensor, b: torch.Tensor, layout: str, out_dtype: torch.dtype) -> torch.Tensor:
+    """``rows [M, K] @ op(b)`` through the gemm op (its backend), ``[M, N]`` in ``out_dtype``."""
+    return gemm(rows, b, trans_b=layout == "NT", out_dtype=out_dtype)
+
+
+def _chunks(length: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` nearly equal ``[lo, hi)`` ranges covering ``length`` (empty ones dropped)."""
+    bounds = [length * i // parts for i in range(parts + 1)]
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False) if hi > lo]
+
+
+def _all_gather(out: torch.Tensor, inp: torch.Tensor, group):
+    import torch.distributed as dist
+
+    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    return fn(out, inp, group=group, async_op=True)
+
+
+def _reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group):
+    import torch.distributed as dist
+
+    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return fn(out, inp, op=dist.ReduceOp.SUM, group=group, async_op=True)
+
+
+def fused_all_gather_matmul(A_shard, Bs, layouts, gather_dim, group_name, gemm_streams=None, comm_streams=None,
+                            copy_streams=None, *, comm_method="pipeline", num_splits=2,
+                            skip_copy_local_ag_out=False, enable_sdma=False, return_A=True, A_out=None,
+                            outputs=None, out_dtypes=None):
+    """``A = all_gather(A_shard, gather_dim)``; ``C_i = A @ op(B_i)``, pipelined over ``num_splits``.
+
+    Args:
+        A_shard: ``[*lead, K]`` (at least 2-D), fp16/bf16/fp32; every rank's has the same shape.
+        Bs: 2-D weights in A's dtype: ``[K, N_i]`` for layout ``"NN"``, ``[N_i, K]`` for ``"NT"``.
+        layouts: one of ``"NN"`` / ``"NT"`` per weight (the first letter is A's: never transposed).
+        gather_dim: a leading dim of ``A_shard`` (not the last); A has ``world`` times its size there.
+        group_name: the ProcessGroup, or the name it is registered under.
+        num_splits: chunks of the shard along ``gather_dim``, each gathered and multiplied in turn.
+        skip_copy_local_ag_out: accepted for compatibility; no effect (the gather writes every shard).
+        return_A: return the gathered ``A`` (into ``A_out`` when given) or None.
+        A_out: ``[*A shape]`` in A's dtype, written when ``return_A``.
+        outputs: optional ``C_i`` buffers, ``[*A.shape[:-1], N_i]`` in ``out_dtypes[i]``.
+        out_dtypes: per-weight result dtypes (fp16/bf16/fp32; None: A's dtype).
+
+    Returns:
+        ``(A or None, [C_i])``. The rows of ``A`` and ``C_i`` along ``gather_dim`` are rank 0's
+        shard, then rank 1's, ...; each ``C_i`` is one GEMM (fp32 sums, rounded once).
+    """
+    _check_common(comm_method, num_splits, enable_sdma,
+                  {"gemm_streams": gemm_streams, "comm_streams": comm_streams, "copy_streams": copy_streams})
+    _check_a("A_shard", A_shard, "a leading dim to gather along")
+    if not isinstance(Bs, (list, tuple)) or not Bs:
+        raise ValueError(f"Bs: expected a non-empty list of weights, got {type(Bs).__name__}")
+    if not isinstance(layouts, (list, tuple)) or len(layouts) != len(Bs):
+        raise ValueError(f"layouts: expected one layout per weight ({len(Bs)}), got {layouts!r}")
+    ns = [_check_b(f"Bs[{i}]", b, lay, A_shard) for i, (b, lay) in enumerate(zip(Bs, layouts, strict=True))]
+    if out_dtypes is None:
+        out_dtypes = [None] * len(Bs)
+    if not isinstance(out_dtypes, (list, tuple)) or len(out_dtypes) != len(Bs):
+        raise ValueError(f"out_dtypes: expected None or one dtype per weight ({len(Bs)}), got {out_dtypes!r}")
+    dtypes = [A_shard.dtype if d is None else d for d in out_dtypes]
+    for i, d in enumerate(dtypes):
+        if d not in _FLOATS:
+            raise ValueError(f"out_dtypes[{i}]: expected fp16/bf16/fp32 or None, got {d}")
+    dim = _row_dim("gather_dim", gather_dim, A_shard)
+    if not isinstance(skip_copy_local_ag_out, bool) or not isinstance(return_A, bool):
+        raise ValueError("skip_copy_local_ag_out, return_A: expected bools")
+    group = _group(group_name)
+    import torch.distributed as dist
+
+    world = dist.get_world_size(group)
+    a_shape = (*A_shard.shape[:dim], A_shard.shape[dim] * world, *A_shard.shape[dim + 1:])
+    c_shapes = [(*a_shape[:-1], n) for n in ns]
+    _check_out("A_out", A_out if return_A else None, a_shape, A_shard.dtype, A_shard.device)
+    if outputs is not None and (not isinstance(outputs, (list, tuple)) or len(outputs) != len(Bs)):
+        raise ValueError(f"outputs: expected None or one tensor per weight ({len(Bs)})")
+    for i, shape in enumerate(c_shapes):
+        _check_out(f"outputs[{i}]", outputs[i] if outputs is not None else None, shape, dtypes[i], A_shard.device)
+
+    k = A_shard.shape[-1]
+    rows = A_shard.shape[dim]
+    moved = A_shard.movedim(dim, 0)  # [rows, *rest, K]
+    rest = moved.shape[1:-1]
+    with torch.no_grad():
+        cs = list(outputs) if outputs is not None else [torch.empty(s, dtype=t, device=A_shard.device)
+                                                        for s, t in zip(c_shapes, dtypes, strict=True)]
+        a_full = (A_out if A_out is not None else torch.empty(a_shape, dtype=A_shard.dtype, device=A_shard.device)) \
+            if return_A else None
+        # every chunk's gather queued at once; chunk s's GEMMs wait only for chunk s
+        pending = []
+        for lo, hi in _chunks(rows, num_splits):
+            buf = torch.empty((world, hi - lo, *rest, k), dtype=A_shard.dtype, device=A_shard.device)
+            src = moved[lo:hi].contiguous()
+            pending.append((lo, hi, buf, src, _all_gather(buf.view(world * (hi - lo), *rest, k), src, group)))
+        for lo, hi, buf, _src, work in pending:  # _src stays alive until its collective is done
+            work.wait()
+            flat = buf.view(-1, k)
+            for b, lay, c in zip(Bs, layouts, cs, strict=True):
+                part = _mm(flat, b, lay, c.dtype).view(world, hi - lo, *rest, c.shape[-1])
+                c.movedim(dim, 0).unflatten(0, (world, rows))[:, lo:hi].copy_(part)
+            if a_full is not None:
+                a_full.movedim(dim, 0).unflatten(0, (world, rows))[:, lo:hi].copy_(buf)
+    return a_full, cs
+
+
+def fused_matmul_reduce_scatter(A, B, layout, reduce_op, scatter_dim, group_name, gemm_streams=None,
+                                comm_streams=None, *, comm_method="pipeline", num_splits=2, enable_sdma=False,
+                                output=None, rs_out=None, out_dtype=None):
+    """``C = A @ op(B)``, reduce-scattered (``"sum"`` or ``"avg"`` over the ranks) along ``scatter_dim``.
+
+    Args:
+        A: ``[*lead, K]`` (at least 2-D), fp16/bf16/fp32; ``lead[scatter_dim]`` divisible by the world size.
+        B: ``[K, N]`` (layout ``"NN"``) or ``[N, K]`` (``"NT"``) in A's dtype.
+        reduce_op: ``"sum"`` or ``"avg"`` (the sum divided by the world size, in the output dtype).
+        scatter_dim: a leading dim of ``A`` (not the last); rank ``r`` gets its ``r``-th slice.
+        group_name: the ProcessGroup, or the name it is registered under.
+        num_splits: chunks of each destination's slice, multiplied and reduce-scattered in turn.
+        output: optional buffer for this rank's full ``C`` ``[*lead, N]`` (written when given).
+        rs_out: optional result buffer ``[*lead with lead[scatter_dim] / world, N]``.
+        out_dtype: fp16/bf16/fp32 (None: A's dtype): the GEMM's output and the reduction's dtype.
+
+    Returns:
+        ``rs_out``: ``sum_r C_r[slice of this rank]`` (or its average), ``C_r`` being rank ``r``'s product.
+    """
+    _check_common(comm_method, num_splits, enable_sdma, {"gemm_streams": gemm_streams, "comm_streams": comm_streams})
+    _check_a("A", A, "a leading dim to scatter along")
+    n = _check_b("B", B, layout, A)
+    if reduce_op not in ("sum", "avg"):
+        raise ValueError(f"reduce_op: expected 'sum' or 'avg', got {reduce_op!r}")
+    dtype = A.dtype if out_dtype is None else out_dtype
+    if dtype not in _FLOATS:
+        raise ValueError(f"out_dtype: expected fp16/bf16/fp32 or None, got {out_dtype}")
+    dim = _row_dim("scatter_dim", scatter_dim, A)
+    group = _group(group_name)
+    import torch.distributed as dist
+
+    world = dist.get_world_size(group)
+    if A.shape[dim] % world:
+        raise ValueError(f"A: dim {dim} has {A.shape[dim]} rows, not divisible by the world size {world}")
+    c_shape = (*A.shape[:-1], n)
+    per = A.shape[dim] // world
+    rs_shape = (*A.shape[:dim], per, *A.shape[dim + 1:-1], n)
+    _check_out("output", output, c_shape, dtype, A.device)
+    _check_out("rs_out", rs_out, rs_shape, dtype, A.device)
+
+    k = A.shape[-1]
+    by_rank = A.movedim(dim, 0).unflatten(0, (world, per))  # [world, per, *rest, K]
+    rest = by_rank.shape[2:-1]
+    with torch.no_grad():
+        result = rs_out if rs_out is not None else torch.empty(rs_shape, dtype=dtype, device=A.device)
+        pending = []
+        for lo, hi in _chunks(per, num_splits):
+            rows = by_rank[:, lo:hi].reshape(-1, k)
+            part = _mm(rows, B, layout, dtype)  # [world * (hi - lo) * rest, N], destination-major
+            if output is not None:
+                output.movedim(dim, 0).unflatten(0, (world, per))[:, lo:hi].copy_(
+                    part.view(world, hi - lo, *rest, n))
+            recv = torch.empty((hi - lo, *rest, n), dtype=dtype, device=A.device)
+            pending.append((lo, hi, recv, part, _reduce_scatter(recv.view(-1, n), part, group)))
+        moved = result.movedim(dim, 0)
+        for lo, hi, recv, _part, work in pending:  # _part stays alive until its collective is done
+            work.wait()
+            if reduce_op == "avg":
+                recv.div_(world)
+            moved[lo:hi].copy_(recv)
+    return result

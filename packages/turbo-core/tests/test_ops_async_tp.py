@@ -1,0 +1,199 @@
+"""``turbo_core.ops.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter`` over gloo (2 and 3
+forked processes), against float64 math written here from the definitions:
+
+- all-gather + matmul: ``A`` is every rank's shard concatenated along ``gather_dim`` in rank
+  order, ``C_i = A @ op(B_i)``;
+- matmul + reduce-scatter: rank ``r`` gets ``sum_s C_s`` (or the average) restricted to the
+  ``r``-th slice of ``scatter_dim``, ``C_s`` being rank ``s``'s product.
+
+Every rank rebuilds every rank's inputs from one seed. Cases: 2-D and 3-D inputs, each leading dim,
+1, 2 and 3 chunks (uneven), both layouts, several weights, fp32 and bf16, an fp32 output from bf16,
+preallocated buffers, ``return_A=False``. fp32 results must match float64 to fp32 rounding;
+bf16 ones to bf16's tolerance (one GEMM rounding, then a sum over ranks in bf16)."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from turbo_core.testing import assert_close_to_reference
+
+
+def _rand(shape, g, dtype):
+    return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+
+def _op(b, layout):
+    return b if layout == "NN" else b.t()
+
+
+def _check_all_gather(rank: int, world: int, group, dev: torch.device) -> None:
+    from turbo_core.ops import fused_all_gather_matmul
+
+    cases = [  # shard shape, gather_dim, num_splits, layouts, dtype, out_dtypes
+        ((5, 8), 0, 2, ["NT"], torch.float32, None),
+        ((7, 8), 0, 3, ["NN", "NT"], torch.float32, None),
+        ((2, 5, 8), 1, 2, ["NT", "NN"], torch.float32, None),
+        ((3, 4, 8), 0, 1, ["NN"], torch.float32, None),
+        ((6, 16), 0, 4, ["NT", "NT"], torch.bfloat16, [None, torch.float32]),
+    ]
+    for shape, gdim, splits, layouts, dtype, out_dtypes in cases:
+        g = torch.Generator().manual_seed(11)
+        shards = [_rand(shape, g, dtype) for _ in range(world)]
+        ns = [3 + i for i in range(len(layouts))]
+        k = shape[-1]
+        bs = [_rand((k, n) if lay == "NN" else (n, k), g, dtype) for n, lay in zip(ns, layouts, strict=True)]
+        a64 = torch.cat([s.double() for s in shards], dim=gdim)
+        for preallocated in (False, True):
+            dts = [dtype if d is None else d for d in (out_dtypes or [None] * len(bs))]
+            kw = {}
+            if preallocated:
+                kw["A_out"] = torch.full(a64.shape, float("nan"), dtype=dtype, device=dev)
+                kw["outputs"] = [torch.full((*a64.shape[:-1], n), float("nan"), dtype=d, device=dev)
+                                 for n, d in zip(ns, dts, strict=True)]
+            a, cs = fused_all_gather_matmul(shards[rank].to(dev, copy=True), [b.to(dev) for b in bs], layouts, gdim,
+                                            group.group_name, num_splits=splits, out_dtypes=out_dtypes, **kw)
+            assert a.device == dev and all(c.device == dev for c in cs)
+            a, cs = a.cpu(), [c.cpu() for c in cs]
+            assert torch.equal(a, a64.to(dtype)), f"A {shape} dim {gdim}"
+            if preallocated:
+                assert torch.equal(kw["A_out"].cpu(), a)
+                assert all(torch.equal(c, o.cpu()) for c, o in zip(cs, kw["outputs"], strict=True))
+            for c, b, lay, d in zip(cs, bs, layouts, dts, strict=True):
+                want = a64 @ _op(b.double(), lay)
+                assert c.dtype == d and c.shape == want.shape
+                assert_close_to_reference(c, want, dtype=dtype, what=f"C {shape} dim {gdim} {lay} splits {splits}")
+    g = torch.Generator().manual_seed(3)
+    shards = [_rand((4, 8), g, torch.float32) for _ in range(world)]
+    b = _rand((8, 5), g, torch.float32)
+    a, cs = fused_all_gather_matmul(shards[rank].to(dev), [b.to(dev)], ["NN"], 0, group, return_A=False)
+    assert a is None
+    assert_close_to_reference(cs[0].cpu(), torch.cat([s.double() for s in shards]) @ b.double(), dtype=torch.float32)
+
+
+def _check_reduce_scatter(rank: int, world: int, group, dev: torch.device) -> None:
+    from turbo_core.ops import fused_matmul_reduce_scatter
+
+    cases = [  # A shape (scatter dim multiple of world), scatter_dim, num_splits, layout, op, dtype, out_dtype
+        ((2 * world, 8), 0, 2, "NT", "sum", torch.float32, None),
+        ((3 * world, 8), 0, 3, "NN", "avg", torch.float32, None),
+        ((2, 3 * world, 8), 1, 2, "NT", "sum", torch.float32, None),
+        ((world, 2, 8), 0, 1, "NN", "avg", torch.float32, None),
+        ((4 * world, 16), 0, 3, "NT", "sum", torch.bfloat16, torch.float32),
+        ((4 * world, 16), 0, 2, "NN", "sum", torch.bfloat16, None),
+    ]
+    for shape, sdim, splits, layout, op, dtype, out_dtype in cases:
+        g = torch.Generator().manual_seed(5)
+        a_all = [_rand(shape, g, dtype) for _ in range(world)]
+        n, k = 6, shape[-1]
+        b = _rand((k, n) if layout == "NN" else (n, k), g, dtype)
+        per = shape[sdim] // world
+        prods = [a.double() @ _op(b.double(), layout) for a in a_all]
+        total = sum(prods) / (world if op == "avg" else 1)
+        want = total.narrow(sdim, rank * per, per)
+        d = dtype if out_dtype is None else out_dtype
+        for preallocated in (False, True):
+            kw = {}
+            if preallocated:
+                kw["output"] = torch.full((*shape[:-1], n), float("nan"), dtype=d, device=dev)
+                kw["rs_out"] = torch.full(want.shape, float("nan"), dtype=d, device=dev)
+            got = fused_matmul_reduce_scatter(a_all[rank].to(dev, copy=True), b.to(dev), layout, op, sdim,
+                                              group.group_name, num_splits=splits, out_dtype=out_dtype, **kw)
+            assert got.dtype == d and got.shape == want.shape and got.device == dev
+            if preallocated:
+                assert got is kw["rs_out"]
+                assert_close_to_reference(kw["output"].cpu(), prods[rank], dtype=dtype, what="output (local C)")
+            got = got.cpu()
+            # each rank's GEMM rounds once into d (half an ulp of its term), then the sum over the ranks
+            # rounds once per addition (half an ulp of a partial sum): bounded by world ulps of the
+            # sum of the terms' magnitudes, plus fp32's accumulation error when d is fp32
+            scale = sum(p.abs() for p in prods).narrow(sdim, rank * per, per) / (world if op == "avg" else 1)
+            bound = scale * torch.finfo(d).eps * world + scale * 1e-6
+            err = (got.double() - want).abs()
+            assert (err <= bound).all(), f"{shape} dim {sdim} {layout} {op} splits {splits}: error " \
+                f"{(err - bound).max().item():.3g} over the bound"
+
+
+def _worker(rank: int, world: int, store: str, backend: str = "gloo") -> None:
+    torch.set_num_threads(1)
+    dev, kw = torch.device("cpu"), {}
+    if backend == "nccl":
+        dev = torch.device("cuda", rank)
+        torch.cuda.set_device(dev)
+        kw["device_id"] = dev
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120), **kw)
+    try:
+        group = dist.group.WORLD
+        _check_all_gather(rank, world, group, dev)
+        _check_reduce_scatter(rank, world, group, dev)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("world", [2, 3])
+def test_async_tp_matches_float64(world, tmp_path):
+    mp.start_processes(_worker, args=(world, str(tmp_path / "store")), nprocs=world, join=True, start_method="fork")
+
+
+@pytest.mark.gpu
+@pytest.mark.distributed
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2 or not dist.is_nccl_available(),
+                    reason="needs two CUDA GPUs and NCCL")
+def test_async_tp_over_nccl(tmp_path):
+    """The same checks on two GPUs over NCCL, the GEMMs on the GPU's default gemm backend. Spawned:
+    CUDA cannot be used in forked children."""
+    mp.start_processes(_worker, args=(2, str(tmp_path / "store"), "nccl"), nprocs=2, join=True, start_method="spawn")
+
+
+def test_bad_arguments_are_named():
+    from turbo_core.ops import fused_all_gather_matmul, fused_matmul_reduce_scatter
+
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    with pytest.raises(ValueError, match="group_name: torch.distributed is not initialized"):
+        fused_all_gather_matmul(a, [b], ["NN"], 0, "default")
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        group = dist.group.WORLD
+        cases = [
+            (lambda: fused_all_gather_matmul(a, [b], ["TN"], 0, group), "layout of Bs\\[0\\]"),
+            (lambda: fused_all_gather_matmul(a, [b], ["NT"], 0, group), "Bs\\[0\\]: K = 3"),
+            (lambda: fused_all_gather_matmul(a, [b], ["NN", "NN"], 0, group), "layouts: expected one layout"),
+            (lambda: fused_all_gather_matmul(a, [b], ["NN"], 1, group), "gather_dim: the last dim"),
+            (lambda: fused_all_gather_matmul(a, [b], ["NN"], 2, group), "gather_dim: expected a dim"),
+            (lambda: fused_all_gather_matmul(a, [b.half()], ["NN"], 0, group), "Bs\\[0\\]: expected torch.float32"),
+            (lambda: fused_all_gather_matmul(a, [b], ["NN"], 0, group, comm_method="ring_exchange"),
+             "comm_method: only 'pipeline'"),
+            (lambda: fused_all_gather_matmul(a, [b], ["NN"], 0, group, num_splits=0), "num_splits"),
+            (lambda: fused_all_gather_matmul(a, [b], ["NN"], 0, group, enable_sdma=True), "enable_sdma"),
+            (lambda: fused_all_gather_matmul(a, [b], ["NN"], 0, "no-such-group"), "no process group is registered"),
+            (lambda: fused_all_gather_matmul(a, [b], ["NN"], 0, group, outputs=[torch.empty(4, 2)]),
+             "outputs\\[0\\]: expected \\(4, 3\\)"),
+            (lambda: fused_all_gather_matmul(a, [b], ["NN"], 0, group, out_dtypes=[torch.int32]), "out_dtypes\\[0\\]"),
+            (lambda: fused_all_gather_matmul(torch.ones(4, 8, dtype=torch.int64), [b], ["NN"], 0, group), "A_shard"),
+            (lambda: fused_matmul_reduce_scatter(a, b, "NN", "max", 0, group), "reduce_op"),
+            (lambda: fused_matmul_reduce_scatter(a, b, "NN", "sum", 0, group, comm_method="tile"),
+             "comm_method: only 'pipeline'"),
+            (lambda: fused_matmul_reduce_scatter(a, b, "NN", "sum", 0, group, rs_out=torch.empty(2, 3)),
+             "rs_out: expected \\(4, 3\\)"),
+            (lambda: fused_matmul_reduce_scatter(a, b.t().contiguous(), "NN", "sum", 0, group), "B: K = 3"),
+        ]
+        for call, match in cases:
+            with pytest.raises(ValueError, match=match):
+                call()
+        # one rank: the plain products
+        got_a, (c,) = fused_all_gather_matmul(a, [b], ["NN"], 0, group.group_name, num_splits=3)
+        assert torch.equal(got_a, a)
+        assert_close_to_reference(c, a.double() @ b.double(), dtype=torch.float32)
+        rs = fused_matmul_reduce_scatter(a, b, "NN", "avg", 0, group)
+        assert_close_to_reference(rs, a.double() @ b.double(), dtype=torch.float32)
+    finally:
+        dist.destroy_process_group()
