@@ -1,8 +1,11 @@
-"""``turbo_core.ops.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter`` over gloo (2 and 3
-forked processes), against float64 math written here from the definitions:
+"""``turbo_core.ops.fused_all_gather_matmul`` / ``fused_all_gather_scaled_matmul`` /
+``fused_matmul_reduce_scatter`` over gloo (2 and 3 forked processes), against float64 math written
+here from the definitions:
 
 - all-gather + matmul: ``A`` is every rank's shard concatenated along ``gather_dim`` in rank
   order, ``C_i = A @ op(B_i)``;
+- the scaled form: the same with ``A = cat(data_r * scale_r)`` and ``op(B_i * B_scale_i)`` (+ bias),
+  TENSORWISE and ROWWISE scales, the gathered FP8 bytes equal to the shards';
 - matmul + reduce-scatter: rank ``r`` gets ``sum_s C_s`` (or the average) restricted to the
   ``r``-th slice of ``scatter_dim``, ``C_s`` being rank ``s``'s product.
 
@@ -119,6 +122,55 @@ def _check_reduce_scatter(rank: int, world: int, group, dev: torch.device) -> No
                 f"{(err - bound).max().item():.3g} over the bound"
 
 
+def _fp8(x64: torch.Tensor, rowwise_dim: int | None):
+    """``(data, scale)`` with ``data * scale ~ x``: one scale, or one per slice along ``rowwise_dim``
+    (kept as a size-1 dim), each mapping its amax to E4M3's largest value."""
+    amax = x64.abs().amax() if rowwise_dim is None else x64.abs().amax(dim=rowwise_dim, keepdim=True)
+    scale = (amax / 448.0).clamp_min(1e-12).float()
+    return (x64 / scale.double()).to(torch.float8_e4m3fn), scale
+
+
+def _check_scaled(rank: int, world: int, group, dev: torch.device) -> None:
+    from turbo_core.ops import fused_all_gather_scaled_matmul
+
+    cases = [  # shard shape, gather_dim, num_splits, layouts, rowwise, biases?, out_dtypes
+        ((5, 32), 0, 2, ["NT", "NN"], False, True, [torch.bfloat16, torch.float32]),
+        ((2, 6, 32), 1, 3, ["NT"], True, False, None),
+        ((7, 32), 0, 1, ["NN", "NT"], True, True, [torch.float32, torch.float16]),
+    ]
+    for shape, gdim, splits, layouts, rowwise, with_bias, out_dtypes in cases:
+        g = torch.Generator().manual_seed(17)
+        xs = [torch.randn(shape, generator=g, dtype=torch.float64) * 4 * (r + 1) for r in range(world)]
+        if rowwise:  # each row its own scale, gathered with it
+            shards = [_fp8(x, -1) for x in xs]
+        else:  # one scale for the whole gathered A, from the amax over every rank's shard
+            _, one = _fp8(torch.stack(xs), None)
+            shards = [((x / one.double()).to(torch.float8_e4m3fn), one) for x in xs]
+        ns = [4 + 3 * i for i in range(len(layouts))]
+        k = shape[-1]
+        ws = []
+        for n, lay in zip(ns, layouts, strict=True):
+            w64 = torch.randn((k, n) if lay == "NN" else (n, k), generator=g, dtype=torch.float64)
+            ws.append(_fp8(w64, (0 if lay == "NN" else 1) if rowwise else None))
+        dts = [torch.bfloat16 if d is None else d for d in (out_dtypes or [None] * len(ns))]
+        biases = [torch.randn(n, generator=g, dtype=torch.float64).to(d) for n, d in zip(ns, dts, strict=True)] \
+            if with_bias else None
+        data, scale = shards[rank]
+        a, cs = fused_all_gather_scaled_matmul(
+            data.to(dev), [w.to(dev) for w, _ in ws], layouts, scale.to(dev), [s.to(dev) for _, s in ws], gdim,
+            group.group_name, biases=[b.to(dev) for b in biases] if biases else None, out_dtypes=out_dtypes,
+            num_splits=splits)
+        want_a = torch.cat([d for d, _ in shards], dim=gdim)
+        assert a.dtype == torch.float8_e4m3fn and torch.equal(a.cpu().view(torch.uint8), want_a.view(torch.uint8))
+        a64 = torch.cat([d.double() * s.double() for d, s in shards], dim=gdim)
+        for i, (c, (w, ws_), lay, d) in enumerate(zip(cs, ws, layouts, dts, strict=True)):
+            want = a64 @ _op(w.double() * ws_.double(), lay)
+            if biases:
+                want = want + biases[i].double()
+            assert c.dtype == d and c.shape == want.shape and c.device == dev
+            assert_close_to_reference(c.cpu(), want, what=f"scaled C{i} {shape} dim {gdim} {lay} rowwise {rowwise}")
+
+
 def _worker(rank: int, world: int, store: str, backend: str = "gloo") -> None:
     torch.set_num_threads(1)
     dev, kw = torch.device("cpu"), {}
@@ -132,6 +184,8 @@ def _worker(rank: int, world: int, store: str, backend: str = "gloo") -> None:
         group = dist.group.WORLD
         _check_all_gather(rank, world, group, dev)
         _check_reduce_scatter(rank, world, group, dev)
+        if getattr(torch, "float8_e4m3fn", None) is not None:
+            _check_scaled(rank, world, group, dev)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -186,6 +240,24 @@ def test_bad_arguments_are_named():
              "rs_out: expected \\(4, 3\\)"),
             (lambda: fused_matmul_reduce_scatter(a, b.t().contiguous(), "NN", "sum", 0, group), "B: K = 3"),
         ]
+        if getattr(torch, "float8_e4m3fn", None) is not None:
+            from turbo_core.ops import fused_all_gather_scaled_matmul as scaled
+
+            q, w = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+            one, row, col = torch.ones(()), torch.ones(4, 1), torch.ones(1, 3)
+            cases += [
+                (lambda: scaled(a, [w], ["NN"], one, [one], 0, group), "A_shard: expected an FP8 tensor"),
+                (lambda: scaled(q, [w], ["NN"], torch.ones(2, 1), [one], 0, group), "A_scale: expected one value"),
+                (lambda: scaled(q, [w], ["NN"], row, [one], 0, group), r"B_scales\[0\]: .*ROWWISE"),
+                (lambda: scaled(q, [w], ["NN"], one, [col], 0, group), r"B_scales\[0\]: .*TENSORWISE"),
+                (lambda: scaled(q, [w], ["NN"], one, [one], 0, group, result_scales=[one]), "result_scales"),
+                (lambda: scaled(q, [w], ["NN"], one, [one], 0, group, biases=[torch.ones(4)]), r"biases\[0\]"),
+                (lambda: scaled(q, [b], ["NN"], one, [one], 0, group), r"Bs\[0\]: expected an FP8 weight"),
+                (lambda: scaled(q, [w], ["NN"], one, [one, one], 0, group), "B_scales: expected one entry"),
+            ]
+            got_a, (c,) = scaled(q, [w], ["NN"], row * 0.5, [col * 2.0], 0, group)
+            assert torch.equal(got_a.view(torch.uint8), q.view(torch.uint8)) and c.dtype == torch.bfloat16
+            assert_close_to_reference(c, q.double() @ w.double())
         for call, match in cases:
             with pytest.raises(ValueError, match=match):
                 call()

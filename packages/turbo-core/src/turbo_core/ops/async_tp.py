@@ -7,6 +7,11 @@ split into ``num_splits`` chunks along ``gather_dim``. Every chunk's all-gather 
 (``async_op=True``; NCCL runs collectives on its own stream). The GEMMs of chunk ``s`` run, on the
 caller's stream, as soon as its gather completes, while the later chunks are still in flight.
 
+``fused_all_gather_scaled_matmul``: the same on pre-quantized FP8 operands, ``torch._scaled_mm``'s
+convention: ``C_i = (A * A_scale) @ op(B_i * B_scale_i) (+ bias_i)``, with TENSORWISE scales (one
+value each) or ROWWISE ones (``A_scale`` per row of A, gathered with its rows; ``B_scale_i`` per
+output column), through the ``gemm_fp8`` primitive.
+
 ``fused_matmul_reduce_scatter``: ``C = A @ op(B)``, then a reduce-scatter (sum or average over the
 ranks) along ``scatter_dim`` (the output of a row-parallel linear layer). Each destination rank's
 slice is split into ``num_splits`` chunks. The GEMM of chunk ``s`` (the rows of chunk ``s`` of every
@@ -28,9 +33,11 @@ from __future__ import annotations
 
 import torch
 
+from turbo_core.dispatch.launch import gemm_fp8 as launch_fp8
+from turbo_core.low_precision import ScalingGranularity, is_fp8_dtype
 from turbo_core.ops.gemm import gemm
 
-__all__ = ["fused_all_gather_matmul", "fused_matmul_reduce_scatter"]
+__all__ = ["fused_all_gather_matmul", "fused_all_gather_scaled_matmul", "fused_matmul_reduce_scatter"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _LAYOUTS = ("NN", "NT")
@@ -71,13 +78,16 @@ def _check_a(name: str, a, what: str) -> None:
 
 
 def _check_b(name: str, b, layout: str, a: torch.Tensor) -> int:
-    """N of ``op(b)`` after checking ``b`` against ``a`` and the layout."""
+    """N of ``op(b)`` after checking ``b`` against ``a`` (same dtype; any FP8 one for an FP8 ``a``)
+    and the layout."""
     if layout not in _LAYOUTS:
         raise ValueError(f"layout of {name}: expected 'NN' (b is [K, N]) or 'NT' (b is [N, K]), got {layout!r}")
     if not isinstance(b, torch.Tensor) or b.dim() != 2:
         got = f"a tensor of {b.dim()} dims" if isinstance(b, torch.Tensor) else type(b).__name__
         raise ValueError(f"{name}: expected a 2-D weight, got {got}")
-    if b.dtype != a.dtype or b.device != a.device:
+    if is_fp8_dtype(a.dtype) and (not is_fp8_dtype(b.dtype) or b.device != a.device):
+        raise ValueError(f"{name}: expected an FP8 weight on {a.device}, got {b.dtype} on {b.device}")
+    if not is_fp8_dtype(a.dtype) and (b.dtype != a.dtype or b.device != a.device):
         raise ValueError(f"{name}: expected {a.dtype} on {a.device} like the input, got {b.dtype} on {b.device}")
     k = b.shape[0] if layout == "NN" else b.shape[1]
     if k != a.shape[-1]:
@@ -114,8 +124,11 @@ def _chunks(length: int, parts: int) -> list[tuple[int, int]]:
 
 
 def _all_gather(out: torch.Tensor, inp: torch.Tensor, group):
+    """Async all-gather into ``out`` (FP8 travels as its bytes: not every backend knows the dtype)."""
     import torch.distributed as dist
 
+    if is_fp8_dtype(inp.dtype):
+        out, inp = out.view(torch.uint8), inp.view(torch.uint8)
     fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     return fn(out, inp, group=group, async_op=True)
 
@@ -181,29 +194,156 @@ def fused_all_gather_matmul(A_shard, Bs, layouts, gather_dim, group_name, gemm_s
     for i, shape in enumerate(c_shapes):
         _check_out(f"outputs[{i}]", outputs[i] if outputs is not None else None, shape, dtypes[i], A_shard.device)
 
-    k = A_shard.shape[-1]
-    rows = A_shard.shape[dim]
-    moved = A_shard.movedim(dim, 0)  # [rows, *rest, K]
-    rest = moved.shape[1:-1]
     with torch.no_grad():
         cs = list(outputs) if outputs is not None else [torch.empty(s, dtype=t, device=A_shard.device)
                                                         for s, t in zip(c_shapes, dtypes, strict=True)]
         a_full = (A_out if A_out is not None else torch.empty(a_shape, dtype=A_shard.dtype, device=A_shard.device)) \
             if return_A else None
-        # every chunk's gather queued at once; chunk s's GEMMs wait only for chunk s
-        pending = []
-        for lo, hi in _chunks(rows, num_splits):
-            buf = torch.empty((world, hi - lo, *rest, k), dtype=A_shard.dtype, device=A_shard.device)
-            src = moved[lo:hi].contiguous()
-            pending.append((lo, hi, buf, src, _all_gather(buf.view(world * (hi - lo), *rest, k), src, group)))
-        for lo, hi, buf, _src, work in pending:  # _src stays alive until its collective is done
-            work.wait()
-            flat = buf.view(-1, k)
+        for lo, hi, flat, _ in _gathered_chunks(A_shard, None, dim, num_splits, world, group, a_full):
             for b, lay, c in zip(Bs, layouts, cs, strict=True):
-                part = _mm(flat, b, lay, c.dtype).view(world, hi - lo, *rest, c.shape[-1])
-                c.movedim(dim, 0).unflatten(0, (world, rows))[:, lo:hi].copy_(part)
-            if a_full is not None:
-                a_full.movedim(dim, 0).unflatten(0, (world, rows))[:, lo:hi].copy_(buf)
+                _place(c, dim, world, lo, hi, _mm(flat, b, lay, c.dtype))
+    return a_full, cs
+
+
+def _gathered_chunks(a_shard: torch.Tensor, a_scale: torch.Tensor | None, dim: int, num_splits: int, world: int,
+                     group, a_full: torch.Tensor | None):
+    """Yield ``(lo, hi, rows [world * n * rest, K], scales [same rows, 1] or None)`` per chunk
+    ``[lo, hi)`` of the shard's ``dim``, in chunk order: every chunk's gather (and its row scales')
+    is queued first, then each is waited for in turn (copied into ``a_full`` when given)."""
+    k = a_shard.shape[-1]
+    rows = a_shard.shape[dim]
+    moved = a_shard.movedim(dim, 0)  # [rows, *rest, K]
+    scales = a_scale.movedim(dim, 0) if a_scale is not None else None
+    rest = moved.shape[1:-1]
+    pending = []
+    for lo, hi in _chunks(rows, num_splits):
+        buf = torch.empty((world, hi - lo, *rest, k), dtype=a_shard.dtype, device=a_shard.device)
+        src = moved[lo:hi].contiguous()
+        works = [_all_gather(buf.view(world * (hi - lo), *rest, k), src, group)]
+        sbuf = ssrc = None
+        if scales is not None:
+            sbuf = torch.empty((world, hi - lo, *rest, 1), dtype=scales.dtype, device=scales.device)
+            ssrc = scales[lo:hi].contiguous()
+            works.append(_all_gather(sbuf.view(world * (hi - lo), *rest, 1), ssrc, group))
+        pending.append((lo, hi, buf, sbuf, (src, ssrc), works))
+    for lo, hi, buf, sbuf, _alive, works in pending:  # the sources stay alive until their collectives are done
+        for work in works:
+            work.wait()
+        if a_full is not None:
+            _place(a_full, dim, world, lo, hi, buf)
+        yield lo, hi, buf.view(-1, k), (sbuf.view(-1, 1) if sbuf is not None else None)
+
+
+def _place(full: torch.Tensor, dim: int, world: int, lo: int, hi: int, part: torch.Tensor) -> None:
+    """Copy ``part`` (rows ordered rank, chunk row, rest) into rows ``[lo, hi)`` of every rank's
+    block of ``full`` along ``dim``."""
+    blocks = full.movedim(dim, 0).unflatten(0, (world, -1))[:, lo:hi]
+    blocks.copy_(part.view(blocks.shape))
+
+
+def fused_all_gather_scaled_matmul(A_shard, Bs, layouts, A_scale, B_scales, gather_dim, group_name, biases=None,
+                                   result_scales=None, out_dtypes=None, use_fast_accum=False, gemm_streams=None,
+                                   comm_streams=None, copy_streams=None, *, comm_method="pipeline", num_splits=2,
+                                   skip_copy_local_ag_out=False, enable_sdma=False, A_out=None, mm_out=None):
+    """``A = all_gather(A_shard, gather_dim)``; ``C_i = (A * A_scale) @ op(B_i * B_scales[i]) (+ biases[i])``.
+
+    Args:
+        A_shard: FP8 ``[*lead, K]`` (at least 2-D); every rank's has the same shape.
+        Bs: FP8 2-D weights of A's flavour: ``[K, N_i]`` (``"NN"``) or ``[N_i, K]`` (``"NT"``).
+        layouts: ``"NN"`` / ``"NT"`` per weight.
+        A_scale: fp32 dequantization multipliers: one value (TENSORWISE: the scale of the whole
+            gathered A, so every rank passes the same value, e.g. from an all-reduced amax), or
+            ``[*lead, 1]`` (ROWWISE: one per row of the shard, gathered with it).
+        B_scales: per weight, one value (TENSORWISE, with a TENSORWISE ``A_scale``) or one per output
+            column (ROWWISE): ``[1, N_i]`` for ``"NN"``, ``[N_i, 1]`` for ``"NT"``.
+        gather_dim, group_name, num_splits, skip_copy_local_ag_out: as :func:`fused_all_gather_matmul`.
+        biases: None, or per weight None or ``[N_i]`` (taken in the output dtype), added to the fp32 sums
+            before their one rounding to the output dtype.
+        result_scales: None (or all None): FP8 outputs are not supported.
+        out_dtypes: per weight fp16/bf16/fp32 (None: bf16).
+        use_fast_accum: accepted; the ``gemm_fp8`` backend's accumulation is used either way.
+        A_out: the gathered FP8 ``A`` buffer (the gathered A is returned either way).
+        mm_out: optional ``C_i`` buffers, ``[*A.shape[:-1], N_i]`` in ``out_dtypes[i]``.
+
+    Returns:
+        ``(A, [C_i])``: the gathered FP8 A and one result per weight (fp32 sums, rounded once).
+    """
+    _check_common(comm_method, num_splits, enable_sdma,
+                  {"gemm_streams": gemm_streams, "comm_streams": comm_streams, "copy_streams": copy_streams})
+    if not isinstance(A_shard, torch.Tensor) or not is_fp8_dtype(A_shard.dtype) or A_shard.dim() < 2:
+        got = f"{A_shard.dtype} tensor of {A_shard.dim()} dims" if isinstance(A_shard, torch.Tensor) else \
+            type(A_shard).__name__
+        raise ValueError(f"A_shard: expected an FP8 tensor [..., K] with a leading dim to gather along, got {got}")
+    n_w = len(Bs) if isinstance(Bs, (list, tuple)) else 0
+    if not n_w:
+        raise ValueError(f"Bs: expected a non-empty list of FP8 weights, got {type(Bs).__name__}")
+    for name, seq in (("layouts", layouts), ("B_scales", B_scales)):
+        if not isinstance(seq, (list, tuple)) or len(seq) != n_w:
+            raise ValueError(f"{name}: expected one entry per weight ({n_w}), got {seq!r}")
+    for name, seq in (("biases", biases), ("result_scales", result_scales), ("out_dtypes", out_dtypes),
+                      ("mm_out", mm_out)):
+        if seq is not None and (not isinstance(seq, (list, tuple)) or len(seq) != n_w):
+            raise ValueError(f"{name}: expected None or one entry per weight ({n_w}), got {seq!r}")
+    if result_scales is not None and any(r is not None for r in result_scales):
+        raise ValueError("result_scales: FP8 outputs are not supported here; pass None")
+    if not isinstance(use_fast_accum, bool) or not isinstance(skip_copy_local_ag_out, bool):
+        raise ValueError("use_fast_accum, skip_copy_local_ag_out: expected bools")
+    dim = _row_dim("gather_dim", gather_dim, A_shard)
+    dtypes = [torch.bfloat16 if d is None else d for d in (out_dtypes or [None] * n_w)]
+    for i, d in enumerate(dtypes):
+        if d not in _FLOATS:
+            raise ValueError(f"out_dtypes[{i}]: expected fp16/bf16/fp32 or None, got {d}")
+    if not isinstance(A_scale, torch.Tensor) or A_scale.dtype != torch.float32 or A_scale.device != A_shard.device:
+        raise ValueError(f"A_scale: expected an fp32 tensor on {A_shard.device}")
+    rowwise_shape = (*A_shard.shape[:-1], 1)
+    if A_scale.numel() == 1 and tuple(A_scale.shape) != rowwise_shape:
+        rowwise = False
+    elif tuple(A_scale.shape) == rowwise_shape:
+        rowwise = True
+    else:
+        raise ValueError(f"A_scale: expected one value (TENSORWISE) or {rowwise_shape} (ROWWISE), "
+                         f"got {tuple(A_scale.shape)}")
+    ns = []
+    for i, (b, lay, sc) in enumerate(zip(Bs, layouts, B_scales, strict=True)):
+        n = _check_b(f"Bs[{i}]", b, lay, A_shard)
+        want = ((1, n) if lay == "NN" else (n, 1)) if rowwise else None
+        ok = isinstance(sc, torch.Tensor) and sc.dtype == torch.float32 and sc.device == A_shard.device and \
+            (tuple(sc.shape) == want if rowwise else sc.numel() == 1)
+        if not ok:
+            raise ValueError(f"B_scales[{i}]: expected an fp32 tensor of " + (f"shape {want} (ROWWISE, like A_scale)"
+                             if rowwise else "one value (TENSORWISE, like A_scale)"))
+        bias = biases[i] if biases is not None else None
+        if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (n,)
+                                 or bias.device != A_shard.device):
+            raise ValueError(f"biases[{i}]: expected None or a [{n}] tensor on {A_shard.device}")
+        ns.append(n)
+    group = _group(group_name)
+    import torch.distributed as dist
+
+    world = dist.get_world_size(group)
+    a_shape = (*A_shard.shape[:dim], A_shard.shape[dim] * world, *A_shard.shape[dim + 1:])
+    _check_out("A_out", A_out, a_shape, A_shard.dtype, A_shard.device)
+    for i, n in enumerate(ns):
+        _check_out(f"mm_out[{i}]", mm_out[i] if mm_out is not None else None, (*a_shape[:-1], n), dtypes[i],
+                   A_shard.device)
+    gran = ScalingGranularity.ROWWISE if rowwise else ScalingGranularity.TENSORWISE
+    with torch.no_grad():
+        cs = list(mm_out) if mm_out is not None else [torch.empty((*a_shape[:-1], n), dtype=d, device=A_shard.device)
+                                                      for n, d in zip(ns, dtypes, strict=True)]
+        a_full = A_out if A_out is not None else torch.empty(a_shape, dtype=A_shard.dtype, device=A_shard.device)
+        a_sc = A_scale.reshape(()) if not rowwise else None
+        for lo, hi, flat, scales in _gathered_chunks(A_shard, A_scale if rowwise else None, dim, num_splits, world,
+                                                     group, a_full):
+            for i, (b, lay, c) in enumerate(zip(Bs, layouts, cs, strict=True)):
+                bias = biases[i] if biases is not None else None
+                acc = None
+                if bias is not None:
+                    acc = bias.to(c.dtype).expand(flat.shape[0], ns[i]).contiguous()
+                part = launch_fp8.gemm_fp8(flat, scales if rowwise else a_sc, b,
+                                           B_scales[i] if rowwise else B_scales[i].reshape(()),
+                                           trans_b=lay == "NT", out_dtype=None if acc is not None else c.dtype,
+                                           granularity=gran, out=acc)
+                _place(c, dim, world, lo, hi, part)
     return a_full, cs
 
 
@@ -257,8 +397,7 @@ def fused_matmul_reduce_scatter(A, B, layout, reduce_op, scatter_dim, group_name
             rows = by_rank[:, lo:hi].reshape(-1, k)
             part = _mm(rows, B, layout, dtype)  # [world * (hi - lo) * rest, N], destination-major
             if output is not None:
-                output.movedim(dim, 0).unflatten(0, (world, per))[:, lo:hi].copy_(
-                    part.view(world, hi - lo, *rest, n))
+                _place(output, dim, world, lo, hi, part)
             recv = torch.empty((hi - lo, *rest, n), dtype=dtype, device=A.device)
             pending.append((lo, hi, recv, part, _reduce_scatter(recv.view(-1, n), part, group)))
         moved = result.movedim(dim, 0)
