@@ -112,10 +112,11 @@ for part in $parts; do
        timeout 150 python3 -m turbo_core.cli profile --top 25 --out "$OUT/profile_attn.json" \
          bench attention --models llama3.1-8b --iters 5 --warmup 2) > "$OUT/profile.log" 2>&1
       tail -40 "$OUT/profile.log" ;;
-    nccltests)  # the NCCL-marked pytest cases: turbo-deepep dispatch/combine and FP8AllToAll on two GPUs
+    nccltests)  # the NCCL-marked pytest cases: turbo-deepep dispatch/combine, FP8AllToAll and the async-TP ops on two GPUs
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_deepep.plugin
        timeout 400 python3 -m pytest -v -p no:cacheprovider -rs packages/turbo-deepep/tests/test_all_to_all_distributed.py::test_nccl \
-         packages/turbo-core/tests/test_ops_fp8_all_to_all.py::test_fp8_all_to_all_over_nccl) > "$OUT/nccltests.log" 2>&1
+         packages/turbo-core/tests/test_ops_fp8_all_to_all.py::test_fp8_all_to_all_over_nccl \
+         packages/turbo-core/tests/test_ops_async_tp.py::test_async_tp_over_nccl) > "$OUT/nccltests.log" 2>&1
       tail -15 "$OUT/nccltests.log" ;;
     *) echo "unknown part $part" ;;
   esac
