@@ -6,7 +6,7 @@
 # Parts: gputests fp8check normcheck normsweep normbench groupedcheck groupedbench
 #        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
 #        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbgap hbalgotests accuracy profile
-#        moedispatch nccltests (the last two on the two-GPU kind)
+#        moedispatch nccltests asynctp (the last three on the two-GPU kind)
 set -u
 OUT=${OUT:?set OUT}
 ROOT=$(pwd)
@@ -57,6 +57,9 @@ for part in $parts; do
     tunegemm) timeout 580 python3 benchmarks/scripts/tune_gemm_h200.py --out "$OUT/sm90.json" --tune-seconds 180 --check-seconds 60 > "$OUT/tune.log" 2>&1; tail -30 "$OUT/tune.log" ;;
     demoparity) timeout 580 python3 benchmarks/scripts/demo_parity_gpu.py --out "$OUT/demo_parity.json" --pytest > "$OUT/demo_parity.log" 2>&1; tail -30 "$OUT/demo_parity.log" ;;
     moebench) timeout 580 python3 benchmarks/scripts/moe_bench_h200.py --out "$OUT/moe_bench.json" ${MOE_PARTS:+--parts $MOE_PARTS} > "$OUT/moe_bench.log" 2>&1; tail -40 "$OUT/moe_bench.log" ;;
+    asynctp)  # turbo bench async-tp over every visible GPU (NCCL): fused all-gather/reduce-scatter GEMMs vs unfused
+      timeout 500 python3 -m turbo_core.cli bench async-tp ${ASYNC_TP_MODELS:+--models $ASYNC_TP_MODELS} \
+        --out "$OUT/async_tp_bench.json" > "$OUT/async_tp_bench.log" 2>&1; tail -40 "$OUT/async_tp_bench.log" ;;
     moedispatch)  # turbo bench moe-dispatch over every visible GPU (NCCL); turbo-deepep from the snapshot
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_deepep.plugin
        timeout 500 python3 -m turbo_core.cli bench moe-dispatch --out "$OUT/moe_dispatch_bench.json") > "$OUT/moe_dispatch_bench.log" 2>&1

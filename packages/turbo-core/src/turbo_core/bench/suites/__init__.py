@@ -10,7 +10,9 @@ backward) is scored in TFLOP/s against SDPA's cuDNN and flash backends and also 
 DeepSeek-V3 / Qwen3-235B / Mixtral shapes) is memory-bound, scored like ``norm``. ``norm`` and
 ``activation`` also time liger-kernel where it has the op and is importable. ``moe-dispatch``
 (module ``moe_dispatch``) starts its own processes (NCCL over the visible GPUs; gloo on the CPU) and
-scores expert-parallel dispatch/combine in GB/s against a raw ``all_to_all_single`` of the same rows."""
+scores expert-parallel dispatch/combine in GB/s against a raw ``all_to_all_single`` of the same rows.
+``async-tp`` (module ``async_tp``) starts its processes the same way and scores the async
+tensor-parallel ops in TFLOP/s against the unfused collective + ``torch.matmul``."""
 
 SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8", "attention",
-          "moe", "moe-dispatch")
+          "moe", "moe-dispatch", "async-tp")

@@ -25,13 +25,11 @@ round trip against ``x * (ranks the token went to)`` in float64.
 
 from __future__ import annotations
 
-import os
-import statistics
-import tempfile
-import time
 from dataclasses import dataclass
 
 import torch
+
+from turbo_core.bench import ranks
 
 __all__ = ["MODELS", "print_table", "run"]
 
@@ -87,45 +85,6 @@ def _backends(wanted: list[str] | None) -> tuple[list[str], dict[str, str]]:
         else:
             why[name] = reason
     return ok, why
-
-
-def _time(fn, dev: torch.device, warmup: int, iters: int) -> list[float]:
-    import torch.distributed as dist
-
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(iters):
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        dist.barrier()
-        if dev.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            out.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1e3)
-    return out
-
-
-def _slowest(stats: tuple[float, float, float], dev: torch.device) -> tuple[float, float, float]:
-    """(median, p10, p90) of the rank with the largest median."""
-    import torch.distributed as dist
-
-    t = torch.tensor(stats, dtype=torch.float64, device=dev)
-    gathered = [torch.empty_like(t) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, t)
-    return tuple(max(gathered, key=lambda g: float(g[0])).tolist())
-
-
-def _stats(times: list[float]) -> tuple[float, float, float]:
-    s = sorted(times)
-    return statistics.median(s), s[int(0.1 * (len(s) - 1))], s[int(0.9 * (len(s) - 1))]
 
 
 def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, providers, warmup, iters) -> list[dict]:
@@ -214,7 +173,7 @@ def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, provi
                         rows.append({**row, "status": fn})
                         dist.barrier()
                         continue
-                    med, p10, p90 = _slowest(_stats(_time(fn, dev, warmup, iters)), dev)
+                    med, p10, p90 = ranks.slowest(ranks.stats(ranks.time_calls(fn, dev, warmup, iters)), dev)
                     if provider == BASELINE:
                         base_ms = med
                     row.update(status="ok", median_ms=med, p10_ms=p10, p90_ms=p90,
@@ -224,27 +183,12 @@ def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, provi
     return rows
 
 
-def _worker(rank: int, world: int, store: str, backend: str, args: dict, out_path: str) -> None:
-    import json
-
-    import torch.distributed as dist
-
-    dev = torch.device("cpu")
-    if backend != "gloo":
-        torch.cuda.set_device(rank)
-        dev = torch.device("cuda", rank)
-    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
-    try:
-        rows = []
-        for m in args["models"]:
-            rows += _case_rows(EpModel(**m), args["tokens"], rank, world, dist.group.WORLD, dev, args["providers"],
-                               args["warmup"], args["iters"])
-        if rank == 0:
-            with open(out_path, "w") as fh:
-                json.dump(rows, fh)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+def _rank_rows(rank: int, world: int, group, dev: torch.device, args: dict) -> list[dict]:
+    rows = []
+    for m in args["models"]:
+        rows += _case_rows(EpModel(**m), args["tokens"], rank, world, group, dev, args["providers"], args["warmup"],
+                           args["iters"])
+    return rows
 
 
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
@@ -252,10 +196,7 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         ) -> list[dict]:
     """Rows as the module docstring describes (``include_reference`` is unused: the TORCH reference
     serves one process only)."""
-    import json
     from dataclasses import asdict
-
-    import torch.multiprocessing as mp
 
     chosen = _models(quick, models)
     tokens = tokens or (64 if quick else 4096)
@@ -275,14 +216,9 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
                            "provider": p, "status": f"skipped: needs 2 or more {device} devices (found {world})"}
                           for m in chosen for p in [BASELINE, *(f"turbo:{b}" for b in available)]]
     task = progress.add_task(f"moe-dispatch over {world} {backend} ranks", total=1) if progress else None
-    with tempfile.TemporaryDirectory() as tmp:
-        out_path = os.path.join(tmp, "rows.json")
-        args = {"models": [asdict(m) for m in chosen], "tokens": tokens, "providers": available, "warmup": warmup,
-                "iters": iters}
-        mp.start_processes(_worker, args=(world, os.path.join(tmp, "store"), backend, args, out_path), nprocs=world,
-                           join=True, start_method="spawn")
-        with open(out_path) as fh:
-            rows = json.load(fh)
+    args = {"models": [asdict(m) for m in chosen], "tokens": tokens, "providers": available, "warmup": warmup,
+            "iters": iters}
+    rows = ranks.spawn(_rank_rows, world, backend, args)
     if progress is not None:
         progress.advance(task)
     return skipped + rows

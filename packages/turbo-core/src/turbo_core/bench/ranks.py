@@ -1,0 +1,92 @@
+"""Benchmarks across processes: start ``world`` ranks, time a collective call on each, report the
+slowest rank (the suites ``moe-dispatch`` and ``async-tp``).
+
+``spawn(rank_rows, world, backend, args)`` starts the ranks (``torch.multiprocessing``, spawned:
+NCCL with one GPU each, or gloo on the CPU), runs ``rank_rows(rank, world, group, dev, args)`` on
+each and returns rank 0's rows. ``rank_rows`` must be a module-level function (it is pickled).
+``time_calls`` times a call after a barrier on every iteration (CUDA events on a GPU, wall clock on
+the CPU); ``slowest`` picks the rank with the largest median.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+
+__all__ = ["slowest", "spawn", "stats", "time_calls"]
+
+
+def time_calls(fn, dev: torch.device, warmup: int, iters: int) -> list[float]:
+    """Milliseconds of ``iters`` calls of ``fn``, each started after a barrier of all ranks."""
+    import torch.distributed as dist
+
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(iters):
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        dist.barrier()
+        if dev.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            out.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def stats(times: list[float]) -> tuple[float, float, float]:
+    """(median, p10, p90)."""
+    s = sorted(times)
+    return statistics.median(s), s[int(0.1 * (len(s) - 1))], s[int(0.9 * (len(s) - 1))]
+
+
+def slowest(values: tuple[float, float, float], dev: torch.device) -> tuple[float, float, float]:
+    """(median, p10, p90) of the rank with the largest median."""
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64, device=dev)
+    gathered = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, t)
+    return tuple(max(gathered, key=lambda g: float(g[0])).tolist())
+
+
+def _worker(rank: int, world: int, store: str, backend: str, rank_rows, args: dict, out_path: str) -> None:
+    import torch.distributed as dist
+
+    dev = torch.device("cpu")
+    if backend != "gloo":
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        rows = rank_rows(rank, world, dist.group.WORLD, dev, args)
+        if rank == 0:
+            with open(out_path, "w") as fh:
+                json.dump(rows, fh)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(rank_rows, world: int, backend: str, args: dict) -> list[dict]:
+    """Rank 0's rows of ``rank_rows`` run on ``world`` spawned ranks over ``backend``."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out_path = os.path.join(tmp, "rows.json")
+        mp.start_processes(_worker, args=(world, os.path.join(tmp, "store"), backend, rank_rows, args, out_path),
+                           nprocs=world, join=True, start_method="spawn")
+        with open(out_path) as fh:
+            return json.load(fh)
