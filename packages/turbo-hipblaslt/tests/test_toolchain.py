@@ -55,6 +55,13 @@ def test_rocm_install(tmp_path):
             "TURBO_BLASLT_HAS_OCP_FP8", "TURBO_BLASLT_HAS_FNUZ_FP8"} == set(tc.defines)
 
 
+def test_rocm_7_hipblaslt_ext_classes(tmp_path):
+    # hipBLASLt >= 1.0 (ROCm 7) made GemmInputs & co. classes with setters: the grouped path then uses them
+    old = find_toolchain(hermetic_env(ROCM_PATH=str(fake_rocm(tmp_path / "old"))))[0]
+    new = find_toolchain(hermetic_env(ROCM_PATH=str(fake_rocm(tmp_path / "new", ext_setters=True))))[0]
+    assert "TURBO_BLASLT_EXT_SETTERS" not in old.defines and "TURBO_BLASLT_EXT_SETTERS" in new.defines
+
+
 def test_rocm_without_ocp_fp8_or_scale_modes(tmp_path):
     root = fake_rocm(tmp_path / "rocm", scale_mode=False, ocp=False)
     tc, _ = find_toolchain(hermetic_env(ROCM_PATH=str(root)))

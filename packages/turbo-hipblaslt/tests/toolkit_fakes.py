@@ -34,10 +34,13 @@ def fake_cuda(root: Path, *, header: str = CUDA_HEADER_12_9, cccl: bool = True, 
     return root
 
 
-def fake_rocm(root: Path, *, scale_mode: bool = True, ocp: bool = True, hipcc: bool = True) -> Path:
+def fake_rocm(root: Path, *, scale_mode: bool = True, ocp: bool = True, hipcc: bool = True,
+              ext_setters: bool = False) -> Path:
     touch(root / "include" / "hipblaslt" / "hipblaslt.h",
           "HIPBLASLT_MATMUL_DESC_A_SCALE_MODE = 31, HIPBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F = 3,"
           if scale_mode else "HIPBLASLT_MATMUL_DESC_A_SCALE_POINTER = 5,")
+    touch(root / "include" / "hipblaslt" / "hipblaslt-ext.hpp",  # hipBLASLt >= 1.0: classes with setters
+          "HIPBLASLT_EXPORT void setAlpha(const void* alpha);" if ext_setters else "void* alpha = nullptr;")
     touch(root / "include" / "hip" / "library_types.h",
           ("HIP_R_8F_E4M3 = 28,\n" if ocp else "") + "HIP_R_8F_E4M3_FNUZ = 1000,\n")
     touch(root / "lib" / "libhipblaslt.so")

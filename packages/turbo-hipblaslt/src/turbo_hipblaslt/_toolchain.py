@@ -193,6 +193,8 @@ def _rocm_toolkit(root: Path, env: Mapping[str, str]) -> Toolchain | str:
                         ("TURBO_BLASLT_HAS_BLOCK128", "HIPBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F")):
         if _grep(header, rf"\b{name}\b"):
             defines.append(macro)
+    if _grep(root / "include" / "hipblaslt" / "hipblaslt-ext.hpp", r"\bvoid\s+setAlpha\s*\("):
+        defines.append("TURBO_BLASLT_EXT_SETTERS")  # GemmInputs/GemmProblemType are classes (hipBLASLt >= 1.0)
     types = root / "include" / "hip" / "library_types.h"
     if _grep(types, r"\bHIP_R_8F_E4M3\b"):
         defines.append("TURBO_BLASLT_HAS_OCP_FP8")

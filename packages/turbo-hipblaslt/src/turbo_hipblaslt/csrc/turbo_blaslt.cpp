@@ -625,21 +625,26 @@ tb::Status set_grouped_problem(const Call& base, const std::vector<Call>& calls,
     sa[i] = base.lda * (base.transa ? c.m : c.k);  // one matrix per problem: strides span it (batch 1)
     sb[i] = base.ldb * (base.transb ? c.k : c.n);
     sc[i] = sd[i] = base.ldd * c.n;
+#ifdef TURBO_BLASLT_EXT_SETTERS  // hipBLASLt >= 1.0 (ROCm 7): a class with setters
+    inputs[i].setA(reinterpret_cast<const void*>(c.a));
+    inputs[i].setB(reinterpret_cast<const void*>(c.b));
+    inputs[i].setC(reinterpret_cast<const void*>(c.d));
+    inputs[i].setD(reinterpret_cast<const void*>(c.d));
+    inputs[i].setAlpha(&g.alpha[i]);
+    inputs[i].setBeta(&g.beta[i]);
+#else  // older hipBLASLt: a struct of pointers
     inputs[i].a = reinterpret_cast<void*>(c.a);
     inputs[i].b = reinterpret_cast<void*>(c.b);
     inputs[i].c = reinterpret_cast<void*>(c.d);
     inputs[i].d = reinterpret_cast<void*>(c.d);
     inputs[i].alpha = static_cast<void*>(&g.alpha[i]);
     inputs[i].beta = static_cast<void*>(&g.beta[i]);
+#endif
   }
-  hipblaslt_ext::GemmProblemType type;
-  type.op_a = base.transa ? tb::kOpT : tb::kOpN;
-  type.op_b = base.transb ? tb::kOpT : tb::kOpN;
-  type.type_a = at;
-  type.type_b = bt;
-  type.type_c = dt;
-  type.type_d = dt;
-  type.type_compute = tb::kCompute32F;
+  // the aggregate (older headers: op_a, op_b, type_a..type_d, type_compute) and the constructor (ROCm 7)
+  // take the same order
+  hipblaslt_ext::GemmProblemType type{base.transa ? tb::kOpT : tb::kOpN, base.transb ? tb::kOpT : tb::kOpN, at, bt,
+                                      dt, dt, tb::kCompute32F};
   return g.gemm->setProblem(m, n, k, batch, lda, ldb, ldc, ldd, sa, sb, sc, sd, epilogue, inputs, type);
 }
 
