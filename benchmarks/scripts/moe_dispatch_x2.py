@@ -48,25 +48,10 @@ def _routing(rank: int) -> torch.Tensor:
 
 
 def _time(fn, dev: torch.device, iters: int = 20, warmup: int = 5) -> tuple[float, float]:
-    """(median, spread) in ms over iters, each started after a barrier."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        if dev.type == "cpu":
-            dist.barrier()
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-            continue
-        torch.cuda.synchronize()
-        dist.barrier()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
+    """(median, spread) in ms over iters, each started after a barrier (``turbo bench``'s rank timing)."""
+    from turbo_core.bench.ranks import time_calls
+
+    times = time_calls(fn, dev, warmup, iters)
     return statistics.median(times), max(times) - min(times)
 
 
