@@ -265,6 +265,9 @@ def test_bad_arguments_are_named():
         got_a, (c,) = fused_all_gather_matmul(a, [b], ["NN"], 0, group.group_name, num_splits=3)
         assert torch.equal(got_a, a)
         assert_close_to_reference(c, a.double() @ b.double(), dtype=torch.float32)
+        mine = torch.empty(4, 3)
+        _, (c1, c2) = fused_all_gather_matmul(a, [b, b], ["NN", "NN"], 0, group, outputs=[None, mine])
+        assert c2 is mine and torch.equal(c1, c2)
         rs = fused_matmul_reduce_scatter(a, b, "NN", "avg", 0, group)
         assert_close_to_reference(rs, a.double() @ b.double(), dtype=torch.float32)
     finally:

@@ -156,7 +156,8 @@ def fused_all_gather_matmul(A_shard, Bs, layouts, gather_dim, group_name, gemm_s
         skip_copy_local_ag_out: accepted for compatibility; no effect (the gather writes every shard).
         return_A: return the gathered ``A`` (into ``A_out`` when given) or None.
         A_out: ``[*A shape]`` in A's dtype, written when ``return_A``.
-        outputs: optional ``C_i`` buffers, ``[*A.shape[:-1], N_i]`` in ``out_dtypes[i]``.
+        outputs: optional ``C_i`` buffers, ``[*A.shape[:-1], N_i]`` in ``out_dtypes[i]`` (None entries:
+            allocated).
         out_dtypes: per-weight result dtypes (fp16/bf16/fp32; None: A's dtype).
 
     Returns:
@@ -195,8 +196,7 @@ def fused_all_gather_matmul(A_shard, Bs, layouts, gather_dim, group_name, gemm_s
         _check_out(f"outputs[{i}]", outputs[i] if outputs is not None else None, shape, dtypes[i], A_shard.device)
 
     with torch.no_grad():
-        cs = list(outputs) if outputs is not None else [torch.empty(s, dtype=t, device=A_shard.device)
-                                                        for s, t in zip(c_shapes, dtypes, strict=True)]
+        cs = _buffers(outputs, c_shapes, dtypes, A_shard.device)
         a_full = (A_out if A_out is not None else torch.empty(a_shape, dtype=A_shard.dtype, device=A_shard.device)) \
             if return_A else None
         for lo, hi, flat, _ in _gathered_chunks(A_shard, None, dim, num_splits, world, group, a_full):
@@ -234,6 +234,13 @@ def _gathered_chunks(a_shard: torch.Tensor, a_scale: torch.Tensor | None, dim: i
         yield lo, hi, buf.view(-1, k), (sbuf.view(-1, 1) if sbuf is not None else None)
 
 
+def _buffers(given, shapes: list, dtypes: list, device: torch.device) -> list[torch.Tensor]:
+    """The caller's result buffers (checked before), a new one where it gave none."""
+    given = given if given is not None else [None] * len(shapes)
+    return [b if b is not None else torch.empty(s, dtype=d, device=device)
+            for b, s, d in zip(given, shapes, dtypes, strict=True)]
+
+
 def _place(full: torch.Tensor, dim: int, world: int, lo: int, hi: int, part: torch.Tensor) -> None:
     """Copy ``part`` (rows ordered rank, chunk row, rest) into rows ``[lo, hi)`` of every rank's
     block of ``full`` along ``dim``."""
@@ -263,7 +270,8 @@ def fused_all_gather_scaled_matmul(A_shard, Bs, layouts, A_scale, B_scales, gath
         out_dtypes: per weight fp16/bf16/fp32 (None: bf16).
         use_fast_accum: accepted; the ``gemm_fp8`` backend's accumulation is used either way.
         A_out: the gathered FP8 ``A`` buffer (the gathered A is returned either way).
-        mm_out: optional ``C_i`` buffers, ``[*A.shape[:-1], N_i]`` in ``out_dtypes[i]``.
+        mm_out: optional ``C_i`` buffers, ``[*A.shape[:-1], N_i]`` in ``out_dtypes[i]`` (None entries:
+            allocated).
 
     Returns:
         ``(A, [C_i])``: the gathered FP8 A and one result per weight (fp32 sums, rounded once).
@@ -328,8 +336,7 @@ def fused_all_gather_scaled_matmul(A_shard, Bs, layouts, A_scale, B_scales, gath
                    A_shard.device)
     gran = ScalingGranularity.ROWWISE if rowwise else ScalingGranularity.TENSORWISE
     with torch.no_grad():
-        cs = list(mm_out) if mm_out is not None else [torch.empty((*a_shape[:-1], n), dtype=d, device=A_shard.device)
-                                                      for n, d in zip(ns, dtypes, strict=True)]
+        cs = _buffers(mm_out, [(*a_shape[:-1], n) for n in ns], dtypes, A_shard.device)
         a_full = A_out if A_out is not None else torch.empty(a_shape, dtype=A_shard.dtype, device=A_shard.device)
         a_sc = A_scale.reshape(()) if not rowwise else None
         for lo, hi, flat, scales in _gathered_chunks(A_shard, A_scale if rowwise else None, dim, num_splits, world,
