@@ -22,8 +22,8 @@ Usage (repository root, no install needed):
   TURBO_PLUGINS=turbo_core.reference.plugin,turbo_triton.plugin \\
   python3 benchmarks/scripts/attention_h200.py --out attention.json [--models fa3-d128 llama3.1-8b ...] \\
       [--passes fwd bwd] [--max-minutes 9]
-  ... python3 benchmarks/scripts/attention_h200.py --sweep --out attention_sweep.json [--dims 128 64 256] \\
-      [--max-minutes 9]
+  ... python3 benchmarks/scripts/attention_h200.py --sweep --out attention_sweep.json [--dims 128 64 256 192x128] \\
+      [--seq 512 4096 ...] [--kernels fwd dkdv dq] [--max-minutes 9]
 
 Expected run time (a fresh machine compiles every kernel once): the whole suite ~5-8 minutes (split
 it with --models over two calls if needed: fa3-d64 fa3-d128 fa3-d256 / the four models); the sweep
@@ -192,15 +192,21 @@ def _compiled(kernel: str) -> dict:
     return found
 
 
-def _current_tiles(d: int, seq: int) -> dict:
-    """The tiles the table picks now for head dim ``d`` and sequence length ``seq`` (this device),
-    without the override."""
+def _dims(d) -> tuple[int, int]:
+    """``(d_qk, d_v)`` of a sweep's head dim: ``128``, or ``"192x128"`` (MLA's q/k and v widths)."""
+    qk, _, v = str(d).partition("x")
+    return int(qk), int(v or qk)
+
+
+def _current_tiles(d, seq: int) -> dict:
+    """The tiles the table picks now for head dim ``d`` (``_dims``) and sequence length ``seq`` (this
+    device), without the override."""
     from turbo_triton.attention import configs
 
     saved = os.environ.pop(TILE_ENV, None)
     try:
         arch = "interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else _arch()
-        return {k: tuple(vars(configs.pick(k, arch, d, 2, seq)).values()) for k in ("fwd", "dkdv", "dq")}
+        return {k: tuple(vars(configs.pick(k, arch, max(_dims(d)), 2, seq)).values()) for k in ("fwd", "dkdv", "dq")}
     finally:
         if saved is not None:
             os.environ[TILE_ENV] = saved
@@ -212,23 +218,31 @@ def _arch() -> str:
     return _runtime.device_facts(torch.empty(1, device="cuda"))[0]
 
 
-def _fell_back(kernel: str, d: int, tile: tuple) -> tuple | None:
-    """The smaller tile the launcher ran instead of ``tile`` (OutOfResources) for head dim ``d``, or
-    None (reads the launcher's cache of fitted tiles: keys ``((kernel, ..., d_qk, d_v), start tile)``)."""
-    from turbo_triton.attention import launch
+def _label(d_qk: int, d_v: int):
+    """A sweep row's head dim: ``128``, or ``"192x128"`` when q/k and v differ."""
+    return d_qk if d_qk == d_v else f"{d_qk}x{d_v}"
 
-    for (key, start), used in getattr(launch, "_fitted", {}).items():
-        if key[0] == kernel and tuple(key[-2:]) == (d, d) and tuple(vars(start).values()) == tile \
+
+def _fell_back(kernel: str, dims: tuple[int, int], tile: tuple) -> tuple | None:
+    """The smaller tile the launcher ran instead of ``tile`` (OutOfResources) for head dims ``dims``
+    (q/k, v), or None. Reads ``_runtime.launch_fitted``'s memory, keyed ``(launcher, start tile,
+    kernel function, kernel ("fwd", "dkdv", "dq"), ..., d_qk, d_v)``."""
+    from turbo_triton import _runtime
+
+    for key, used in _runtime._fitted.items():
+        start = key[1]
+        if len(key) > 3 and key[3] == kernel and tuple(key[-2:]) == dims and tuple(vars(start).values()) == tile \
                 and tuple(vars(used).values()) != tile:
             return tuple(vars(used).values())
     return None
 
 
-def _sweep_case(args, d: int, causal: bool, seq: int):
-    heads = 2 if args.quick else 2048 // d
+def _sweep_case(args, d, causal: bool, seq: int):
+    d_qk, d_v = _dims(d)
+    heads = 2 if args.quick else 2048 // d_qk
     batch = max(1, (32 if args.quick else 16384) // seq)
-    return (suite.AttnCase("sweep", None, "fwd", batch, seq, seq, heads, heads, d, d, causal),
-            suite.AttnCase("sweep", None, "bwd", batch, seq, seq, heads, heads, d, d, causal))
+    return (suite.AttnCase("sweep", None, "fwd", batch, seq, seq, heads, heads, d_qk, d_v, causal),
+            suite.AttnCase("sweep", None, "bwd", batch, seq, seq, heads, heads, d_qk, d_v, causal))
 
 
 def _measure_config(args, cases: dict, sets: dict, refs: dict, kernel: str, tile: tuple) -> dict:
@@ -237,7 +251,7 @@ def _measure_config(args, cases: dict, sets: dict, refs: dict, kernel: str, tile
     and its float64 reference."""
     fwd_case = cases["fwd"]
     os.environ[TILE_ENV] = f"{kernel}={','.join(str(int(v)) for v in tile)}"
-    row = {"kernel": kernel, "tile": list(tile), "d": fwd_case.d_qk, "heads": fwd_case.h_q, "batch": fwd_case.batch,
+    row = {"kernel": kernel, "tile": list(tile), "d": _label(fwd_case.d_qk, fwd_case.d_v), "heads": fwd_case.h_q, "batch": fwd_case.batch,
            "seq": fwd_case.seq_q, "causal": fwd_case.causal, "status": "ok"}
     passes = {"fwd": [("fwd", False)], "dkdv": [("bwd", False), ("bwd", True)], "dq": [("bwd", True)]}[kernel]
     before = _compiled(kernel)
@@ -258,7 +272,7 @@ def _measure_config(args, cases: dict, sets: dict, refs: dict, kernel: str, tile
             row["n_regs"] = max(r for r, _ in new if r is not None) if any(r is not None for r, _ in new) else None
             row["n_spills"] = max(sp for _, sp in new if sp is not None) if any(sp is not None for _, sp in new) \
                 else None
-        fell = _fell_back(kernel, fwd_case.d_qk, tile)
+        fell = _fell_back(kernel, (fwd_case.d_qk, fwd_case.d_v), tile)
         if fell:
             row["status"] = f"did not fit: ran {fell}"
     except Exception as exc:  # a config that fails to compile or launch is reported, the sweep goes on
@@ -279,7 +293,7 @@ def best_tiles(rows: list[dict], current: dict) -> dict:
     best: dict = {}
     for kernel in ("fwd", "dkdv", "dq"):
         key = _score_key(kernel)
-        groups = sorted({(r["d"], r["seq"]) for r in rows if r["kernel"] == kernel})
+        groups = sorted({(r["d"], r["seq"]) for r in rows if r["kernel"] == kernel}, key=lambda g: (str(g[0]), g[1]))
         for d, seq in groups:
             mine = [r for r in rows if r["kernel"] == kernel and r["d"] == d and r["seq"] == seq]
             masks = sorted({r["causal"] for r in mine})
@@ -317,7 +331,8 @@ def run_sweep(args, env: dict) -> int:
         sets = {p: dict(inputs) for p in cases}  # the same tensors; each holds its reference's scales
         refs = {p: suite.reference(cases[p], sets[p]) for p in cases}
         for kernel in args.kernels:
-            cands = list(dict.fromkeys(_tile5(t) for t in [*CANDIDATES.get(d, CANDIDATES[128])[kernel],
+            bucket = 64 if max(_dims(d)) <= 64 else 128 if max(_dims(d)) <= 128 else 256
+            cands = list(dict.fromkeys(_tile5(t) for t in [*CANDIDATES[bucket][kernel],
                                                            current[(d, seq)][kernel]]))
             for tile in cands:
                 if time.time() > deadline:
@@ -363,7 +378,8 @@ def main() -> int:
                    "turbo:TRITON:deterministic)")
     p.add_argument("--include-reference", action="store_true", help="suite: also the TORCH reference (slow)")
     p.add_argument("--tokens", type=int, default=None, help="suite: batch x seq (default 16384)")
-    p.add_argument("--dims", nargs="*", type=int, default=[128, 64, 256], help="sweep: head dims, in this order")
+    p.add_argument("--dims", nargs="*", default=[128, 64, 256],
+                   help="sweep: head dims, in this order; 192x128 for different q/k and v widths (MLA)")
     p.add_argument("--seq", type=int, nargs="+", default=[4096],
                    help="sweep: sequence lengths (batch 16384 / seq each); with several, the best tiles are "
                         "reported per length (keys 'd@seq')")
@@ -384,6 +400,7 @@ def main() -> int:
     log("environment:", json.dumps(env, default=str))
     if args.sweep:
         args.seq = [32] if args.quick else args.seq
+        args.dims = [_label(*_dims(d)) for d in args.dims]
         os.environ.pop(TILE_ENV, None)
         return run_sweep(args, env)
     return run_suite(args, env)
