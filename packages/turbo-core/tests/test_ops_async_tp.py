@@ -16,12 +16,10 @@ bf16 ones to bf16's tolerance (one GEMM rounding, then a sum over ranks in bf16)
 
 from __future__ import annotations
 
-import datetime
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from ranks_harness import needs_two_gpus, run_ranks
 
 from turbo_core.testing import assert_close_to_reference
 
@@ -171,40 +169,26 @@ def _check_scaled(rank: int, world: int, group, dev: torch.device) -> None:
             assert_close_to_reference(c.cpu(), want, what=f"scaled C{i} {shape} dim {gdim} {lay} rowwise {rowwise}")
 
 
-def _worker(rank: int, world: int, store: str, backend: str = "gloo") -> None:
-    torch.set_num_threads(1)
-    dev, kw = torch.device("cpu"), {}
-    if backend == "nccl":
-        dev = torch.device("cuda", rank)
-        torch.cuda.set_device(dev)
-        kw["device_id"] = dev
-    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120), **kw)
-    try:
-        group = dist.group.WORLD
-        _check_all_gather(rank, world, group, dev)
-        _check_reduce_scatter(rank, world, group, dev)
-        if getattr(torch, "float8_e4m3fn", None) is not None:
-            _check_scaled(rank, world, group, dev)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+def _check_rank(rank: int, world: int, dev: torch.device) -> None:
+    group = dist.group.WORLD
+    _check_all_gather(rank, world, group, dev)
+    _check_reduce_scatter(rank, world, group, dev)
+    if getattr(torch, "float8_e4m3fn", None) is not None:
+        _check_scaled(rank, world, group, dev)
 
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("world", [2, 3])
 def test_async_tp_matches_float64(world, tmp_path):
-    mp.start_processes(_worker, args=(world, str(tmp_path / "store")), nprocs=world, join=True, start_method="fork")
+    run_ranks(_check_rank, world, tmp_path)
 
 
 @pytest.mark.gpu
 @pytest.mark.distributed
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2 or not dist.is_nccl_available(),
-                    reason="needs two CUDA GPUs and NCCL")
+@needs_two_gpus
 def test_async_tp_over_nccl(tmp_path):
-    """The same checks on two GPUs over NCCL, the GEMMs on the GPU's default gemm backend. Spawned:
-    CUDA cannot be used in forked children."""
-    mp.start_processes(_worker, args=(2, str(tmp_path / "store"), "nccl"), nprocs=2, join=True, start_method="spawn")
+    """The same checks on two GPUs over NCCL, the GEMMs on the GPU's default gemm backend."""
+    run_ranks(_check_rank, 2, tmp_path, "nccl")
 
 
 def test_bad_arguments_are_named():

@@ -8,12 +8,10 @@ Every rank rebuilds every rank's inputs from one seed, so each computes its own 
 
 from __future__ import annotations
 
-import datetime
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from ranks_harness import needs_two_gpus, run_ranks
 
 H = 6
 
@@ -99,39 +97,20 @@ def _check_rank(rank: int, world: int, dev: torch.device) -> None:
         assert torch.equal(x.grad.cpu(), _backward_rows(gs, world, rank))
 
 
-def _worker(rank: int, world: int, store: str, backend: str = "gloo") -> None:
-    torch.set_num_threads(1)
-    dev = torch.device("cpu")
-    kw = {}
-    if backend == "nccl":
-        dev = torch.device("cuda", rank)
-        torch.cuda.set_device(dev)
-        kw["device_id"] = dev
-    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120), **kw)
-    try:
-        _check_rank(rank, world, dev)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.mark.distributed
 @pytest.mark.skipif(getattr(torch, "float8_e4m3fn", None) is None, reason="this torch has no float8 dtypes")
 @pytest.mark.parametrize("world", [2, 3])
 def test_fp8_all_to_all_shares_one_scale(world, tmp_path):
-    mp.start_processes(_worker, args=(world, str(tmp_path / "store")), nprocs=world, join=True, start_method="fork")
+    run_ranks(_check_rank, world, tmp_path)
 
 
 @pytest.mark.gpu
 @pytest.mark.distributed
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2 or not dist.is_nccl_available(),
-                    reason="needs two CUDA GPUs and NCCL")
+@needs_two_gpus
 def test_fp8_all_to_all_over_nccl(tmp_path):
     """The same checks on two GPUs over NCCL (the amax agreement is an all_reduce on the device; the
-    quantizer is the GPU's default backend). Spawned: CUDA cannot be used in forked children."""
-    mp.start_processes(_worker, args=(2, str(tmp_path / "store"), "nccl"), nprocs=2, join=True,
-                       start_method="spawn")
+    quantizer is the GPU's default backend)."""
+    run_ranks(_check_rank, 2, tmp_path, "nccl")
 
 
 def test_bad_arguments_are_named():
