@@ -44,19 +44,21 @@ _LAYOUTS = ("NN", "NT")
 
 
 def _group(group_name):
-    """The process group for ``group_name``: a ProcessGroup, or the name it is registered under."""
+    """``(group, world size)`` for ``group_name``: a ProcessGroup, or the name it is registered under."""
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError("group_name: torch.distributed is not initialized (call init_process_group first)")
     if isinstance(group_name, dist.ProcessGroup):
-        return group_name
-    if isinstance(group_name, str):
+        group = group_name
+    elif isinstance(group_name, str):
         try:
-            return dist.distributed_c10d._resolve_process_group(group_name)
+            group = dist.distributed_c10d._resolve_process_group(group_name)
         except Exception as exc:  # the registry raises a RuntimeError/ValueError for an unknown name
             raise ValueError(f"group_name: no process group is registered as {group_name!r}") from exc
-    raise ValueError(f"group_name: expected a ProcessGroup or its registered name, got {type(group_name).__name__}")
+    else:
+        raise ValueError(f"group_name: expected a ProcessGroup or its registered name, got {type(group_name).__name__}")
+    return group, dist.get_world_size(group)
 
 
 def _check_common(comm_method, num_splits, enable_sdma, streams: dict) -> None:
@@ -110,6 +112,41 @@ def _check_out(name: str, t, shape: tuple, dtype: torch.dtype, device: torch.dev
     if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != dtype or t.device != device:
         got = f"{tuple(t.shape)} {t.dtype} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
         raise ValueError(f"{name}: expected {shape} {dtype} on {device}, got {got}")
+
+
+def _weight_count(Bs, what: str) -> int:
+    if not isinstance(Bs, (list, tuple)) or not Bs:
+        raise ValueError(f"Bs: expected a non-empty list of {what}, got {type(Bs).__name__}")
+    return len(Bs)
+
+
+def _per_weight(name: str, seq, count: int, *, optional: bool = True, noun: str = "entry") -> list:
+    """``seq`` as a list of one ``noun`` per weight (``[None] * count`` for None when ``optional``)."""
+    if seq is None and optional:
+        return [None] * count
+    if not isinstance(seq, (list, tuple)) or len(seq) != count:
+        raise ValueError(f"{name}: expected {'None or ' if optional else ''}one {noun} per weight ({count}), got {seq!r}")
+    return list(seq)
+
+
+def _result_dtypes(out_dtypes, count: int, default: torch.dtype) -> list[torch.dtype]:
+    dtypes = [default if d is None else d for d in _per_weight("out_dtypes", out_dtypes, count, noun="dtype")]
+    for i, d in enumerate(dtypes):
+        if d not in _FLOATS:
+            raise ValueError(f"out_dtypes[{i}]: expected fp16/bf16/fp32 or None, got {d}")
+    return dtypes
+
+
+def _check_outs(name: str, given, shapes: list, dtypes: list, device: torch.device) -> list:
+    """The caller's per-weight result buffers (None entries allowed), checked."""
+    given = _per_weight(name, given, len(shapes), noun="tensor")
+    for i, (t, shape, dtype) in enumerate(zip(given, shapes, dtypes, strict=True)):
+        _check_out(f"{name}[{i}]", t, shape, dtype, device)
+    return given
+
+
+def _gathered_shape(a_shard: torch.Tensor, dim: int, world: int) -> tuple:
+    return (*a_shard.shape[:dim], a_shard.shape[dim] * world, *a_shard.shape[dim + 1:])
 
 
 def _mm(rows: torch.Tensor, b: torch.Tensor, layout: str, out_dtype: torch.dtype) -> torch.Tensor:
@@ -167,33 +204,18 @@ def fused_all_gather_matmul(A_shard, Bs, layouts, gather_dim, group_name, gemm_s
     _check_common(comm_method, num_splits, enable_sdma,
                   {"gemm_streams": gemm_streams, "comm_streams": comm_streams, "copy_streams": copy_streams})
     _check_a("A_shard", A_shard, "a leading dim to gather along")
-    if not isinstance(Bs, (list, tuple)) or not Bs:
-        raise ValueError(f"Bs: expected a non-empty list of weights, got {type(Bs).__name__}")
-    if not isinstance(layouts, (list, tuple)) or len(layouts) != len(Bs):
-        raise ValueError(f"layouts: expected one layout per weight ({len(Bs)}), got {layouts!r}")
+    count = _weight_count(Bs, "weights")
+    layouts = _per_weight("layouts", layouts, count, optional=False, noun="layout")
     ns = [_check_b(f"Bs[{i}]", b, lay, A_shard) for i, (b, lay) in enumerate(zip(Bs, layouts, strict=True))]
-    if out_dtypes is None:
-        out_dtypes = [None] * len(Bs)
-    if not isinstance(out_dtypes, (list, tuple)) or len(out_dtypes) != len(Bs):
-        raise ValueError(f"out_dtypes: expected None or one dtype per weight ({len(Bs)}), got {out_dtypes!r}")
-    dtypes = [A_shard.dtype if d is None else d for d in out_dtypes]
-    for i, d in enumerate(dtypes):
-        if d not in _FLOATS:
-            raise ValueError(f"out_dtypes[{i}]: expected fp16/bf16/fp32 or None, got {d}")
+    dtypes = _result_dtypes(out_dtypes, count, A_shard.dtype)
     dim = _row_dim("gather_dim", gather_dim, A_shard)
     if not isinstance(skip_copy_local_ag_out, bool) or not isinstance(return_A, bool):
         raise ValueError("skip_copy_local_ag_out, return_A: expected bools")
-    group = _group(group_name)
-    import torch.distributed as dist
-
-    world = dist.get_world_size(group)
-    a_shape = (*A_shard.shape[:dim], A_shard.shape[dim] * world, *A_shard.shape[dim + 1:])
+    group, world = _group(group_name)
+    a_shape = _gathered_shape(A_shard, dim, world)
     c_shapes = [(*a_shape[:-1], n) for n in ns]
     _check_out("A_out", A_out if return_A else None, a_shape, A_shard.dtype, A_shard.device)
-    if outputs is not None and (not isinstance(outputs, (list, tuple)) or len(outputs) != len(Bs)):
-        raise ValueError(f"outputs: expected None or one tensor per weight ({len(Bs)})")
-    for i, shape in enumerate(c_shapes):
-        _check_out(f"outputs[{i}]", outputs[i] if outputs is not None else None, shape, dtypes[i], A_shard.device)
+    outputs = _check_outs("outputs", outputs, c_shapes, dtypes, A_shard.device)
 
     with torch.no_grad():
         cs = _buffers(outputs, c_shapes, dtypes, A_shard.device)
@@ -234,9 +256,8 @@ def _gathered_chunks(a_shard: torch.Tensor, a_scale: torch.Tensor | None, dim: i
         yield lo, hi, buf.view(-1, k), (sbuf.view(-1, 1) if sbuf is not None else None)
 
 
-def _buffers(given, shapes: list, dtypes: list, device: torch.device) -> list[torch.Tensor]:
-    """The caller's result buffers (checked before), a new one where it gave none."""
-    given = given if given is not None else [None] * len(shapes)
+def _buffers(given: list, shapes: list, dtypes: list, device: torch.device) -> list[torch.Tensor]:
+    """The caller's result buffers (``_check_outs``), a new one where it gave none."""
     return [b if b is not None else torch.empty(s, dtype=d, device=device)
             for b, s, d in zip(given, shapes, dtypes, strict=True)]
 
@@ -282,25 +303,16 @@ def fused_all_gather_scaled_matmul(A_shard, Bs, layouts, A_scale, B_scales, gath
         got = f"{A_shard.dtype} tensor of {A_shard.dim()} dims" if isinstance(A_shard, torch.Tensor) else \
             type(A_shard).__name__
         raise ValueError(f"A_shard: expected an FP8 tensor [..., K] with a leading dim to gather along, got {got}")
-    n_w = len(Bs) if isinstance(Bs, (list, tuple)) else 0
-    if not n_w:
-        raise ValueError(f"Bs: expected a non-empty list of FP8 weights, got {type(Bs).__name__}")
-    for name, seq in (("layouts", layouts), ("B_scales", B_scales)):
-        if not isinstance(seq, (list, tuple)) or len(seq) != n_w:
-            raise ValueError(f"{name}: expected one entry per weight ({n_w}), got {seq!r}")
-    for name, seq in (("biases", biases), ("result_scales", result_scales), ("out_dtypes", out_dtypes),
-                      ("mm_out", mm_out)):
-        if seq is not None and (not isinstance(seq, (list, tuple)) or len(seq) != n_w):
-            raise ValueError(f"{name}: expected None or one entry per weight ({n_w}), got {seq!r}")
-    if result_scales is not None and any(r is not None for r in result_scales):
+    n_w = _weight_count(Bs, "FP8 weights")
+    layouts = _per_weight("layouts", layouts, n_w, optional=False)
+    B_scales = _per_weight("B_scales", B_scales, n_w, optional=False)
+    biases = _per_weight("biases", biases, n_w)
+    if any(r is not None for r in _per_weight("result_scales", result_scales, n_w)):
         raise ValueError("result_scales: FP8 outputs are not supported here; pass None")
     if not isinstance(use_fast_accum, bool) or not isinstance(skip_copy_local_ag_out, bool):
         raise ValueError("use_fast_accum, skip_copy_local_ag_out: expected bools")
     dim = _row_dim("gather_dim", gather_dim, A_shard)
-    dtypes = [torch.bfloat16 if d is None else d for d in (out_dtypes or [None] * n_w)]
-    for i, d in enumerate(dtypes):
-        if d not in _FLOATS:
-            raise ValueError(f"out_dtypes[{i}]: expected fp16/bf16/fp32 or None, got {d}")
+    dtypes = _result_dtypes(out_dtypes, n_w, torch.bfloat16)
     if not isinstance(A_scale, torch.Tensor) or A_scale.dtype != torch.float32 or A_scale.device != A_shard.device:
         raise ValueError(f"A_scale: expected an fp32 tensor on {A_shard.device}")
     rowwise_shape = (*A_shard.shape[:-1], 1)
@@ -320,36 +332,30 @@ def fused_all_gather_scaled_matmul(A_shard, Bs, layouts, A_scale, B_scales, gath
         if not ok:
             raise ValueError(f"B_scales[{i}]: expected an fp32 tensor of " + (f"shape {want} (ROWWISE, like A_scale)"
                              if rowwise else "one value (TENSORWISE, like A_scale)"))
-        bias = biases[i] if biases is not None else None
+        bias = biases[i]
         if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (n,)
                                  or bias.device != A_shard.device):
             raise ValueError(f"biases[{i}]: expected None or a [{n}] tensor on {A_shard.device}")
         ns.append(n)
-    group = _group(group_name)
-    import torch.distributed as dist
-
-    world = dist.get_world_size(group)
-    a_shape = (*A_shard.shape[:dim], A_shard.shape[dim] * world, *A_shard.shape[dim + 1:])
+    group, world = _group(group_name)
+    a_shape = _gathered_shape(A_shard, dim, world)
+    c_shapes = [(*a_shape[:-1], n) for n in ns]
     _check_out("A_out", A_out, a_shape, A_shard.dtype, A_shard.device)
-    for i, n in enumerate(ns):
-        _check_out(f"mm_out[{i}]", mm_out[i] if mm_out is not None else None, (*a_shape[:-1], n), dtypes[i],
-                   A_shard.device)
+    mm_out = _check_outs("mm_out", mm_out, c_shapes, dtypes, A_shard.device)
     gran = ScalingGranularity.ROWWISE if rowwise else ScalingGranularity.TENSORWISE
     with torch.no_grad():
-        cs = _buffers(mm_out, [(*a_shape[:-1], n) for n in ns], dtypes, A_shard.device)
+        cs = _buffers(mm_out, c_shapes, dtypes, A_shard.device)
         a_full = A_out if A_out is not None else torch.empty(a_shape, dtype=A_shard.dtype, device=A_shard.device)
         a_sc = A_scale.reshape(()) if not rowwise else None
+        b_scs = [s if rowwise else s.reshape(()) for s in B_scales]
+        biases = [b.to(d) if b is not None else None for b, d in zip(biases, dtypes, strict=True)]
         for lo, hi, flat, scales in _gathered_chunks(A_shard, A_scale if rowwise else None, dim, num_splits, world,
                                                      group, a_full):
-            for i, (b, lay, c) in enumerate(zip(Bs, layouts, cs, strict=True)):
-                bias = biases[i] if biases is not None else None
-                acc = None
-                if bias is not None:
-                    acc = bias.to(c.dtype).expand(flat.shape[0], ns[i]).contiguous()
-                part = launch_fp8.gemm_fp8(flat, scales if rowwise else a_sc, b,
-                                           B_scales[i] if rowwise else B_scales[i].reshape(()),
-                                           trans_b=lay == "NT", out_dtype=None if acc is not None else c.dtype,
-                                           granularity=gran, out=acc)
+            for b, lay, c, b_sc, bias in zip(Bs, layouts, cs, b_scs, biases, strict=True):
+                # with a bias: accumulate into it (one rounding of bias + sum, beta = 1)
+                acc = bias.expand(flat.shape[0], c.shape[-1]).contiguous() if bias is not None else None
+                part = launch_fp8.gemm_fp8(flat, scales if rowwise else a_sc, b, b_sc, trans_b=lay == "NT",
+                                           out_dtype=None if acc is not None else c.dtype, granularity=gran, out=acc)
                 _place(c, dim, world, lo, hi, part)
     return a_full, cs
 
@@ -382,10 +388,7 @@ def fused_matmul_reduce_scatter(A, B, layout, reduce_op, scatter_dim, group_name
     if dtype not in _FLOATS:
         raise ValueError(f"out_dtype: expected fp16/bf16/fp32 or None, got {out_dtype}")
     dim = _row_dim("scatter_dim", scatter_dim, A)
-    group = _group(group_name)
-    import torch.distributed as dist
-
-    world = dist.get_world_size(group)
+    group, world = _group(group_name)
     if A.shape[dim] % world:
         raise ValueError(f"A: dim {dim} has {A.shape[dim]} rows, not divisible by the world size {world}")
     c_shape = (*A.shape[:-1], n)
