@@ -18,7 +18,7 @@ import time
 
 import torch
 
-__all__ = ["slowest", "spawn", "stats", "time_calls"]
+__all__ = ["slowest", "spawn", "stats", "time_calls", "world_and_backend"]
 
 
 def time_calls(fn, dev: torch.device, warmup: int, iters: int) -> list[float]:
@@ -80,13 +80,26 @@ def _worker(rank: int, world: int, store: str, backend: str, rank_rows, args: di
         dist.destroy_process_group()
 
 
-def spawn(rank_rows, world: int, backend: str, args: dict) -> list[dict]:
-    """Rank 0's rows of ``rank_rows`` run on ``world`` spawned ranks over ``backend``."""
+def world_and_backend(device: str, world: int | None) -> tuple[int, str]:
+    """``(ranks, backend)``: NCCL over the visible GPUs (at most 8) on ``cuda``, two gloo ranks on the
+    CPU; ``world`` overrides the count."""
+    if device == "cuda":
+        return world or min(torch.cuda.device_count(), 8), "nccl"
+    return world or 2, "gloo"
+
+
+def spawn(rank_rows, world: int, backend: str, args: dict, progress=None, label: str = "") -> list[dict]:
+    """Rank 0's rows of ``rank_rows`` run on ``world`` spawned ranks over ``backend`` (one step of a
+    rich ``progress`` bar named ``label`` over ... ranks, when given)."""
     import torch.multiprocessing as mp
 
+    task = progress.add_task(f"{label} over {world} {backend} ranks", total=1) if progress is not None else None
     with tempfile.TemporaryDirectory() as tmp:
         out_path = os.path.join(tmp, "rows.json")
         mp.start_processes(_worker, args=(world, os.path.join(tmp, "store"), backend, rank_rows, args, out_path),
                            nprocs=world, join=True, start_method="spawn")
         with open(out_path) as fh:
-            return json.load(fh)
+            rows = json.load(fh)
+    if progress is not None:
+        progress.advance(task)
+    return rows

@@ -153,10 +153,7 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
 
     chosen = _models(quick, models)
     tokens = tokens or (64 if quick else 8192)
-    if device == "cuda":
-        world, backend = world or min(torch.cuda.device_count(), 8), "nccl"
-    else:
-        world, backend = world or 2, "gloo"
+    world, backend = ranks.world_and_backend(device, world)
     if world < 2:
         return [{"suite": "async_tp", "case": f"{m.name} {layer} T{tokens}", "pass": pass_, "model": m.name,
                  "provider": p, "status": f"skipped: needs 2 or more {device} devices (found {world})"}
@@ -164,12 +161,8 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
                 for p in [BASELINE, *(f"turbo:splits{s}" for s in SPLITS)]]
     if tokens % world:
         raise ValueError(f"tokens: {tokens} rows do not split over {world} ranks")
-    task = progress.add_task(f"async-tp over {world} {backend} ranks", total=1) if progress else None
-    rows = ranks.spawn(_rank_rows, world, backend, {"models": [asdict(m) for m in chosen], "tokens": tokens,
-                                                    "warmup": warmup, "iters": iters})
-    if progress is not None:
-        progress.advance(task)
-    return rows
+    return ranks.spawn(_rank_rows, world, backend, {"models": [asdict(m) for m in chosen], "tokens": tokens,
+                                                    "warmup": warmup, "iters": iters}, progress, "async-tp")
 
 
 def _cell(r: dict, provider: str) -> str:

@@ -200,12 +200,7 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
 
     chosen = _models(quick, models)
     tokens = tokens or (64 if quick else 4096)
-    if device == "cuda":
-        world = world or min(torch.cuda.device_count(), 8)
-        backend = "nccl"
-    else:
-        world = world or 2
-        backend = "gloo"
+    world, backend = ranks.world_and_backend(device, world)
     wanted = None if not providers else [p.removeprefix("turbo:") for p in providers if p != BASELINE]
     available, unavailable = _backends(wanted)
     skipped = [{"suite": "moe_dispatch", "case": f"{m.name} T{tokens}", "pass": "dispatch", "model": m.name,
@@ -215,13 +210,9 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         return skipped + [{"suite": "moe_dispatch", "case": f"{m.name} T{tokens}", "pass": "dispatch", "model": m.name,
                            "provider": p, "status": f"skipped: needs 2 or more {device} devices (found {world})"}
                           for m in chosen for p in [BASELINE, *(f"turbo:{b}" for b in available)]]
-    task = progress.add_task(f"moe-dispatch over {world} {backend} ranks", total=1) if progress else None
     args = {"models": [asdict(m) for m in chosen], "tokens": tokens, "providers": available, "warmup": warmup,
             "iters": iters}
-    rows = ranks.spawn(_rank_rows, world, backend, args)
-    if progress is not None:
-        progress.advance(task)
-    return skipped + rows
+    return skipped + ranks.spawn(_rank_rows, world, backend, args, progress, "moe-dispatch")
 
 
 def _gbps_cell(r: dict, provider: str) -> str:
