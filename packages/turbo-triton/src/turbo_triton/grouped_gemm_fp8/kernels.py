@@ -206,9 +206,7 @@ def _chunk_base(row_start, BLOCKWISE: tl.constexpr, BLOCK_K: tl.constexpr, KMAJO
     """The first row of a group's first chunk: the group's first row, rounded down to a multiple of
     ``BLOCK_K`` for BLOCKWISE (a chunk never straddles two scale blocks) and for KMAJOR operands (the
     rows are the descriptors' inner dim, where a TMA load must start 16-byte aligned)."""
-    if BLOCKWISE:
-        return row_start - row_start % BLOCK_K
-    elif KMAJOR:
+    if BLOCKWISE or KMAJOR:
         return row_start - row_start % BLOCK_K
     else:
         return row_start
