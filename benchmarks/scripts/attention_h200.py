@@ -269,9 +269,8 @@ def _measure_config(args, cases: dict, sets: dict, refs: dict, kernel: str, tile
                 row["status"] = f"inaccurate: {name} max_rel_err {err:.2e}"
         new = [stats for key, stats in _compiled(kernel).items() if key not in before]
         if new:  # the variants this tile compiled (masked/unmasked specializations alike): registers, spills
-            row["n_regs"] = max(r for r, _ in new if r is not None) if any(r is not None for r, _ in new) else None
-            row["n_spills"] = max(sp for _, sp in new if sp is not None) if any(sp is not None for _, sp in new) \
-                else None
+            row["n_regs"] = max((r for r, _ in new if r is not None), default=None)
+            row["n_spills"] = max((sp for _, sp in new if sp is not None), default=None)
         fell = _fell_back(kernel, (fwd_case.d_qk, fwd_case.d_v), tile)
         if fell:
             row["status"] = f"did not fit: ran {fell}"
@@ -319,6 +318,8 @@ def best_tiles(rows: list[dict], current: dict) -> dict:
 
 
 def run_sweep(args, env: dict) -> int:
+    from turbo_triton.attention import configs
+
     gen = torch.Generator(device=args.device).manual_seed(0)
     rows: list[dict] = []
     current = {(d, seq): _current_tiles(d, seq) for d in args.dims for seq in args.seq}
@@ -331,8 +332,7 @@ def run_sweep(args, env: dict) -> int:
         sets = {p: dict(inputs) for p in cases}  # the same tensors; each holds its reference's scales
         refs = {p: suite.reference(cases[p], sets[p]) for p in cases}
         for kernel in args.kernels:
-            bucket = 64 if max(_dims(d)) <= 64 else 128 if max(_dims(d)) <= 128 else 256
-            cands = list(dict.fromkeys(_tile5(t) for t in [*CANDIDATES[bucket][kernel],
+            cands = list(dict.fromkeys(_tile5(t) for t in [*CANDIDATES[configs._bucket(max(_dims(d)))][kernel],
                                                            current[(d, seq)][kernel]]))
             for tile in cands:
                 if time.time() > deadline:
