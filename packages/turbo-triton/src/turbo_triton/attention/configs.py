@@ -86,6 +86,11 @@ def _halve(tile: Tile) -> Tile:
     return replace(tile, block_m=max(16, tile.block_m // 2), block_n=max(16, tile.block_n // 2))
 
 
+def _of_arch(tables: dict, arch: str):
+    """``tables``' entry for ``arch`` (e.g. ``"gfx942:sramecc+:xnack-"``), else for its base name, else None."""
+    return tables.get(arch) or tables.get(arch.split(":")[0])
+
+
 def pick(kernel: str, arch: str, head_dim: int, elem_bytes: int, walk: int | None = None) -> Tile:
     """The tile of ``kernel`` ("fwd", "dkdv", "dq") for the larger of the two head dims; ``walk``
     is the length of the kernel's loop (the key length for "fwd"/"dq", the query length for "dkdv";
@@ -95,10 +100,8 @@ def pick(kernel: str, arch: str, head_dim: int, elem_bytes: int, walk: int | Non
     tile = override(kernel)
     if tile is not None:
         return tile
-    base = arch.split(":")[0]
-    table = _TABLES.get(arch) or _TABLES.get(base) or _DEFAULT
-    tile = table[_bucket(head_dim)][kernel]
-    short = (_SHORT.get(arch) or _SHORT.get(base) or {}).get(_bucket(head_dim), {}).get(kernel)
+    tile = (_of_arch(_TABLES, arch) or _DEFAULT)[_bucket(head_dim)][kernel]
+    short = (_of_arch(_SHORT, arch) or {}).get(_bucket(head_dim), {}).get(kernel)
     if short is not None and walk is not None and walk <= short[0]:
         tile = short[1]
     return _halve(tile) if elem_bytes == 4 else tile
