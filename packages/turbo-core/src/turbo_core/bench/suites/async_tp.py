@@ -2,15 +2,14 @@
 same tensors, in the same run, across ``world`` processes it starts itself (NCCL over the visible
 GPUs, at most 8; gloo on the CPU with ``--quick``; fewer than 2 devices: every row says so).
 
-Cases per model (tensor parallel over ``world`` ranks, ``--tokens`` rows in the TP group, default
-8192; ``--quick``: 64 rows, hidden 128), bf16:
+Cases per model (the dense layers of ``turbo_core.bench.models.DENSE``, tensor parallel over ``world``
+ranks, ``--tokens`` rows in the TP group, default 8192; ``--quick``: 64 rows, hidden 128), bf16:
 
-* ``ag-mm`` (``fused_all_gather_matmul``): the sequence-parallel input ``[tokens / world, hidden]``
-  gathered and multiplied by the column-parallel weights of one layer, ``qkv`` (``[(q + 2 kv) heads
-  * 128 / world, hidden]``) and ``gate_up`` (``[2 ffn / world, hidden]``), each its own case;
-* ``mm-rs`` (``fused_matmul_reduce_scatter``): the row-parallel ``o`` (``[tokens, hidden / world]``
-  by ``[hidden, hidden / world]``) and ``down`` (``[tokens, ffn / world]`` by ``[hidden, ffn / world]``)
-  outputs reduce-scattered along the tokens.
+* ``ag-mm`` (``fused_all_gather_matmul``): the sequence-parallel input ``[tokens / world, in]``
+  gathered and multiplied by a column-parallel weight ``[out / world, in]``: ``qkv`` and ``gate_up``,
+  each its own case;
+* ``mm-rs`` (``fused_matmul_reduce_scatter``): the row-parallel ``o`` and ``down``: ``[tokens, in / world]``
+  by ``[out, in / world]``, the output reduce-scattered along the tokens.
 
 Providers: ``turbo`` (the fused op, ``num_splits`` 2 and 4) and the baseline ``unfused``:
 ``all_gather_into_tensor`` then ``torch.matmul``, or ``torch.matmul`` then ``reduce_scatter_tensor``.
@@ -22,11 +21,10 @@ reference value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from turbo_core.bench import ranks
+from turbo_core.bench.models import DENSE
 
 __all__ = ["MODELS", "print_table", "run"]
 
@@ -35,40 +33,30 @@ BASELINE = "unfused"
 SPLITS = (2, 4)
 
 
-@dataclass(frozen=True)
-class TpModel:
-    name: str
-    hidden: int
-    ffn: int
-    heads: int
-    kv_heads: int
-    head_dim: int = 128
+#: The passes of the dense layers: column-parallel layers gather their input, row-parallel ones scatter.
+PASS_OF = {"qkv": "ag-mm", "gate_up": "ag-mm", "o": "mm-rs", "down": "mm-rs"}
+MODELS = {name: DENSE[name] for name in ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b")}
+#: --quick: hidden 128, 4 query and 2 key/value heads of 32, FFN 256.
+QUICK = {"quick": [("qkv", 256, 128), ("o", 128, 128), ("gate_up", 512, 128), ("down", 128, 256)]}
 
 
-MODELS = {
-    "llama3.1-8b": TpModel("llama3.1-8b", 4096, 14336, 32, 8),
-    "llama3.1-70b": TpModel("llama3.1-70b", 8192, 28672, 64, 8),
-    "llama3.1-405b": TpModel("llama3.1-405b", 16384, 53248, 128, 8),
-}
-QUICK = TpModel("quick", 128, 256, 4, 2, 32)
-
-
-def _models(quick: bool, names: list[str] | None) -> list[TpModel]:
+def _models(quick: bool, names: list[str] | None) -> dict[str, list]:
     if quick:
-        return [QUICK]
+        return QUICK
     if names:
         unknown = [n for n in names if n not in MODELS]
         if unknown:
             raise ValueError(f"models: unknown {', '.join(unknown)} (async-tp has {', '.join(MODELS)})")
-        return [MODELS[n] for n in names]
-    return list(MODELS.values())
+        return {n: MODELS[n] for n in names}
+    return MODELS
 
 
-def _layers(m: TpModel, world: int) -> list[tuple[str, str, int, int]]:
-    """(pass, layer, N of the local weight, K of the local weight) per case."""
-    qkv = (m.heads + 2 * m.kv_heads) * m.head_dim
-    return [("ag-mm", "qkv", qkv // world, m.hidden), ("ag-mm", "gate_up", 2 * m.ffn // world, m.hidden),
-            ("mm-rs", "o", m.hidden, m.hidden // world), ("mm-rs", "down", m.hidden, m.ffn // world)]
+def _layers(layers: list, world: int) -> list[tuple[str, str, int, int]]:
+    """(pass, layer, N of the local weight, K of the local weight) per case, the gathers first:
+    column-parallel weights keep ``out / world`` rows, row-parallel ones ``in / world`` columns."""
+    cases = [(PASS_OF[name], name, out // world, inp) if PASS_OF[name] == "ag-mm" else
+             (PASS_OF[name], name, out, inp // world) for name, out, inp in layers]
+    return sorted(cases, key=lambda c: PASSES.index(c[0]))
 
 
 def _rank_rows(rank: int, world: int, group, dev: torch.device, args: dict) -> list[dict]:
@@ -79,12 +67,11 @@ def _rank_rows(rank: int, world: int, group, dev: torch.device, args: dict) -> l
     rows = []
     tokens, warmup, iters = args["tokens"], args["warmup"], args["iters"]
     g = torch.Generator(device=dev).manual_seed(1234 + rank)
-    for md in args["models"]:
-        m = TpModel(**md)
-        for pass_, layer, n, k in _layers(m, world):
+    for name, layers in args["models"].items():
+        for pass_, layer, n, k in _layers(layers, world):
             w = torch.randn((n, k), generator=g, device=dev, dtype=torch.float32).mul_(k ** -0.5).to(torch.bfloat16)
-            base = {"suite": "async_tp", "case": f"{m.name} {layer} T{tokens} tp{world}", "pass": pass_,
-                    "model": m.name, "layer": layer, "tokens": tokens, "world": world, "m": tokens,
+            base = {"suite": "async_tp", "case": f"{name} {layer} T{tokens} tp{world}", "pass": pass_,
+                    "model": name, "layer": layer, "tokens": tokens, "world": world, "m": tokens,
                     "n": n, "k": k, "dtype": "bf16", "flops": 2 * tokens * n * k}
             if pass_ == "ag-mm":
                 x = torch.randn((tokens // world, k), generator=g, device=dev).to(torch.bfloat16)
@@ -149,19 +136,17 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         ) -> list[dict]:
     """Rows as the module docstring describes (``providers`` and ``include_reference`` are unused:
     every case times the unfused baseline and the fused op)."""
-    from dataclasses import asdict
-
     chosen = _models(quick, models)
     tokens = tokens or (64 if quick else 8192)
     world, backend = ranks.world_and_backend(device, world)
     if world < 2:
-        return [{"suite": "async_tp", "case": f"{m.name} {layer} T{tokens}", "pass": pass_, "model": m.name,
+        return [{"suite": "async_tp", "case": f"{name} {layer} T{tokens}", "pass": pass_, "model": name,
                  "provider": p, "status": f"skipped: needs 2 or more {device} devices (found {world})"}
-                for m in chosen for pass_, layer, _, _ in _layers(m, 1)
+                for name, layers in chosen.items() for pass_, layer, _, _ in _layers(layers, 1)
                 for p in [BASELINE, *(f"turbo:splits{s}" for s in SPLITS)]]
     if tokens % world:
         raise ValueError(f"tokens: {tokens} rows do not split over {world} ranks")
-    return ranks.spawn(_rank_rows, world, backend, {"models": [asdict(m) for m in chosen], "tokens": tokens,
+    return ranks.spawn(_rank_rows, world, backend, {"models": chosen, "tokens": tokens,
                                                     "warmup": warmup, "iters": iters}, progress, "async-tp")
 
 
