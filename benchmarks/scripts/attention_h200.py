@@ -206,7 +206,8 @@ def _current_tiles(d, seq: int) -> dict:
     saved = os.environ.pop(TILE_ENV, None)
     try:
         arch = "interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else _arch()
-        return {k: tuple(vars(configs.pick(k, arch, max(_dims(d)), 2, seq)).values()) for k in ("fwd", "dkdv", "dq")}
+        return {k: tuple(vars(configs.pick(k, arch, max(_dims(d)), 2, seq, d_v=_dims(d)[1])).values())
+                for k in ("fwd", "dkdv", "dq")}
     finally:
         if saved is not None:
             os.environ[TILE_ENV] = saved

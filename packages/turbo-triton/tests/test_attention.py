@@ -143,3 +143,18 @@ def test_short_walk_tiles_on_sm90(monkeypatch):
     assert configs.pick("fwd", "gfx942", 128, 2, 512) == configs.pick("fwd", "gfx942", 128, 2)
     monkeypatch.setenv("TURBO_TRITON_ATTN_TILES", "fwd=128,64,8,3")
     assert configs.pick("fwd", "sm90", 128, 2, 512) == configs.Tile(128, 64, 8, 3)
+
+
+def test_mla_tiles_on_sm90(monkeypatch):
+    # sm90: MLA (q/k 192, v 128) has its own backward tiles; a 192-wide v, or no v width given, takes
+    # d=256's; archs without an MLA entry take their 256 tiles.
+    from turbo_triton.attention import configs
+
+    monkeypatch.delenv("TURBO_TRITON_ATTN_TILES", raising=False)
+    assert configs.pick("dkdv", "sm90", 192, 2, 4096, d_v=128) == configs.Tile(32, 64, 4, 2)
+    assert configs.pick("dq", "sm90", 192, 2, 4096, d_v=128) == configs.Tile(64, 32, 4, 2)
+    assert configs.pick("dq", "sm90", 192, 2, 4096, d_v=192) == configs.pick("dq", "sm90", 256, 2) \
+        == configs.pick("dq", "sm90", 192, 2) == configs.Tile(128, 32, 8, 2)
+    assert configs.pick("fwd", "sm90", 256, 2, 512) == configs.Tile(64, 64, 4, 3)
+    assert configs.pick("dkdv", "gfx942", 192, 2, d_v=128) == configs.pick("dkdv", "gfx942", 256, 2)
+    assert configs.pick("dkdv", "sm90", 192, 4, d_v=128) == configs.Tile(16, 32, 4, 2)  # fp32 halves

@@ -30,6 +30,8 @@ class Tile:
     warp_specialize: bool = False
 
 
+MLA = "192x128"  # the bucket of q/k wider than 128 (up to 192) with v at most 128 wide; else 256's tiles
+
 # head-dim bucket -> kernel -> tile. sm90 from the H200 sweeps (benchmarks/attention-h200-2026-11-30.md):
 # B x S = 16k tokens, causal and not; first at S = 4096 (8192 for d=64), then (session 8) at S = 512..16384
 # for d = 64/128, which moved d=128's backward to 4-warp 64x64 tiles at every length (1.00-1.09x up to
@@ -37,7 +39,11 @@ class Tile:
 _SM90 = {
     64: {"fwd": Tile(128, 64, 8, 4), "dkdv": Tile(64, 64, 4, 3), "dq": Tile(64, 64, 4, 3)},
     128: {"fwd": Tile(128, 128, 8, 3), "dkdv": Tile(64, 64, 4, 2), "dq": Tile(64, 64, 4, 2)},
-    256: {"fwd": Tile(128, 64, 8, 2), "dkdv": Tile(64, 64, 8, 2), "dq": Tile(64, 64, 8, 2)},
+    # session 9 (S = 4096 and 16384, both masks; results/attention-sweep-s9-mla-d256-h200-2026-11-30.json):
+    # MLA's 192-wide q/k with 128-wide v fits smaller, 4-warp backward tiles that spill at d = 256
+    # (dk/dv 1.13-1.18x, dq 1.22-1.24x the shared tiles'); d = 256 gains 1.11x forward, 1.05x dk/dv, 1.16-1.21x dq.
+    MLA: {"fwd": Tile(128, 64, 8, 2), "dkdv": Tile(32, 64, 4, 2), "dq": Tile(64, 32, 4, 2)},
+    256: {"fwd": Tile(64, 64, 4, 3), "dkdv": Tile(64, 32, 4, 2), "dq": Tile(128, 32, 8, 2)},
 }
 # head-dim bucket -> kernel -> (longest walk, tile): the tile that replaces the table's when the kernel's
 # loop walks at most that many rows (keys for "fwd"/"dq", queries for "dkdv"). Short walks favour
@@ -64,8 +70,18 @@ _TABLES = {"sm90": _SM90, "gfx942": _AMD, "gfx950": _AMD}
 _SHORT = {"sm90": _SM90_SHORT}
 
 
-def _bucket(head_dim: int) -> int:
-    return 64 if head_dim <= 64 else 128 if head_dim <= 128 else 256
+def _bucket(head_dim: int, d_v: int | None = None) -> int | str:
+    """The table key of the larger head dim ``head_dim``; :data:`MLA` when ``d_v`` (v's width) is
+    given, at most 128, and ``head_dim`` is in (128, 192]."""
+    if head_dim <= 64:
+        return 64
+    if head_dim <= 128:
+        return 128
+    return MLA if head_dim <= 192 and d_v is not None and d_v <= 128 else 256
+
+
+def _entry(table: dict, bucket):
+    return table.get(bucket) or table[256]
 
 
 def override(kernel: str, variable: str = "TURBO_TRITON_ATTN_TILES") -> Tile | None:
@@ -91,17 +107,20 @@ def _of_arch(tables: dict, arch: str):
     return tables.get(arch) or tables.get(arch.split(":")[0])
 
 
-def pick(kernel: str, arch: str, head_dim: int, elem_bytes: int, walk: int | None = None) -> Tile:
+def pick(kernel: str, arch: str, head_dim: int, elem_bytes: int, walk: int | None = None,
+         d_v: int | None = None) -> Tile:
     """The tile of ``kernel`` ("fwd", "dkdv", "dq") for the larger of the two head dims; ``walk``
     is the length of the kernel's loop (the key length for "fwd"/"dq", the query length for "dkdv";
-    the longest sequence when varlen), which picks the short-walk tile where the arch has one."""
+    the longest sequence when varlen), which picks the short-walk tile where the arch has one;
+    ``d_v``, v's head dim, picks MLA's tiles (q/k up to 192 wide, v up to 128) where the arch has them."""
     if arch == "interpreter":
         return _INTERP
     tile = override(kernel)
     if tile is not None:
         return tile
-    tile = (_of_arch(_TABLES, arch) or _DEFAULT)[_bucket(head_dim)][kernel]
-    short = (_of_arch(_SHORT, arch) or {}).get(_bucket(head_dim), {}).get(kernel)
+    bucket = _bucket(head_dim, d_v)
+    tile = _entry(_of_arch(_TABLES, arch) or _DEFAULT, bucket)[kernel]
+    short = (_of_arch(_SHORT, arch) or {}).get(bucket, {}).get(kernel)
     if short is not None and walk is not None and walk <= short[0]:
         tile = short[1]
     return _halve(tile) if elem_bytes == 4 else tile

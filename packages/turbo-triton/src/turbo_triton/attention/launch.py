@@ -104,7 +104,7 @@ class _Problem:
 
     def tile(self, kernel: str) -> Tile:
         walk = self.seq_q if kernel == "dkdv" else self.seq_k
-        return configs.pick(kernel, self.arch, max(self.d_qk, self.d_v), self.elem, walk)
+        return configs.pick(kernel, self.arch, max(self.d_qk, self.d_v), self.elem, walk, d_v=self.d_v)
 
     def consts(self) -> dict:
         return dict(BLOCK_DQK=self.block_dqk, BLOCK_DV=self.block_dv, D_QK=self.d_qk, D_V=self.d_v,
