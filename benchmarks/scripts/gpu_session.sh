@@ -6,7 +6,7 @@
 # Parts: gputests fp8check normcheck normsweep normbench groupedcheck groupedbench
 #        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
 #        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbgap hbalgotests accuracy profile
-#        moedispatch nccltests asynctp (the last three on the two-GPU kind)
+#        moedispatch nccltests asynctp epcheck (the last four on the two-GPU kind)
 set -u
 OUT=${OUT:?set OUT}
 ROOT=$(pwd)
@@ -62,8 +62,13 @@ for part in $parts; do
         --out "$OUT/async_tp_bench.json" > "$OUT/async_tp_bench.log" 2>&1; tail -40 "$OUT/async_tp_bench.log" ;;
     moedispatch)  # turbo bench moe-dispatch over every visible GPU (NCCL); turbo-deepep from the snapshot
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_deepep.plugin
-       timeout 500 python3 -m turbo_core.cli bench moe-dispatch --out "$OUT/moe_dispatch_bench.json") > "$OUT/moe_dispatch_bench.log" 2>&1
+       timeout ${MOE_DISPATCH_TIMEOUT:-500} python3 -m turbo_core.cli bench moe-dispatch ${MOE_DISPATCH_ARGS:-} \
+         --out "$OUT/moe_dispatch_bench.json") > "$OUT/moe_dispatch_bench.log" 2>&1
       tail -40 "$OUT/moe_dispatch_bench.log" ;;
+    epcheck)  # moe_dispatch_x2.py: DEEP_EP checks, CUDA-graph capture and GB/s (symmetric and collective transports)
+      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_deepep.plugin
+       timeout 400 python3 benchmarks/scripts/moe_dispatch_x2.py --out "$OUT/moe_dispatch_x2.json") > "$OUT/moe_dispatch_x2.log" 2>&1
+      tail -60 "$OUT/moe_dispatch_x2.log" ;;
     tunehipblaslt)  # HIPBLASLT's algorithm rank per shape (bf16, then FP8), confirmed by --check: the DB it ships for sm90
       # HB_SEED=file starts from an earlier campaign's database; HB_SKIP_GEMM=1 skips the bf16 stage
       (hb_env

@@ -55,7 +55,7 @@ def _time(fn, dev: torch.device, iters: int = 20, warmup: int = 5) -> tuple[floa
     return statistics.median(times), max(times) - min(times)
 
 
-def _parts(rank, world, group, parts, out, dev):
+def _parts(rank, world, group, parts, out, dev, transports=("symm", "collective")):
     from turbo_core import use_backend
     from turbo_core.dispatch.launch import moe_dispatch as launch
     from turbo_deepep.all_to_all.layout import token_in_rank
@@ -120,9 +120,11 @@ def _parts(rank, world, group, parts, out, dev):
                 res["graph_replay_equal"] = bool(torch.equal(gout, static_x * n_ranks))
             except Exception as exc:
                 res["graph_replay_equal"] = f"{type(exc).__name__}: {exc}"
-        if "speed" in parts:
+        for tr in (transports if "speed" in parts else []):
+            os.environ["TURBO_DEEPEP_TRANSPORT"] = tr  # read per call: the same process measures both
             rx, _, _, _, _, h = dispatch(x)
             st = h.state
+            res[f"{tr}: transport ran"] = st.transport
             n_send, n_recv = sum(st.send_splits), sum(st.recv_splits)
             send_rows = torch.randn((n_send, H), device=dev).to(torch.bfloat16)
             recv_rows = torch.empty((n_recv, H), device=dev, dtype=torch.bfloat16)
@@ -181,12 +183,12 @@ def _parts(rank, world, group, parts, out, dev):
             t0 = time.perf_counter()
             for _ in range(10):
                 dispatch(x, worst=worst)
-            res["host_us_per_dispatch_worst"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
+            res[f"{tr}: host_us_per_dispatch_worst"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             for name, (fn, nbytes) in cases.items():
                 ms, spread = _time(fn, dev)
-                res[name] = {"ms": round(ms, 4), "spread_ms": round(spread, 4), "GB/s": round(nbytes / ms / 1e6, 1)}
+                res[f"{tr}: {name}"] = {"ms": round(ms, 4), "spread_ms": round(spread, 4), "GB/s": round(nbytes / ms / 1e6, 1)}
             res["rows_sent"], res["rows_received"] = n_send, n_recv
     out[rank] = res
 

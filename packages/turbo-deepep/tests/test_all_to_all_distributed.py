@@ -124,6 +124,9 @@ def _autograd_case(rank, world, group, dev, *, dtype, worst_kind, seed):
     assert res.handle.backend == "DEEP_EP", res.handle.backend  # chosen without any setting
     fused = os.environ.get("TURBO_DEEPEP_FUSED") == "1" or dev.type == "cuda"
     assert (res.handle.state.pos is not None) == fused, "the fused path ran iff it was asked for (or on a GPU)"
+    transport = os.environ.get("TURBO_DEEPEP_TRANSPORT")
+    if transport in ("symm", "collective"):
+        assert res.handle.state.transport == transport, (res.handle.state.transport, transport)
     _eq(res.recv_x, rx, "recv_x")
     assert res.recv_x.dtype == dtype and res.recv_token_indices.dtype == idx.dtype
     _eq(res.recv_token_indices, ri, "recv_token_indices")
@@ -347,7 +350,37 @@ def _run_cases(rank, world, group, dev):
             raise AssertionError(f"rank {rank}/{world}, case {name!r}: {exc}") from exc
 
 
-def _worker(rank: int, world: int, store: str, backend: str) -> None:
+class _SharedBuffers:
+    """The symmetric transport's buffers for CPU processes: one shared-memory tensor per rank,
+    made before the fork, so every process maps every rank's buffer at the same address; the
+    barrier is gloo's (kernels on the CPU are done when they return)."""
+
+    def __init__(self, bufs: list[torch.Tensor], rank: int, group) -> None:
+        self.local, self.group, self.capacity = bufs[rank], group, bufs[rank].numel()
+        self.peers = torch.tensor([b.data_ptr() for b in bufs], dtype=torch.int64)
+        self.barriers = 0
+
+    def barrier(self) -> None:
+        self.barriers += 1
+        dist.barrier(group=self.group)
+
+
+def _use_shared_buffers(rank: int, bufs: list[torch.Tensor]) -> list:
+    from turbo_deepep.all_to_all import symm
+
+    made = []
+
+    def factory(group, device, nbytes):
+        if nbytes > bufs[rank].numel():
+            raise AssertionError(f"test setup: a call needs {nbytes} bytes of symmetric buffer")
+        made.append(_SharedBuffers(bufs, rank, group))
+        return made[-1]
+
+    symm.set_provider(factory)
+    return made
+
+
+def _worker(rank: int, world: int, store: str, backend: str, bufs: list[torch.Tensor] | None = None) -> None:
     torch.set_num_threads(1)
     dev = torch.device("cpu")
     if backend == "nccl":
@@ -356,16 +389,19 @@ def _worker(rank: int, world: int, store: str, backend: str) -> None:
     dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
     try:
+        made = _use_shared_buffers(rank, bufs) if bufs is not None else None
         _run_cases(rank, world, dist.group.WORLD, dev)
+        if made is not None:  # the symmetric transport moved the rows, two barriers per exchange at least
+            assert made and sum(b.barriers for b in made) >= 2 * 10, [b.barriers for b in made]
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
-def _launch(world: int, tmp_path, backend: str, method: str | None = None) -> None:
+def _launch(world: int, tmp_path, backend: str, method: str | None = None, bufs=None) -> None:
     store = str(tmp_path / f"store-{backend}-{world}")
     method = method or ("fork" if backend == "gloo" else "spawn")  # forked children skip the imports (CPU only)
-    mp.start_processes(_worker, args=(world, store, backend), nprocs=world, join=True, start_method=method)
+    mp.start_processes(_worker, args=(world, store, backend, bufs), nprocs=world, join=True, start_method=method)
 
 
 # Two world sizes: 2 (each token goes to 0, 1 or 2 ranks) and 4 (with a rank that has no tokens).
@@ -386,6 +422,20 @@ def test_gloo_fused(world, tmp_path, monkeypatch):
     _launch(world, tmp_path, "gloo")
 
 
+# The fused path over the symmetric-memory transport (turbo_deepep.all_to_all.symm_path): the
+# packing kernel stores rows straight into the other ranks' buffers, here shared-memory CPU tensors
+# mapped at the same address in every forked process; the same cases, bit for bit.
+@pytest.mark.distributed
+@pytest.mark.parametrize("world", [2, 4])
+def test_gloo_fused_symmetric(world, tmp_path, monkeypatch):
+    pytest.importorskip("triton", reason="the fused path's kernels are Triton kernels")
+    monkeypatch.setenv("TURBO_DEEPEP_FUSED", "1")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("TURBO_DEEPEP_TRANSPORT", "symm")
+    bufs = [torch.zeros(4 << 20, dtype=torch.uint8).share_memory_() for _ in range(world)]
+    _launch(world, tmp_path, "gloo", bufs=bufs)
+
+
 def _gpu_reason() -> str | None:
     if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
         return "needs 2 GPUs for NCCL/RCCL"
@@ -397,6 +447,8 @@ def _gpu_reason() -> str | None:
 @pytest.mark.gpu
 @pytest.mark.distributed
 @pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
-def test_nccl(tmp_path):
+@pytest.mark.parametrize("transport", ["symm", "collective"])
+def test_nccl(tmp_path, monkeypatch, transport):
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    monkeypatch.setenv("TURBO_DEEPEP_TRANSPORT", transport)  # symm: GPUs of one host write rows into each other
     _launch(2, tmp_path, "nccl")

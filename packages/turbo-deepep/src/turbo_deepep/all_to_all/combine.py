@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.specs.moe import MoeCombineArgs
-from turbo_deepep.all_to_all import fused
+from turbo_deepep.all_to_all import fused, symm_path
 from turbo_deepep.all_to_all.dispatch import handle_reason
 from turbo_deepep.all_to_all.exchange import exchange_rows, group_reason
 from turbo_deepep.all_to_all.payload import RowFormat, row_format
@@ -62,8 +62,11 @@ _FUSED_SUMS = (torch.float32, torch.float16, torch.bfloat16)  # dtypes the fused
 
 
 def _fused_combine(fmt: RowFormat, tensors: dict, handle, st: AllToAllState, r: int, t: int):
-    """The fused path (:mod:`turbo_deepep.all_to_all.fused`): pack, one all-to-all, one summing
-    kernel over ``st.pos``; same bytes and summation order as the torch path."""
+    """The fused path (:mod:`turbo_deepep.all_to_all.fused`): pack, one all-to-all (or the
+    symmetric transport's stores), one summing kernel over ``st.pos``; same bytes and summation
+    order as the torch path."""
+    if st.transport == "symm":
+        return symm_path.combine(handle.group, fmt, tensors, st, r, t, compute_dtype(tensors["x"]))
     if st.mode == "exact":
         send, _ = fused.pack(fmt, tensors, r, r)
         back = exchange_rows(send, handle.group, sum(st.send_splits), list(st.recv_splits), list(st.send_splits))

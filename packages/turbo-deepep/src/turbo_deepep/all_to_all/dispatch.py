@@ -28,7 +28,10 @@ current stream and the results are ready in stream order when this returns.
 
 On GPUs the layout, packing, compaction and unpacking run as the fused Triton kernels of
 :mod:`turbo_deepep.all_to_all.fused` (bit-identical results, a handful of launches instead of about
-ninety torch ops); elsewhere, or with ``TURBO_DEEPEP_FUSED=0``, as torch ops.
+ninety torch ops); elsewhere, or with ``TURBO_DEEPEP_FUSED=0``, as torch ops. When the group's
+ranks are GPUs of one host, the fused path moves the rows through symmetric memory instead of the
+collectives (:mod:`turbo_deepep.all_to_all.symm_path`: the packing kernel stores each row in its
+destination's buffer, at the same place; ``TURBO_DEEPEP_TRANSPORT=collective`` turns it off).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.specs.moe import MoeDispatchArgs, MoeDispatchHandle, group_size
-from turbo_deepep.all_to_all import fused
+from turbo_deepep.all_to_all import fused, symm, symm_path
 from turbo_deepep.all_to_all.exchange import exchange_counts, exchange_rows, group_reason
 from turbo_deepep.all_to_all.layout import (
     compact_rows,
@@ -149,6 +152,11 @@ def _fused_layout(args: MoeDispatchArgs, fmt: RowFormat, tensors: dict, world: i
 def _fused_resend(args: MoeDispatchArgs, fmt: RowFormat, tensors: dict, st: AllToAllState):
     """Cached dispatch on the fused path: ``(recv_x, recv_scales)`` along ``st``'s layout."""
     t = args.x.shape[0]
+    if st.transport == "symm":
+        buf = symm_path.resend(args, fmt, tensors, st)
+        rows, index = (st.recv_from.shape[0], st.recv_from) if st.mode == "worst" else (buf.shape[0], None)
+        rx, rs, *_ = fused.unpack(buf, fmt, rows, index)
+        return rx, rs
     if st.mode == "worst":
         send, _ = fused.pack(fmt, tensors, st.world * st.slot, t, rows=st.send_token)
         buf = exchange_rows(send, args.group, st.world * st.slot)
@@ -181,7 +189,10 @@ def moe_dispatch(args: MoeDispatchArgs):
     fmt = _format(x, scales, idx.shape[1])
     if world > 1 and fused.enabled(fmt, x.device):
         tensors.update(idx=idx, probs=args.token_probs)
-        buf, recv_from, rows, st = _fused_layout(args, fmt, tensors, world)
+        if symm.reason(group, x.device) is None:
+            buf, recv_from, rows, st = symm_path.dispatch(args, fmt, tensors, world)
+        else:
+            buf, recv_from, rows, st = _fused_layout(args, fmt, tensors, world)
         rx, rs, local, probs, tpe = fused.unpack(buf, fmt, rows, recv_from, idx_dtype=idx.dtype, rank=st.rank,
                                                  num_local=e_l)
         return rx, rs, local, probs, tpe, MoeDispatchHandle(BACKEND, group, x.shape[0], rows, e_l, st)

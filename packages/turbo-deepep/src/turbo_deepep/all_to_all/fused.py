@@ -16,16 +16,35 @@ of 4-byte words (``x`` rows of an even number of bf16/fp16 values or a multiple 
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 
 from turbo_deepep.all_to_all.payload import RowFormat
 
-__all__ = ["compact", "enabled", "pack", "reduce", "route", "unpack"]
+__all__ = ["Put", "compact", "enabled", "pack", "reduce", "route", "unpack"]
 
 ENV = "TURBO_DEEPEP_FUSED"
 _BLOCK = 1024
 _SCAN = 1024
+
+
+class Put(NamedTuple):
+    """Where :func:`pack` writes rows on the symmetric-memory transport.
+
+    ``peers``: int64 ``[W]``, each rank's buffer address in this process; a row for rank ``d`` goes
+    to row ``row0[d] + j`` (``row0``: int64 ``[W]``) past the buffer's first ``header_words`` int32
+    words, ``j`` being its index among the rows for ``d``. The rows for ``d`` are the offs range
+    ``[offs[d], offs[d + 1])`` (``offs`` int64 ``[W + 1]``; also the slot table's ranges when packing
+    from one), or, with ``offs`` None and no slot table, rows ``[d * slot, (d + 1) * slot)``.
+    ``ids_only_pad``: a row with no source writes its ids (-1) only."""
+
+    peers: torch.Tensor
+    row0: torch.Tensor
+    header_words: int
+    offs: torch.Tensor | None = None
+    slot: int = 0
+    ids_only_pad: bool = False
 
 
 def _triton_ok() -> bool:
@@ -75,34 +94,49 @@ def _word_offset(fmt: RowFormat, name: str) -> tuple[int, int]:
     return (0, 0) if f is None else (f.start // 4, f.nbytes // 4)
 
 
-def route(idx: torch.Tensor, num_experts: int, world: int, slot: int):
+def route(idx: torch.Tensor, num_experts: int, world: int, slot: int, *, put_counts=None):
     """``(slot_tok int64 [W, slot], pos int32 [T, W], counts int64 [W])`` of ``idx [T, K]``: the
     tokens for each rank in increasing index (-1 past the count; tokens past ``slot`` not listed),
-    each token's row within its rank's list (-1: not sent) and the tokens each rank should get."""
+    each token's row within its rank's list (-1: not sent) and the tokens each rank should get.
+
+    ``put_counts`` ``(peers, rank)`` (the symmetric-memory transport): ``counts`` is also written as
+    row ``rank`` of the int64 ``[W, W]`` count matrix at the start of every rank's buffer (``peers``:
+    int64 ``[W]``, their addresses)."""
     t, k = idx.shape
     dev = idx.device
     if not (t and k):  # nothing to scan: nothing sent
-        return (torch.full((world, slot), -1, dtype=torch.int64, device=dev),
-                torch.full((t, world), -1, dtype=torch.int32, device=dev),
-                torch.zeros((world,), dtype=torch.int64, device=dev))
+        if put_counts is None:
+            return (torch.full((world, slot), -1, dtype=torch.int64, device=dev),
+                    torch.full((t, world), -1, dtype=torch.int32, device=dev),
+                    torch.zeros((world,), dtype=torch.int64, device=dev))
+        # the counts (zeros) must still reach the other ranks: scan rows routed nowhere
+        none = torch.full((max(t, 1), 1), -1, dtype=torch.int64, device=dev)
+        slot_tok, pos, counts = route(none, num_experts, world, max(slot, 1), put_counts=put_counts)
+        return slot_tok[:, :slot], pos[:t], counts
     # the kernel writes every element of all three (program d: column d of pos, row d of slot_tok)
     slot_tok = torch.empty((world, slot), dtype=torch.int64, device=dev)
     pos = torch.empty((t, world), dtype=torch.int32, device=dev)
     counts = torch.empty((world,), dtype=torch.int64, device=dev)
-    _k().route_kernel[(world,)](idx.contiguous(), slot_tok, pos, counts, t, k, num_experts // world, world, slot,
-                                BLOCK_T=_SCAN, BLOCK_K=_pow2(k), num_warps=4)
+    peers, rank = put_counts if put_counts is not None else (counts, 0)
+    _k().route_kernel[(world,)](idx.contiguous(), slot_tok, pos, counts, peers, t, k, num_experts // world, world,
+                                slot, rank, BLOCK_T=_SCAN, BLOCK_K=_pow2(k), PUT_COUNTS=put_counts is not None,
+                                num_warps=4)
     return slot_tok, pos, counts
 
 
 def pack(fmt: RowFormat, tensors: dict, n_rows: int, n_src: int, *, rows: torch.Tensor | None = None,
-         slots: torch.Tensor | None = None, offs: torch.Tensor | None = None, num_experts: int = 0):
-    """``(uint8 [n_rows, B], tokens)``: packed row ``r`` holds source row ``rows[r]`` (``rows`` None:
-    ``r``; ``slots`` ``[W, S]`` with ``offs`` int64 ``[W + 1]``: the rank-major slot table, and then
-    ``tokens`` int64 ``[n_rows]`` is the source row of each packed row, else None) of ``x``,
-    ``scales``, ``probs`` and the expert ids from ``idx`` (valid ids, else -1; ``num_experts``).
-    Rows with no source (-1 or ``>= n_src``) are zero with ids -1."""
+         slots: torch.Tensor | None = None, offs: torch.Tensor | None = None, num_experts: int = 0,
+         put: Put | None = None):
+    """``(uint8 [n_rows, B] or None, tokens)``: packed row ``r`` holds source row ``rows[r]``
+    (``rows`` None: ``r``; ``slots`` ``[W, S]`` with ``offs`` int64 ``[W + 1]``: the rank-major slot
+    table, and then ``tokens`` int64 ``[n_rows]`` is the source row of each packed row, else None) of
+    ``x``, ``scales``, ``probs`` and the expert ids from ``idx`` (valid ids, else -1;
+    ``num_experts``). Rows with no source (-1 or ``>= n_src``) are zero with ids -1.
+
+    ``put`` (the symmetric-memory transport): the rows go straight into the ranks' buffers instead of
+    a local send buffer (returned as None): see :class:`Put`."""
     dev = tensors["x"].device
-    out = torch.empty((n_rows, fmt.row_bytes), dtype=torch.uint8, device=dev)
+    out = None if put is not None else torch.empty((n_rows, fmt.row_bytes), dtype=torch.uint8, device=dev)
     tokens = torch.empty((n_rows,), dtype=torch.int64, device=dev) if slots is not None else None
     if n_rows == 0:
         return out, tokens
@@ -114,16 +148,23 @@ def pack(fmt: RowFormat, tensors: dict, n_rows: int, n_src: int, *, rows: torch.
     has_s, has_p, has_i = s_words > 0, "probs" in fmt.fields, "idx" in fmt.fields
     k = fmt.fields["probs"].cols if has_p else (fmt.fields["idx"].cols if has_i else 1)
     mode = 0 if rows is None and slots is None else (1 if slots is None else 2)
-    world = 1 if offs is None else offs.shape[0] - 1
+    if put is not None:
+        offs = put.offs if put.offs is not None else offs
+        dest, slot = (1, slots.shape[1] if mode == 2 else 0) if put.offs is not None or mode == 2 else (2, put.slot)
+    else:
+        dest, slot = 0, slots.shape[1] if mode == 2 else 0
+    world = put.peers.shape[0] if put is not None else (1 if offs is None else offs.shape[0] - 1)
+    anything = x if out is None else out.view(torch.int32)
     grid = (n_rows, max(1, -(-x_words // _BLOCK)))
     _k().pack_kernel[grid](
-        out.view(torch.int32), rows if mode == 1 else (slots if mode == 2 else out), offs if mode == 2 else out,
-        tokens if tokens is not None else out, x, _words(tensors["scales"]) if has_s else x,
+        anything, rows if mode == 1 else (slots if mode == 2 else anything), offs if offs is not None else anything,
+        tokens if tokens is not None else anything, x, _words(tensors["scales"]) if has_s else x,
         _words(tensors["probs"]) if has_p else x, tensors["idx"].contiguous() if has_i else x,
-        n_src, fmt.row_bytes // 4, world, slots.shape[1] if mode == 2 else 0, x_words, s_words,
-        x_off, s_off, p_off, i_off, k, num_experts,
-        ROW_MODE=mode, HAS_S=has_s, HAS_P=has_p, HAS_I=has_i, BLOCK=_BLOCK, BLOCK_K=_pow2(k),
-        BLOCK_W=_pow2(world), num_warps=4)
+        put.peers if put is not None else anything, put.row0 if put is not None else anything,
+        n_src, fmt.row_bytes // 4, world, slot, x_words, s_words, x_off, s_off, p_off, i_off, k, num_experts,
+        put.header_words if put is not None else 0,
+        ROW_MODE=mode, DEST=dest, IDS_ONLY_PAD=put is not None and put.ids_only_pad, HAS_S=has_s, HAS_P=has_p,
+        HAS_I=has_i, BLOCK=_BLOCK, BLOCK_K=_pow2(k), BLOCK_W=_pow2(world), num_warps=4)
     return out, tokens
 
 

@@ -45,8 +45,20 @@ def _copy_words(dst, src, n, ok, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def route_kernel(idx_ptr, slot_ptr, pos_ptr, count_ptr, T, K, per, W, SLOT,
-                 BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+def _copy_words_if(dst, src, n, ok, BLOCK: tl.constexpr):
+    """``dst[:n] = src[:n]`` where ``ok``; nothing written elsewhere."""
+    for s0 in range(0, n, BLOCK):
+        ss = s0 + tl.arange(0, BLOCK)
+        sm = ss < n
+        tl.store(dst + ss, tl.load(src + ss, mask=sm & ok, other=0), mask=sm & ok)
+
+
+@triton.jit
+def route_kernel(idx_ptr, slot_ptr, pos_ptr, count_ptr, peer_ptr, T, K, per, W, SLOT, ME,
+                 BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, PUT_COUNTS: tl.constexpr):
+    """``PUT_COUNTS`` (the symmetric-memory transport): the count for rank ``d`` is also stored as
+    int64 ``[ME, d]`` of the ``[W, W]`` count matrix at the start of every rank's buffer (``peer_ptr``:
+    int64 ``[W]``, the buffers' addresses in this process)."""
     d = tl.program_id(0)
     lo = d * per
     ks = tl.arange(0, BLOCK_K)
@@ -64,6 +76,10 @@ def route_kernel(idx_ptr, slot_ptr, pos_ptr, count_ptr, T, K, per, W, SLOT,
         tl.store(pos_ptr + ts.to(tl.int64) * W + d, tl.where(sent, j, -1), mask=tm)
         carry += tl.sum(hit.to(tl.int32), 0)
     tl.store(count_ptr + d, carry.to(tl.int64))
+    if PUT_COUNTS:
+        for p in range(W):
+            hdr = tl.load(peer_ptr + p).to(tl.pointer_type(tl.int64))
+            tl.store(hdr + ME * W + d, carry.to(tl.int64))
     for j0 in range(0, SLOT, BLOCK_T):
         js = j0 + tl.arange(0, BLOCK_T)
         tl.store(slot_ptr + d.to(tl.int64) * SLOT + js, tl.full([BLOCK_T], -1, tl.int64),
@@ -71,40 +87,59 @@ def route_kernel(idx_ptr, slot_ptr, pos_ptr, count_ptr, T, K, per, W, SLOT,
 
 
 @triton.jit
-def pack_kernel(out_ptr, row_ptr, offs_ptr, tok_out_ptr, x_ptr, s_ptr, p_ptr, idx_ptr,
-                n_src, row_words, W, SLOT, X_WORDS, S_WORDS, X_OFF, S_OFF, P_OFF, I_OFF, K, E,
-                ROW_MODE: tl.constexpr, HAS_S: tl.constexpr, HAS_P: tl.constexpr, HAS_I: tl.constexpr,
-                BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr):
+def pack_kernel(out_ptr, row_ptr, offs_ptr, tok_out_ptr, x_ptr, s_ptr, p_ptr, idx_ptr, peer_ptr, row0_ptr,
+                n_src, row_words, W, SLOT, X_WORDS, S_WORDS, X_OFF, S_OFF, P_OFF, I_OFF, K, E, HDR_WORDS,
+                ROW_MODE: tl.constexpr, DEST: tl.constexpr, IDS_ONLY_PAD: tl.constexpr, HAS_S: tl.constexpr,
+                HAS_P: tl.constexpr, HAS_I: tl.constexpr, BLOCK: tl.constexpr, BLOCK_K: tl.constexpr,
+                BLOCK_W: tl.constexpr):
     """``ROW_MODE``: 0 row r's source is r; 1 ``row_ptr[r]``; 2 the slot table ``row_ptr [W, SLOT]``
-    at ``(d, r - offs[d])`` with ``d`` the rank whose rows ``[offs[d], offs[d + 1])`` hold r."""
+    at ``(d, r - offs[d])`` with ``d`` the rank whose rows ``[offs[d], offs[d + 1])`` hold r.
+
+    ``DEST``: 0 row r of ``out``; 1 and 2 (the symmetric-memory transport) row ``row0[d] + j`` past
+    ``HDR_WORDS`` of rank ``d``'s buffer (address ``peer_ptr[d]``), with ``(d, j)`` = ``(the rank
+    whose offs range holds r, r - offs[d])`` (1) or ``(r // SLOT, r % SLOT)`` (2).
+    ``IDS_ONLY_PAD``: a row with no source gets its ids (-1) only, its values are not written."""
     r = tl.program_id(0)
     c = tl.program_id(1)
+    if ROW_MODE == 2 or DEST == 1:
+        ws = tl.arange(0, BLOCK_W)
+        ends = tl.load(offs_ptr + 1 + ws, mask=ws < W, other=2147483647)
+        d = tl.sum((ends <= r).to(tl.int32), 0)
+        start = tl.load(offs_ptr + d).to(tl.int32)
+    else:
+        d = r // tl.maximum(SLOT, 1)
+        start = d * SLOT
     if ROW_MODE == 0:
         tok = r.to(tl.int64)
     elif ROW_MODE == 1:
         tok = tl.load(row_ptr + r).to(tl.int64)
     else:
-        ws = tl.arange(0, BLOCK_W)
-        ends = tl.load(offs_ptr + 1 + ws, mask=ws < W, other=2147483647)
-        d = tl.sum((ends <= r).to(tl.int32), 0)
-        start = tl.load(offs_ptr + d)
         tok = tl.load(row_ptr + d.to(tl.int64) * SLOT + (r - start)).to(tl.int64)
         if c == 0:
             tl.store(tok_out_ptr + r, tok)
-    dst = out_ptr + r.to(tl.int64) * row_words
+    if DEST == 0:
+        dst = out_ptr + r.to(tl.int64) * row_words
+    else:
+        base = tl.load(peer_ptr + d).to(tl.pointer_type(tl.int32))
+        dst = base + HDR_WORDS + (tl.load(row0_ptr + d) + (r - start)) * row_words
     cols = c * BLOCK + tl.arange(0, BLOCK)
-    cm = cols < X_WORDS
     src, ok = _source(tok, n_src, BLOCK)  # vectors: masks built from scalars break the interpreter
+    cm = cols < X_WORDS
+    wm = cm & ok if IDS_ONLY_PAD else cm
     v = tl.load(x_ptr + src * X_WORDS + cols, mask=cm & ok, other=0)
-    tl.store(dst + X_OFF + cols, v, mask=cm)
+    tl.store(dst + X_OFF + cols, v, mask=wm)
     if c == 0:
         if HAS_S:
-            _copy_words(dst + S_OFF, s_ptr + src * S_WORDS, S_WORDS, ok, BLOCK)
+            if IDS_ONLY_PAD:
+                _copy_words_if(dst + S_OFF, s_ptr + src * S_WORDS, S_WORDS, ok, BLOCK)
+            else:
+                _copy_words(dst + S_OFF, s_ptr + src * S_WORDS, S_WORDS, ok, BLOCK)
         ks = tl.arange(0, BLOCK_K)
         km = ks < K
         src_k, ok_k = _source(tok, n_src, BLOCK_K)
         if HAS_P:
-            tl.store(dst + P_OFF + ks, tl.load(p_ptr + src_k * K + ks, mask=km & ok_k, other=0), mask=km)
+            pm = km & ok_k if IDS_ONLY_PAD else km
+            tl.store(dst + P_OFF + ks, tl.load(p_ptr + src_k * K + ks, mask=km & ok_k, other=0), mask=pm)
         if HAS_I:
             ids = tl.load(idx_ptr + src_k * K + ks, mask=km & ok_k, other=-1)
             good = (ids >= 0) & (ids < E) & ok_k

@@ -6,7 +6,22 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["AllToAllState", "compute_dtype"]
+__all__ = ["AllToAllState", "SymmTables", "compute_dtype"]
+
+
+class SymmTables(NamedTuple):
+    """Where rows go on the symmetric transport, int64 on the device (exact mode from the count
+    matrix ``C``; worst mode from the slots).
+
+    ``row0``: ``[W]``, the first row of this rank's rows in each rank's buffer for a dispatch;
+    ``back_row0``: ``[W]``, the same for a combine (the rows going back to each source);
+    ``recv_offs``: exact mode ``[W + 1]``, the first received row from each source (None in worst
+    mode); ``counts``: exact mode, ``C`` as host tuples (``C[s][d]``: rows ``s`` sends ``d``)."""
+
+    row0: torch.Tensor
+    back_row0: torch.Tensor
+    recv_offs: torch.Tensor | None = None
+    counts: tuple[tuple[int, ...], ...] | None = None
 
 
 class AllToAllState(NamedTuple):
@@ -28,6 +43,9 @@ class AllToAllState(NamedTuple):
             (-1: not sent); a fused combine needs it.
         send_offs: exact mode on the fused path: int64 ``[W + 1]`` on the device, the first sent
             row of each rank (the prefix sums of ``send_splits``).
+        transport: ``"collective"`` (``all_to_all_single``) or ``"symm"`` (the fused path's
+            symmetric-memory transport, :mod:`turbo_deepep.all_to_all.symm`).
+        tables: the symmetric transport's device tables (:class:`SymmTables`), else None.
     """
 
     mode: str
@@ -41,6 +59,8 @@ class AllToAllState(NamedTuple):
     slot: int = 0
     pos: torch.Tensor | None = None
     send_offs: torch.Tensor | None = None
+    transport: str = "collective"
+    tables: SymmTables | None = None
 
 
 def compute_dtype(t: torch.Tensor) -> torch.dtype:

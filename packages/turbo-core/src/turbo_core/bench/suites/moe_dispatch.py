@@ -20,7 +20,8 @@ scales for FP8) with the same split sizes (the worst mode: the fixed slots), not
 Metric: GB/s = token-row bytes sent by a rank (combine: returned) / the time, per rank, median of
 CUDA-event (CPU: wall-clock) timings each started after a barrier; the row reports the slowest
 rank's median. ``ratio`` = baseline time / provider time. ``max_rel_err``: the dispatch -> combine
-round trip against ``x * (ranks the token went to)`` in float64.
+round trip against ``x * (ranks the token went to)`` in float64. ``transport``: how the backend moved
+the rows, where its handle says (DEEP_EP: ``symm`` or ``collective``).
 """
 
 from __future__ import annotations
@@ -141,6 +142,7 @@ def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, provi
 
                 timed = {BASELINE: raw}
                 errs = {}  # provider: the round trip's max relative error (bf16 combine rows)
+                notes = {}  # provider: its transport, where the backend's handle names one
                 for backend in providers:
                     try:
                         with use_backend(backend):
@@ -149,6 +151,9 @@ def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, provi
                         timed[f"turbo:{backend}"] = f"declined: {str(exc).splitlines()[0][:200]}"
                         continue
                     handle = res[5]
+                    how = getattr(handle.state, "transport", None)  # a backend's own word on how rows moved
+                    if how is not None:
+                        notes[f"turbo:{backend}"] = how
                     if op == "dispatch":
                         def fn(backend=backend, xx=xx, scales=scales, nw=nw):
                             with use_backend(backend):
@@ -179,6 +184,8 @@ def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, provi
                     row.update(status="ok", median_ms=med, p10_ms=p10, p90_ms=p90,
                                gbps=case["bytes"] / med / 1e6, ratio=(base_ms / med) if base_ms else None,
                                max_rel_err=errs.get(provider, 0.0))
+                    if provider in notes:
+                        row["transport"] = notes[provider]
                     rows.append(row)
     return rows
 
