@@ -67,7 +67,7 @@ for part in $parts; do
       tail -40 "$OUT/moe_dispatch_bench.log" ;;
     epcheck)  # moe_dispatch_x2.py: DEEP_EP checks, CUDA-graph capture and GB/s (symmetric and collective transports)
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_deepep.plugin
-       timeout 400 python3 benchmarks/scripts/moe_dispatch_x2.py --out "$OUT/moe_dispatch_x2.json") > "$OUT/moe_dispatch_x2.log" 2>&1
+       timeout 400 python3 benchmarks/scripts/moe_dispatch_x2.py ${EP_PARTS:+--parts $EP_PARTS} --out "$OUT/moe_dispatch_x2.json") > "$OUT/moe_dispatch_x2.log" 2>&1
       tail -60 "$OUT/moe_dispatch_x2.log" ;;
     tunehipblaslt)  # HIPBLASLT's algorithm rank per shape (bf16, then FP8), confirmed by --check: the DB it ships for sm90
       # HB_SEED=file starts from an earlier campaign's database; HB_SKIP_GEMM=1 skips the bf16 stage

@@ -15,6 +15,7 @@ The small-shape exactness suite is the pytest run (same environment):
 check: at the DeepSeek-V3 shape, dispatch -> identity -> combine gives x * (ranks the token went to)
   (exact in bf16 for 1-2 ranks); the num_worst_tokens mode receives the same rows as the exact mode
   then zero padding; FP8 bytes and scales arrive equal to the bf16 run's rows' sources.
+hostprof: cProfile of 20 eager worst-mode dispatch calls and 20 combines (top 30 by own time).
 graph: the num_worst_tokens dispatch + combine under torch.cuda.set_sync_debug_mode("error"), then
   captured in a CUDA graph, replayed on new inputs, compared with eager.
 speed: DeepSeek-V3 per rank (T=4096, H=7168, top-8 of 256 experts, uniform routing): bf16 and FP8
@@ -120,6 +121,28 @@ def _parts(rank, world, group, parts, out, dev, transports=("symm", "collective"
                 res["graph_replay_equal"] = bool(torch.equal(gout, static_x * n_ranks))
             except Exception as exc:
                 res["graph_replay_equal"] = f"{type(exc).__name__}: {exc}"
+        if "hostprof" in parts:  # where the host time of an eager worst-mode dispatch and combine goes
+            import cProfile
+            import io
+            import pstats
+
+            for _ in range(3):
+                wx, _, _, _, _, wh = dispatch(x, worst=world * T)
+                launch.moe_combine(wx, wh)
+            torch.cuda.synchronize()
+            for name, fn in (("dispatch", lambda: dispatch(x, worst=world * T)),
+                             ("combine", lambda: launch.moe_combine(wx, wh))):
+                prof = cProfile.Profile()
+                t0 = time.perf_counter()
+                prof.enable()
+                for _ in range(20):
+                    fn()
+                prof.disable()
+                res[f"host_us_{name}_profiled"] = round((time.perf_counter() - t0) / 20 * 1e6, 1)
+                torch.cuda.synchronize()
+                text = io.StringIO()
+                pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+                res[f"host_profile_{name}"] = text.getvalue().splitlines()[:60]
         for tr in (transports if "speed" in parts else []):
             os.environ["TURBO_DEEPEP_TRANSPORT"] = tr  # read per call: the same process measures both
             rx, _, _, _, _, h = dispatch(x)
@@ -247,7 +270,7 @@ def main() -> None:
         json.dump({"meta": meta, "ranks": results}, f, indent=1)
     for rank, res in sorted(results.items()):
         for k, v in res.items():
-            print(rank, k, v)
+            print(rank, k, *(["\n" + "\n".join(v)] if isinstance(v, list) else [v]))
 
 
 if __name__ == "__main__":

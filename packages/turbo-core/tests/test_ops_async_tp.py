@@ -16,6 +16,8 @@ bf16 ones to bf16's tolerance (one GEMM rounding, then a sum over ranks in bf16)
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -186,8 +188,12 @@ def test_async_tp_matches_float64(world, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.distributed
 @needs_two_gpus
-def test_async_tp_over_nccl(tmp_path):
-    """The same checks on two GPUs over NCCL, the GEMMs on the GPU's default gemm backend."""
+def test_async_tp_over_nccl(tmp_path, monkeypatch):
+    """The same checks on two GPUs over NCCL, the GEMMs on turbo-triton's kernels (the reference
+    backend runs on the CPU only; the spawned ranks load the plugins TURBO_PLUGINS names)."""
+    if importlib.util.find_spec("turbo_triton") is None:
+        pytest.skip("needs turbo-triton for the GEMMs on the GPU")
+    monkeypatch.setenv("TURBO_PLUGINS", "turbo_core.reference.plugin,turbo_triton.plugin")
     run_ranks(_check_rank, 2, tmp_path, "nccl")
 
 
