@@ -58,7 +58,7 @@ for part in $parts; do
     demoparity) timeout 580 python3 benchmarks/scripts/demo_parity_gpu.py --out "$OUT/demo_parity.json" --pytest > "$OUT/demo_parity.log" 2>&1; tail -30 "$OUT/demo_parity.log" ;;
     moebench) timeout 580 python3 benchmarks/scripts/moe_bench_h200.py --out "$OUT/moe_bench.json" ${MOE_PARTS:+--parts $MOE_PARTS} > "$OUT/moe_bench.log" 2>&1; tail -40 "$OUT/moe_bench.log" ;;
     asynctp)  # turbo bench async-tp over every visible GPU (NCCL): fused all-gather/reduce-scatter GEMMs vs unfused
-      timeout 500 python3 -m turbo_core.cli bench async-tp ${ASYNC_TP_MODELS:+--models $ASYNC_TP_MODELS} \
+      timeout ${ASYNC_TP_TIMEOUT:-500} python3 -m turbo_core.cli bench async-tp ${ASYNC_TP_MODELS:+--models $ASYNC_TP_MODELS} \
         --out "$OUT/async_tp_bench.json" > "$OUT/async_tp_bench.log" 2>&1; tail -40 "$OUT/async_tp_bench.log" ;;
     moedispatch)  # turbo bench moe-dispatch over every visible GPU (NCCL); turbo-deepep from the snapshot
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_deepep.plugin
