@@ -5,6 +5,9 @@ module-level function ``check(rank, world, dev)``; a rank that raises fails the 
 from __future__ import annotations
 
 import datetime
+import os
+import sys
+import traceback
 
 import pytest
 import torch
@@ -28,9 +31,14 @@ def _worker(rank: int, world: int, store: str, check, backend: str) -> None:
                             timeout=datetime.timedelta(seconds=120), **kw)
     try:
         check(rank, world, dev)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        # say why here: a rank that fails leaves the others waiting in a collective, and tearing down
+        # the group could wait for them; exit at once, so the join reports this rank's failure
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def run_ranks(check, world: int, tmp_path, backend: str = "gloo") -> None:

@@ -50,9 +50,17 @@ def _put(buf: symm.Buffers, world: int, row0: torch.Tensor, *, offs=None, slot: 
                      ids_only_pad=ids_only_pad)
 
 
+_WORST: dict[tuple, SymmTables] = {}
+
+
 def _worst_tables(rank: int, world: int, slot: int, dev: torch.device) -> SymmTables:
-    mine = torch.full((world,), rank * slot, dtype=torch.int64, device=dev)
-    return SymmTables(mine, mine)
+    """Worst mode: this rank's rows start at ``rank * slot`` in every buffer (kept per layout: the
+    tables never change, and one fewer allocation per call)."""
+    key = (rank, world, slot, dev)
+    if key not in _WORST:
+        mine = torch.full((world,), rank * slot, dtype=torch.int64, device=dev)
+        _WORST[key] = SymmTables(mine, mine)
+    return _WORST[key]
 
 
 def _exact_tables(counts: list[list[int]], rank: int, dev: torch.device) -> SymmTables:
