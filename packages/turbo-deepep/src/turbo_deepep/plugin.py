@@ -36,8 +36,9 @@ def turbo_backend_info():
             description="MoE dispatch/combine over torch.distributed all_to_all_single (NCCL, RCCL, gloo)",
             notes="moe_dispatch/moe_combine: exact mode (counts exchanged once, one host sync) and num_worst_tokens "
                   "mode (fixed slots, no host sync; every rank the same token count), FP8 tokens with their "
-                  "scales, any float dtype, one process too; checked on CPU/gloo with 2 and 4 ranks; "
-                  "NCCL/RCCL runs are GPU-marked tests, not run here",
+                  "scales, any float dtype, one process too; on GPUs of one host the rows move through symmetric "
+                  "memory (TURBO_DEEPEP_TRANSPORT=collective: all_to_all_single); checked on CPU/gloo with 2 "
+                  "and 4 ranks; NCCL/RCCL runs are GPU-marked tests, not run here",
         ),
         BackendInfo(
             name="DEEP_EP_BUFFER",

@@ -11,6 +11,8 @@ values are copied, never converted: bit-identical to the torch path.
   words, scale words, fp32 probs and the expert ids (valid global ids, else -1). A row with no
   source is a padding row: zero values, ids -1. In slotted mode the row's token is written out
   (``tok_out``: the send order).
+* both with the symmetric-memory transport (``PUT_COUNTS`` / ``DEST`` 1, 2): the counts and the rows
+  are stored into the other ranks' buffers (addresses in an int64 table) instead of local tensors.
 * ``compact_kernel``: grid ``(1,)``; the received rows holding a local expert, packed to the front
   of ``R`` rows in order: ``recv_from[i]`` (``N``: none) and ``to_recv[n]`` (``R``: none).
 * ``unpack_kernel``: grid ``(R, column blocks)``; result row ``r`` from received row
