@@ -5,7 +5,8 @@ slowest rank (the suites ``moe-dispatch`` and ``async-tp``).
 NCCL with one GPU each, or gloo on the CPU), runs ``rank_rows(rank, world, group, dev, args)`` on
 each and returns rank 0's rows. ``rank_rows`` must be a module-level function (it is pickled).
 ``time_calls`` times a call after a barrier on every iteration (CUDA events on a GPU, wall clock on
-the CPU); ``slowest`` picks the rank with the largest median.
+the CPU); ``graphed`` turns a call into the replay of its CUDA graph; ``slowest`` picks the rank with
+the largest median.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 
 import torch
 
-__all__ = ["slowest", "spawn", "stats", "time_calls", "world_and_backend"]
+__all__ = ["graphed", "slowest", "spawn", "stats", "time_calls", "world_and_backend"]
 
 
 def time_calls(fn, dev: torch.device, warmup: int, iters: int) -> list[float]:
@@ -44,6 +45,25 @@ def time_calls(fn, dev: torch.device, warmup: int, iters: int) -> list[float]:
             fn()
             out.append((time.perf_counter() - t0) * 1e3)
     return out
+
+
+def graphed(fn):
+    """``fn`` captured in a CUDA graph (after two warm-up calls on a side stream): its replay, the
+    GPU's own time for the same work without the host's launches; or a string saying why it could
+    not be captured. Every rank must call it at the same point (the capture runs the collectives)."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+    except Exception as exc:  # noqa: BLE001 - the row says why
+        return f"not capturable: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    return graph.replay
 
 
 def stats(times: list[float]) -> tuple[float, float, float]:

@@ -9,7 +9,10 @@ on the CPU (``world`` 2; ``--quick``). Every rank routes its own tokens uniforml
 Cases (per model; ``--tokens`` per rank, default 4096; ``--quick``: 64 tokens, hidden 256):
 ``dispatch`` of bf16 tokens and of FP8 (E4M3) tokens with per-128 fp32 scales, and the bf16
 ``combine`` of the dispatched rows, each in the exact mode (counts exchanged, one host sync) and
-the ``num_worst_tokens`` mode (``world * tokens`` slots, no host sync). Models: DeepSeek-V3 (hidden
+the ``num_worst_tokens`` mode (``world * tokens`` slots, no host sync); on GPUs also
+``worst-graph``: the worst mode's calls, baseline included, captured in a CUDA graph and timed by
+replay (the GPU's own time, without the host's launch cost, which dominates eager calls at these
+sizes). Models: DeepSeek-V3 (hidden
 7168, 256 experts, top-8), Qwen3-235B-A22B (4096, 128, top-8), Mixtral-8x7B (4096, 8, top-2).
 
 Providers: ``turbo:<backend>`` for every backend registered for ``moe_dispatch`` (DEEP_EP; also
@@ -113,20 +116,20 @@ def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, provi
     if fp8 is not None and m.hidden % 128 == 0:
         variants.append(("fp8", x.float().clamp(-448, 448).to(fp8),
                          torch.rand((tokens, m.hidden // 128), generator=g).to(dev)))
-    for mode in ("exact", "worst"):
-        nw = worst if mode == "worst" else 0
+    for mode in ("exact", "worst") + (("worst-graph",) if dev.type == "cuda" else ()):
+        nw = 0 if mode == "exact" else worst
         for dtype, xx, scales in variants:
             row_bytes = m.hidden * xx.element_size() + (0 if scales is None else scales.shape[1] * 4)
             base = {"suite": "moe_dispatch", "model": m.name, "tokens": tokens, "hidden": m.hidden,
                     "experts": m.experts, "topk": m.topk, "world": world, "mode": mode, "dtype": dtype}
             ops = [("dispatch", n_send)] + ([("combine", n_send)] if dtype == "bf16" else [])
             for op, n_rows in ops:
-                case = {**base, "pass": op, "case": f"{m.name} T{tokens} {op} {dtype} {mode}",
-                        "bytes": n_rows * row_bytes}
+                case = {**base, "pass": op if mode != "worst-graph" else f"{op} (graph)",
+                        "case": f"{m.name} T{tokens} {op} {dtype} {mode}", "bytes": n_rows * row_bytes}
                 # baseline: the same rows with the same splits (worst: the fixed slots), one collective
                 width = row_bytes // xx.element_size() if scales is None else row_bytes
                 rdt = xx.dtype if scales is None else torch.uint8
-                if mode == "worst":
+                if mode != "exact":
                     send = torch.empty((worst, width), dtype=rdt, device=dev)
                     recv = torch.empty_like(send)
 
@@ -170,6 +173,8 @@ def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, provi
                             back, _ = launch.moe_combine(res[0], handle)
                         err = (back.double() - want).abs().max().item() / max(want.abs().max().item(), 1e-30)
                         errs[f"turbo:{backend}"] = err
+                if mode == "worst-graph":  # every call replayed from a CUDA graph: the GPU's time alone
+                    timed = {p: fn if isinstance(fn, str) else ranks.graphed(fn) for p, fn in timed.items()}
                 base_ms = None
                 for provider, fn in timed.items():
                     row = {**case, "provider": provider,
