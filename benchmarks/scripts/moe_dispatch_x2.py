@@ -58,6 +58,7 @@ def _time(fn, dev: torch.device, iters: int = 20, warmup: int = 5) -> tuple[floa
 
 def _parts(rank, world, group, parts, out, dev, transports=("symm", "collective")):
     from turbo_core import use_backend
+    from turbo_core.bench import ranks
     from turbo_core.dispatch.launch import moe_dispatch as launch
     from turbo_deepep.all_to_all.layout import token_in_rank
 
@@ -188,16 +189,10 @@ def _parts(rank, world, group, parts, out, dev, transports=("symm", "collective"
 
             cases["dispatch+combine worst bf16 eager"] = (round_trip, (n_send + n_recv) * H * 2)
             if dev.type == "cuda":  # the same round trip replayed from a CUDA graph: the GPU's time alone
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    for _ in range(2):
-                        round_trip()
-                torch.cuda.current_stream().wait_stream(s)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    round_trip()
-                cases["dispatch+combine worst bf16 graph"] = (graph.replay, (n_send + n_recv) * H * 2)
+                replay = ranks.graphed(round_trip)
+                if isinstance(replay, str):
+                    raise RuntimeError(f"round trip: {replay}")
+                cases["dispatch+combine worst bf16 graph"] = (replay, (n_send + n_recv) * H * 2)
             # host time of one call (launches only, nothing waited for): the eager path's floor
             for _ in range(3):
                 dispatch(x, worst=worst)

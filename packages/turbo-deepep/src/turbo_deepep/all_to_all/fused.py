@@ -148,11 +148,13 @@ def pack(fmt: RowFormat, tensors: dict, n_rows: int, n_src: int, *, rows: torch.
     has_s, has_p, has_i = s_words > 0, "probs" in fmt.fields, "idx" in fmt.fields
     k = fmt.fields["probs"].cols if has_p else (fmt.fields["idx"].cols if has_i else 1)
     mode = 0 if rows is None and slots is None else (1 if slots is None else 2)
-    if put is not None:
-        offs = put.offs if put.offs is not None else offs
-        dest, slot = (1, slots.shape[1] if mode == 2 else 0) if put.offs is not None or mode == 2 else (2, put.slot)
+    if put is None:
+        dest = 0  # this rank's send buffer
+    elif put.offs is not None or mode == 2:
+        dest, offs = 1, put.offs if put.offs is not None else offs  # the destination rank by offs ranges
     else:
-        dest, slot = 0, slots.shape[1] if mode == 2 else 0
+        dest = 2  # the destination rank by fixed slots
+    slot = slots.shape[1] if mode == 2 else (put.slot if dest == 2 else 0)
     world = put.peers.shape[0] if put is not None else (1 if offs is None else offs.shape[0] - 1)
     anything = x if out is None else out.view(torch.int32)
     grid = (n_rows, max(1, -(-x_words // _BLOCK)))
