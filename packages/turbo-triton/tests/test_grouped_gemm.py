@@ -226,3 +226,20 @@ def test_offsets_past_the_rows_are_clamped():
     torch.testing.assert_close(c.double(), _fwd_ref(a, b, (5, 3), False), rtol=1e-4, atol=1e-4)
     c = grouped_gemm_variable_k(GroupedGemmVariableKArgs(a, a, lens, offs))
     torch.testing.assert_close(c.double(), _vark_ref(a, a, (5, 3), False), rtol=1e-4, atol=1e-4)
+
+
+def test_sm90_tiles_follow_the_h200_sweep():
+    # the session-9 sweep: the variable-K (wgrad) kernel stores its whole tile when the output is bf16 and
+    # in halves when an fp32 output (the fused wgrad) would not fit three stages otherwise; forward/dgrad
+    # never take the 64-row tile the wave estimate used to pick for Qwen3's down projection
+    from turbo_triton.grouped_gemm import configs
+
+    bf16_out = configs.pick_variable_k("sm90", 7168, 4096, 8, 132, 2, 2)
+    fp32_out = configs.pick_variable_k("sm90", 7168, 4096, 8, 132, 2, 4)
+    assert (bf16_out.block_m, bf16_out.block_n, bf16_out.num_stages, bf16_out.subtile) == (128, 256, 3, False)
+    assert (fp32_out.block_m, fp32_out.block_n, fp32_out.num_stages, fp32_out.subtile) == (128, 256, 3, True)
+    for arch in ("sm90", "gfx942", "gfx950"):
+        for out_bytes in (2, 4):
+            cfg = configs.pick_variable_k(arch, 7168, 4096, 8, 132, 2, out_bytes)
+            assert configs.smem_bytes(cfg, 2, out_bytes) <= configs.SMEM_LIMIT[arch], (arch, out_bytes, cfg)
+    assert configs.pick_fwd("sm90", 4096, 768, 2048, 8, 132, 2).block_m == 128

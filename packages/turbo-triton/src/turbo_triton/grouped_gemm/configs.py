@@ -38,10 +38,11 @@ class GroupedConfig:
 _FWD: dict[str, list[GroupedConfig]] = {
     # sm90 large: the dense GEMM's best H200 variant (flattened persistent loop, epilogue in halves);
     # with a whole-tile epilogue the flattened 3-stage kernel needs more than the 227 KB of an SM
+    # (the session-9 sweep: a 64x128 tile was the slowest of nine in each of the ten forward/dgrad
+    # cases, 0.58x the best where the wave estimate picked it; it is not a candidate)
     "sm90": [
         GroupedConfig(128, 256, 64, 8, 8, 3, flatten=True, subtile=True),
         GroupedConfig(128, 128, 64, 8, 4, 4),
-        GroupedConfig(64, 128, 64, 4, 4, 4),
     ],
     "gfx942": [
         GroupedConfig(128, 128, 64, 8, 4, 2),
@@ -63,9 +64,11 @@ _FWD: dict[str, list[GroupedConfig]] = {
 }
 
 _VARK: dict[str, list[GroupedConfig]] = {
-    # the epilogue in halves leaves room for three stages even with an fp32 out (fused wgrad)
+    # the whole-tile epilogue: 1.03-1.23x the epilogue in halves in each of the five wgrad cases of the
+    # session-9 sweep (bf16 out); an fp32 out (fused wgrad) does not fit it with three stages, and
+    # _fitted stores that one in halves
     "sm90": [
-        GroupedConfig(128, 256, 64, 8, 8, 3, subtile=True),
+        GroupedConfig(128, 256, 64, 8, 8, 3),
         GroupedConfig(128, 128, 64, 8, 4, 4),
     ],
     "gfx942": [GroupedConfig(128, 128, 64, 8, 4, 2), GroupedConfig(64, 64, 64, 4, 4, 2)],
@@ -140,6 +143,9 @@ def _fitted(cfg: GroupedConfig, arch: str, elem_bytes: int, out_bytes: int) -> G
         cfg = replace(cfg, block_k=cfg.block_k // 2)
     limit = SMEM_LIMIT.get(arch)
     while limit is not None and smem_bytes(cfg, elem_bytes, out_bytes) > limit:
+        if not cfg.subtile:  # first the epilogue in halves, which keeps the pipeline's stages
+            cfg = replace(cfg, subtile=True)
+            continue
         smaller = shrink(cfg)  # one stage fewer (down to 2), then half the N tile (down to 64)
         if smaller is None:
             break
