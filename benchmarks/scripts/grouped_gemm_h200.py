@@ -11,6 +11,10 @@
    benchmark (bf16, balanced and skewed lengths with a zero-size group) with a tail of rows past
    the groups. Every output is poisoned with NaN before the run (torch.empty is wrapped), rows
    outside the groups of the inputs are NaN/inf, and the forward's tail rows must come out 0.
+   Gate: elementwise error below 1e-2 (bf16/fp16 out) or 1e-4 (fp32 out); a model layer also passes
+   at no more than twice torch._grouped_mm's own error on the same inputs (long reductions: the
+   tensor cores' fp32 accumulation drifts past a fixed gate; ``torch_elem_err`` in the rows).
+   The torch comparison was added after session 9's run and has not run on the GPU yet.
 3. CUDA graphs: the forward (launcher and the public op turbo_core.ops.grouped_gemm pinned to
    TRITON) and the wgrad captured once, then replayed with other group lengths written into the
    captured group_lens/group_offs (balanced, skewed, all rows in one group, a tail), the output
@@ -201,6 +205,33 @@ def late() -> bool:
     return False
 
 
+def peer_error(kind, a, b, lens, ref, trans=False, base=None):
+    """``torch._grouped_mm``'s elementwise error (``errors``) on the same inputs and reference, or None
+    where it cannot run the case: the yardstick for long reductions, whose fp32 accumulation on the
+    tensor cores drifts past a fixed gate (model shapes: K up to 28672, groups up to 4730 rows)."""
+    rows = sum(lens)
+    ends = torch.tensor(lens, device=a.device).cumsum(0).to(torch.int32)
+    try:
+        if kind == "fwd":  # b: [G, N, K] (trans_b) or [G, K, N]
+            c = torch._grouped_mm(a[:rows], b.transpose(-2, -1) if trans else b, offs=ends)
+            got, want = c, ref[:rows]
+        else:  # per group a^T b: [G, K, N]; ref is [G, N, K] when trans (trans_c)
+            c = torch._grouped_mm(a[:rows].t(), b[:rows], offs=ends, out_dtype=torch.float32 if base is not None
+                                  else None)
+            got = c.transpose(-2, -1) if trans else c
+            got = got.double() + base.double() if base is not None else got
+            want = ref
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - no yardstick for this case
+        return None
+    return errors(got, want)[0]
+
+
+def _within(elem: float, tol: float, peer: float | None) -> bool:
+    """A check's gate: the fixed tolerance, or at most twice torch's own error where that is known."""
+    return elem < tol or (peer is not None and elem <= 2.0 * peer)
+
+
 def check_fwd(lens, k, n, trans_b, dtype, tail=0, path=None, cfg=None, label=""):
     g, m = len(lens), sum(lens) + tail
     a = torch.randn(m, k, device=DEV).to(dtype)
@@ -218,11 +249,13 @@ def check_fwd(lens, k, n, trans_b, dtype, tail=0, path=None, cfg=None, label="")
         record("fwd", False, label=label, lens=lens, k=k, n=n, trans_b=trans_b, dtype=str(dtype), path=used,
                error=f"{type(exc).__name__}: {str(exc)[:300]}")
         return
-    elem, rel, finite = errors(c, fwd_ref(a, b, lens, trans_b))
+    ref = fwd_ref(a, b, lens, trans_b)
+    elem, rel, finite = errors(c, ref)
     tail_zero = bool((c[m - tail:] == 0).all()) if tail else True
-    record("fwd", finite and tail_zero and elem < TOL[dtype], label=label, lens=lens if g <= 16 else f"G{g}",
-           k=k, n=n, trans_b=trans_b, dtype=str(dtype), path=used, tail=tail, elem_err=elem, rel_err=rel,
-           finite=finite, tail_zero=tail_zero)
+    peer = peer_error("fwd", a, b, lens, ref, trans_b) if "/" in label else None  # model shapes
+    record("fwd", finite and tail_zero and _within(elem, TOL[dtype], peer), label=label,
+           lens=lens if g <= 16 else f"G{g}", k=k, n=n, trans_b=trans_b, dtype=str(dtype), path=used, tail=tail,
+           elem_err=elem, rel_err=rel, torch_elem_err=peer, finite=finite, tail_zero=tail_zero)
 
 
 def check_vark(lens, k, n, trans_c, dtype, out_dtype=None, tail=0, path=None, cfg=None, label=""):
@@ -251,9 +284,10 @@ def check_vark(lens, k, n, trans_c, dtype, out_dtype=None, tail=0, path=None, cf
     if base is not None:
         ref = ref + base.double()
     elem, rel, finite = errors(c, ref)
-    record("vark", finite and elem < TOL[out_dtype or dtype], label=label, lens=lens if g <= 16 else f"G{g}",
-           k=k, n=n, trans_c=trans_c, dtype=str(dtype), out=str(out_dtype), path=used, tail=tail,
-           elem_err=elem, rel_err=rel, finite=finite)
+    peer = peer_error("vark", a, b, lens, ref, trans_c, base) if "/" in label else None  # model shapes
+    record("vark", finite and _within(elem, TOL[out_dtype or dtype], peer), label=label,
+           lens=lens if g <= 16 else f"G{g}", k=k, n=n, trans_c=trans_c, dtype=str(dtype), out=str(out_dtype),
+           path=used, tail=tail, elem_err=elem, rel_err=rel, torch_elem_err=peer, finite=finite)
 
 
 def check_triton(models):
