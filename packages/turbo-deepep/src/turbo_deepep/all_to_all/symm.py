@@ -113,7 +113,12 @@ def set_provider(factory: _Factory | None) -> None:
 
 
 def _flag() -> str:
-    return os.environ.get(ENV, "").strip().lower()
+    """The variable's value, lower-cased: "" / "auto", one of ``_OFF`` or one of ``_ON``."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if value not in ("", "auto") + _OFF + _ON:
+        raise ValueError(f"{ENV}={os.environ[ENV]!r}: expected auto (the default: symmetric memory where the "
+                         "group's ranks are GPUs of one host), collective (all_to_all_single) or symm")
+    return value
 
 
 def _key(group, device: torch.device) -> tuple:
