@@ -104,24 +104,20 @@ def _parts(rank, world, group, parts, out, dev, transports=("symm", "collective"
             finally:
                 torch.cuda.set_sync_debug_mode("default")
             static_x = x.clone()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(2):
-                    gx, _, _, _, _, gh = launch.moe_dispatch(static_x, None, idx, probs, E, group, num_worst_tokens=worst)
-                    launch.moe_combine(gx, gh)
-            torch.cuda.current_stream().wait_stream(s)
-            graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(graph):
-                    gx, _, _, _, _, gh = launch.moe_dispatch(static_x, None, idx, probs, E, group, num_worst_tokens=worst)
-                    gout, _ = launch.moe_combine(gx, gh)
+            captured = {}  # the last call's output: after ranks.graphed, the graph's own output tensor
+
+            def static_round_trip():
+                gx, _, _, _, _, gh = launch.moe_dispatch(static_x, None, idx, probs, E, group, num_worst_tokens=worst)
+                captured["out"], _ = launch.moe_combine(gx, gh)
+
+            replay = ranks.graphed(static_round_trip)
+            if isinstance(replay, str):
+                res["graph_replay_equal"] = replay
+            else:
                 static_x.copy_(torch.randn_like(x))
-                graph.replay()
+                replay()
                 torch.cuda.synchronize()
-                res["graph_replay_equal"] = bool(torch.equal(gout, static_x * n_ranks))
-            except Exception as exc:
-                res["graph_replay_equal"] = f"{type(exc).__name__}: {exc}"
+                res["graph_replay_equal"] = bool(torch.equal(captured["out"], static_x * n_ranks))
         if "hostprof" in parts:  # where the host time of an eager worst-mode dispatch and combine goes
             import cProfile
             import io

@@ -19,7 +19,7 @@ from turbo_deepep.all_to_all import fused, symm_path
 from turbo_deepep.all_to_all.dispatch import handle_reason
 from turbo_deepep.all_to_all.exchange import exchange_rows, group_reason
 from turbo_deepep.all_to_all.payload import RowFormat, row_format
-from turbo_deepep.all_to_all.state import AllToAllState, compute_dtype
+from turbo_deepep.all_to_all.state import AllToAllState, compute_dtype, offsets
 
 __all__ = ["can_handle", "moe_combine", "sum_rows"]
 
@@ -51,11 +51,8 @@ def _runs(st: AllToAllState, rows: int) -> list[tuple[int, int]]:
         return [(0, rows)]
     if st.mode == "worst":
         return [(d * st.slot, (d + 1) * st.slot) for d in range(st.world)]
-    out, a = [], 0
-    for n in st.send_splits:
-        out.append((a, a + n))
-        a += n
-    return out
+    starts = offsets(st.send_splits)
+    return list(zip(starts, starts[1:], strict=False))
 
 
 _FUSED_SUMS = (torch.float32, torch.float16, torch.bfloat16)  # dtypes the fused combine sums (else torch's)

@@ -50,7 +50,7 @@ from turbo_deepep.all_to_all.layout import (
     token_in_rank,
 )
 from turbo_deepep.all_to_all.payload import RowFormat, row_format
-from turbo_deepep.all_to_all.state import AllToAllState
+from turbo_deepep.all_to_all.state import AllToAllState, offsets
 
 __all__ = ["BACKEND", "can_handle", "handle_reason", "moe_dispatch"]
 
@@ -138,9 +138,7 @@ def _fused_layout(args: MoeDispatchArgs, fmt: RowFormat, tensors: dict, world: i
     slot_tok, pos, send_counts = fused.route(args.token_indices, e, world, t)
     recv_counts = exchange_counts(send_counts, group)
     send_splits, recv_splits = torch.stack([send_counts, recv_counts]).tolist()  # the one host sync
-    offs = [0]
-    for n in send_splits:
-        offs.append(offs[-1] + n)
+    offs = offsets(send_splits)
     offs_dev = torch.tensor(offs, dtype=torch.int64, device=x.device)
     send, order = fused.pack(fmt, tensors, offs[-1], t, slots=slot_tok, offs=offs_dev, num_experts=e)
     buf = exchange_rows(send, group, sum(recv_splits), send_splits, recv_splits)

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["AllToAllState", "SymmTables", "compute_dtype"]
+__all__ = ["AllToAllState", "SymmTables", "compute_dtype", "offsets"]
 
 
 class SymmTables(NamedTuple):
@@ -61,6 +61,15 @@ class AllToAllState(NamedTuple):
     send_offs: torch.Tensor | None = None
     transport: str = "collective"
     tables: SymmTables | None = None
+
+
+def offsets(counts) -> list[int]:
+    """``[0, c0, c0 + c1, ...]``: where each of consecutive runs of ``counts`` rows starts, then the
+    total (host ints: split sizes, count-matrix rows or columns)."""
+    out = [0]
+    for n in counts:
+        out.append(out[-1] + int(n))
+    return out
 
 
 def compute_dtype(t: torch.Tensor) -> torch.dtype:

@@ -22,16 +22,9 @@ import torch
 
 from turbo_deepep.all_to_all import fused, symm
 from turbo_deepep.all_to_all.payload import RowFormat
-from turbo_deepep.all_to_all.state import AllToAllState, SymmTables
+from turbo_deepep.all_to_all.state import AllToAllState, SymmTables, offsets
 
 __all__ = ["combine", "dispatch", "resend"]
-
-
-def _prefix(values) -> list[int]:
-    out = [0]
-    for v in values:
-        out.append(out[-1] + int(v))
-    return out
 
 
 def _i64(values, dev: torch.device) -> torch.Tensor:
@@ -63,11 +56,21 @@ def _worst_tables(rank: int, world: int, slot: int, dev: torch.device) -> SymmTa
     return _WORST[key]
 
 
+def _most_rows(counts, back: bool) -> int:
+    """Exact mode: the rows the busiest rank's buffer holds, the same on every rank (``counts`` is
+    the count matrix ``C[s][d]``): received in a dispatch (a column's sum), or got back in a
+    combine (``back``: a row's sum)."""
+    world = len(counts)
+    if back:
+        return max(sum(row) for row in counts)
+    return max(sum(counts[s][d] for s in range(world)) for d in range(world))
+
+
 def _exact_tables(counts: list[list[int]], rank: int, dev: torch.device) -> SymmTables:
     world = len(counts)
     row0 = [sum(counts[s][d] for s in range(rank)) for d in range(world)]  # after the rows of ranks < rank
     back_row0 = [sum(counts[s][:rank]) for s in range(world)]  # source s's send order: rows for ranks < rank first
-    recv_offs = _prefix(counts[s][rank] for s in range(world))
+    recv_offs = offsets(counts[s][rank] for s in range(world))
     return SymmTables(_i64(row0, dev), _i64(back_row0, dev), _i64(recv_offs, dev),
                       tuple(tuple(row) for row in counts))
 
@@ -98,10 +101,9 @@ def dispatch(args, fmt: RowFormat, tensors: dict, world: int):
     buf.barrier()
     counts = buf.local[: world * world * 8].view(torch.int64).view(world, world).tolist()  # the one host sync
     send, recv = counts[rank], [counts[s][rank] for s in range(world)]
-    most = max(sum(counts[s][d] for s in range(world)) for d in range(world))  # the same on every rank
-    buf = symm.buffers(group, dev, hdr + most * b)
+    buf = symm.buffers(group, dev, hdr + _most_rows(counts, back=False) * b)
     tables = _exact_tables(counts, rank, dev)
-    offs = _i64(_prefix(send), dev)
+    offs = _i64(offsets(send), dev)
     _, order = fused.pack(fmt, tensors, sum(send), t, slots=slot_tok, offs=offs, num_experts=e,
                           put=_put(buf, world, tables.row0))
     buf.barrier()
@@ -112,12 +114,7 @@ def dispatch(args, fmt: RowFormat, tensors: dict, world: int):
 
 def _exchange_bytes(st: AllToAllState, fmt: RowFormat, back: bool) -> int:
     """Buffer bytes every rank needs for one exchange along ``st`` (dispatch, or combine if ``back``)."""
-    if st.mode == "worst":
-        rows = st.world * st.slot
-    else:
-        c = st.tables.counts
-        w = st.world
-        rows = max(sum(c[s]) for s in range(w)) if back else max(sum(c[s][d] for s in range(w)) for d in range(w))
+    rows = st.world * st.slot if st.mode == "worst" else _most_rows(st.tables.counts, back)
     return symm.header_bytes(st.world) + rows * fmt.row_bytes
 
 
