@@ -248,6 +248,43 @@ def test_dense_baseline_operands(monkeypatch, gran, pass_, layout, m, n, k):
     assert (out.double() - ref).abs().max() / ref.abs().max() < 1e-2
 
 
+@pytest.mark.parametrize("pass_, layout, m, n, k", DENSE_SHAPES)
+@pytest.mark.parametrize("gran", [G.TENSORWISE, G.ROWWISE, G.BLOCKWISE])
+def test_dense_k_major_operands_are_the_baselines_bytes(gran, pass_, layout, m, n, k):
+    """``operands="k-major"``: the turbo providers get the tensors the baseline multiplies (no copy made
+    for it), K-contiguous, in the pass's layout, with the same values; the product is unchanged."""
+    from turbo_core.dispatch.dispatcher import call
+    from turbo_core.dispatch.manager import use_backend
+
+    gen = lambda: torch.Generator().manual_seed(0)  # noqa: E731
+    plain = dense.Fp8GemmCase(GemmCase("t", "l", pass_, layout, m, n, k), gran, Format.E4M3)
+    kmaj = dense.Fp8GemmCase(plain.gemm, gran, Format.E4M3, "k-major")
+    assert kmaj.label == plain.label + " k-major"
+    p_in, k_in = dense.make_inputs(plain, "cpu", gen()), dense.make_inputs(kmaj, "cpu", gen())
+    qa, sa, qb, sb, ta, tb = k_in["q"]
+    assert (ta, tb) == p_in["q"][4:] and sa is not None
+    for x, y in zip(k_in["q"][:4], p_in["q"][:4], strict=True):
+        assert x.shape == y.shape and torch.equal(x.float(), y.float())
+    assert (qa.stride(0) if ta else qa.stride(1)) == 1 and (qb.stride(1) if tb else qb.stride(0)) == 1
+    mat1, mat2 = dense.k_major(k_in["q"])
+    assert mat1.data_ptr() == qa.data_ptr() and mat2.data_ptr() == qb.data_ptr()
+    with use_backend("TORCH"):
+        got = call("gemm_fp8", dense.turbo_args(gran, k_in["q"]))
+    ref = dense.reference(plain, p_in, "main")
+    assert (got.double() - ref).abs().max() / ref.abs().max() < 1e-2
+    with pytest.raises(ValueError, match="operands"):
+        dense.cases(32, True, None, [gran], Format.E4M3, operands="kmajor")
+
+
+def test_operands_option_reaches_the_rows_and_only_gemm_fp8_takes_it(tmp_path, capsys):
+    rows = _bench(tmp_path, "gemm-fp8", "--operands", "k-major", "--granularities", "tensorwise",
+                  "--passes", "wgrad")["rows"]
+    assert rows and {r["operands"] for r in rows} == {"k-major"}
+    assert all(r["status"] == "ok" for r in rows if r["provider"] == "turbo:TORCH")
+    assert main(["bench", "grouped-gemm-fp8", "--quick", "--operands", "k-major"]) != 0
+    assert "--operands applies to gemm-fp8, not to grouped-gemm-fp8" in capsys.readouterr().err
+
+
 def _fake_scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b, *, offs, out_dtype):
     """torch._scaled_grouped_mm's rules (meta kernel), then rowwise scales: 2d x 3d [M] and [G, N];
     2d x 2d: [G * M_a] and [G * N], group-major."""

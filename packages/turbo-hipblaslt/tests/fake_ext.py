@@ -106,6 +106,8 @@ class FakeExt:
         self.counted: list[Call] = []  # the calls algo_count was asked about
         self.attempts: list[Call] = []  # every non-empty matmul asked for, failed ones included
         self.many: list[tuple[tuple, list]] = []  # every matmul_many call: (common, groups)
+        self.relayouts: list[tuple] = []  # every transpose_bytes call: (rows, cols, ld_src, trans, ld_dst)
+        self.transform_status: str | None = None
 
     def _offers(self, c: Call) -> int:
         return self.offers if self.offers_for is None else self.offers_for(c)
@@ -170,6 +172,19 @@ class FakeExt:
             args[6], args[9], args[12] = a, b, d
             self.matmul(*args)
 
+    def transpose_bytes(self, device, rows, cols, src, ld_src, trans, dst, ld_dst, stream) -> None:
+        """The extension's byte relayout: dst (column-major rows x cols, ld_dst) = op(src); recorded in
+        ``relayouts``; ``transform_status`` set makes it fail with that status, as a library that cannot."""
+        if self.transform_status:
+            raise BlasLtError(f"transform: {self.transform_status}", self.transform_status, "transform")
+        if ld_dst < max(rows, 1) or ld_src < max(cols if trans else rows, 1):
+            raise ValueError("transpose_bytes: a leading dim below the matrix's rows")
+        self.relayouts.append((rows, cols, ld_src, trans, ld_dst))
+        if rows == 0 or cols == 0:
+            return
+        s = colmajor(src, torch.uint8, cols if trans else rows, rows if trans else cols, ld_src)
+        colmajor(dst, torch.uint8, rows, cols, ld_dst).copy_(s.t() if trans else s)
+
     def capabilities(self, device: int) -> dict:
         return {"platform": "cuda", "library": self.LIBRARY, "header_version": 0, "library_version": 0,
                 "handle_status": "CUBLAS_STATUS_SUCCESS", "outer_vec": True, "block128": True, "ocp_fp8": True,
@@ -214,7 +229,7 @@ class RocmFakeExt(FakeExt):
 def simulate(monkeypatch, fake: FakeExt | None = None) -> FakeExt:
     """Route turbo_hipblaslt's kernels to ``fake`` (a new :class:`FakeExt` by default) on CPU tensors, as
     device 0 of an sm90 GPU with cuBLASLt's capabilities; returns the fake."""
-    from turbo_hipblaslt import gemm, gemm_fp8, grouped_gemm, runtime
+    from turbo_hipblaslt import gemm, gemm_fp8, grouped_gemm, relayout, runtime
 
     fake = fake or FakeExt()
     caps = {**fake.capabilities(0), "compute_capability": (9, 0), "device": "simulated", "modes": {}}
@@ -227,6 +242,7 @@ def simulate(monkeypatch, fake: FakeExt | None = None) -> FakeExt:
     monkeypatch.setattr(runtime, "fp8_needs_tn", lambda index: True)
     monkeypatch.setattr(runtime, "tf32", lambda: 0)
     monkeypatch.setattr(runtime, "arch", lambda index: "sm90")
+    monkeypatch.setattr(relayout, "_fallback", {})
     for module in (gemm, gemm_fp8, grouped_gemm):
         monkeypatch.setattr(module, "gpu_reason", lambda t, what: None)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)

@@ -198,6 +198,27 @@ def test_gemm_fp8(ext, monkeypatch, gran, da, db, a2d, b2d, mnk, ta, tb, tc, out
         close(got, expect, gate, f"{how} {str(out_dtype)[6:]}{' (opt-in)' if gate != out_dtype else ''}")
 
 
+@pytest.mark.parametrize("how", ["col", "padded_col", "padded"])
+@pytest.mark.parametrize("shape", [(1, 5), (37, 53), (4096, 1536)])
+def test_relayout_copies_bytes_exactly_through_the_library(ext, how, shape):
+    """The FP8 operand copies (cuBLASLt's int8 matrix transform): every byte pattern (NaN, -0) kept, in
+    every source layout; on CUDA the library makes them (no fallback to torch)."""
+    from turbo_hipblaslt import relayout
+
+    r, c = shape
+    bits = torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(r + c)).cuda()
+    if how == "col":
+        v = bits.t().contiguous().t()
+    else:
+        buf = torch.zeros(r + 7, c + 7, dtype=torch.uint8, device="cuda")
+        v = buf[3:3 + r, 2:2 + c] if how == "padded" else buf.t()[2:2 + r, 3:3 + c]
+        v.copy_(bits)
+    got = relayout.contiguous(v.view(torch.float8_e4m3fn))
+    assert got.is_contiguous() and torch.equal(got.view(torch.uint8), bits)
+    if ext.PLATFORM == "cuda":
+        assert relayout.fallback_reasons() == {}, relayout.fallback_reasons()
+
+
 @pytest.mark.parametrize("trans_b", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_grouped(ext, trans_b, dtype):

@@ -24,7 +24,7 @@ from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmV
 from turbo_core.plugins.host import reset_host
 from turbo_core.reference.gemm_fp8 import gemm_fp8 as reference_gemm_fp8
 from turbo_core.testing.numerics import assert_close_to_reference
-from turbo_hipblaslt import api, gemm, gemm_fp8, grouped_gemm
+from turbo_hipblaslt import api, gemm, gemm_fp8, grouped_gemm, relayout
 
 F64 = torch.float64
 
@@ -135,10 +135,46 @@ def test_gemm_fp8_every_layout_vs_reference(sim, fp32_opt_in, gran, a2d, b2d, mn
     call = sim.calls[-1]
     assert call.transa and not call.transb  # the TN layout, by copies where needed
     assert (call.a_scale_mode, call.b_scale_mode) != (-1, -1)
+    assert len(sim.relayouts) == int(ta) + int(not tb)  # each non-K-contiguous operand re-laid by the library
+    assert all(r[3] == 1 for r in sim.relayouts)  # as a transpose
     start = torch.randn(want.shape, generator=torch.Generator().manual_seed(3))
     acc = start.clone().bfloat16()
     gemm_fp8.gemm_fp8(GemmFp8Args(a, sa, b, sb, ta, tb, None, gran, bs, trans_c, acc))
     assert_close_to_reference(acc, start.bfloat16().double() + want, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("how", ["col", "padded", "padded_col"])
+def test_relayout_copies_every_byte_pattern(sim, how):
+    bits = torch.randint(0, 256, (37, 53), dtype=torch.uint8, generator=torch.Generator().manual_seed(5))
+    x = bits.view(torch.float8_e4m3fn)  # NaN and negative-zero patterns included
+    if how == "col":
+        v = x.t().contiguous().t()
+    else:
+        buf = torch.zeros(60, 60, dtype=torch.uint8).view(torch.float8_e4m3fn)
+        v = buf[2:39, 1:54] if how == "padded" else buf.t()[1:38, 2:55]
+        v.view(torch.uint8).copy_(bits)
+    got = relayout.contiguous(v)
+    assert got.is_contiguous() and got.dtype == x.dtype
+    assert torch.equal(got.view(torch.uint8), bits)
+    assert sim.relayouts == [(53, 37, v.stride(1) if how != "padded" else v.stride(0), int(how != "padded"), 53)]
+
+
+def test_relayout_falls_back_to_torch_where_the_library_cannot(sim, fp32_opt_in):
+    sim.transform_status = "CUBLAS_STATUS_NOT_SUPPORTED"
+    a, sa, b, sb = _fp8("TENSORWISE", True, False, 5, 7, 32)
+    want = reference_gemm_fp8(GemmFp8Args(a, sa, b, sb, True, False, F64))
+    got = gemm_fp8.gemm_fp8(GemmFp8Args(a, sa, b, sb, True, False, torch.float32))
+    assert_close_to_reference(got, want, dtype=torch.float32)
+    assert sim.relayouts == [] and "NOT_SUPPORTED" in relayout.fallback_reasons()[0]
+    sim.transform_status = "CUBLAS_STATUS_EXECUTION_FAILED"  # not asked again once it could not
+    gemm_fp8.gemm_fp8(GemmFp8Args(a, sa, b, sb, True, False, torch.float32))
+
+
+def test_relayout_raises_other_library_errors(sim):
+    sim.transform_status = "CUBLAS_STATUS_EXECUTION_FAILED"
+    x = torch.zeros(8, 16, dtype=torch.uint8).view(torch.float8_e4m3fn).t()
+    with pytest.raises(sim.BlasLtError, match="EXECUTION_FAILED"):
+        relayout.contiguous(x)
 
 
 def test_gemm_fp8_hybrid_and_declined_pairs(sim, fp32_opt_in):

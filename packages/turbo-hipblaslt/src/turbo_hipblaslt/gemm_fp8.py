@@ -14,7 +14,8 @@ scales out where the library wants another order):
 FP8 pairs: E4M3 x E4M3, and the HYBRID pairs; E5M2 x E5M2 on cuBLASLt is declined (no kernel). OCP
 FP8 on CUDA; FNUZ and OCP on ROCm as the headers provide. Layouts: every layout. On sm89/sm90,
 cuBLASLt's FP8 kernels take only the "TN" layout (both operands contiguous along K); an operand that
-is not is first copied into that layout (one extra read and write of that FP8 operand).
+is not is first copied into that layout (one extra read and write of that FP8 operand), by cuBLASLt's
+own matrix transform (``relayout``).
 
 Numerics: ``C = sa * sb * sum_k a*b`` accumulated by the library (fast accumulation off), rounded
 once to ``out_dtype``; with ``out``, beta = 1 (``out + C`` formed in fp32, rounded once). On sm89/sm90
@@ -37,7 +38,7 @@ import torch
 
 from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args, blockwise_layout, gemm_fp8_dims
 from turbo_core.low_precision import ScalingGranularity
-from turbo_hipblaslt import algos, blaslt, runtime, scales
+from turbo_hipblaslt import algos, blaslt, relayout, runtime, scales
 from turbo_hipblaslt.blaslt import Side
 from turbo_hipblaslt.codes import DTYPE_CODES, SCALE_BLOCK128, SCALE_OUTER_VEC, SCALE_SCALAR, SCALE_VEC128
 from turbo_hipblaslt.gemm import call_reason, gpu_reason, result_layout
@@ -193,9 +194,9 @@ def gemm_fp8(args: GemmFp8Args) -> torch.Tensor:
     sa = _scale(args.a_scale_inv, prep.a_mode, prep.a_kind, a_cd)
     sb = _scale(args.b_scale_inv, prep.b_mode, prep.b_kind, b_cd)
     if prep.copy_a:
-        a = (a.t() if args.trans_a else a).contiguous()
+        a = relayout.contiguous(a.t() if args.trans_a else a)
     if prep.copy_b:
-        b = (b if args.trans_b else b.t()).contiguous()
+        b = relayout.contiguous(b if args.trans_b else b.t())
     d = out if out is not None else torch.empty(shape, dtype=args.result_dtype, device=a.device)
     side_a = Side(a.data_ptr(), DTYPE_CODES[a.dtype], sa.data_ptr(), prep.a_mode)
     side_b = Side(b.data_ptr(), DTYPE_CODES[b.dtype], sb.data_ptr(), prep.b_mode)

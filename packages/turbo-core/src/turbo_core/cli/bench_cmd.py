@@ -11,9 +11,11 @@ from turbo_core.bench.suites import SUITES
 #: Suites named with a hyphen on the command line (module ``turbo_core.bench.suites.<name with _>``).
 FP8_SUITES = ("gemm-fp8", "grouped-gemm-fp8")
 #: Options only some suites take: (option dest, the suite's keyword argument).
-SUITE_OPTIONS = (("granularities", "granularities"), ("fp8_format", "fp8_format"), ("passes", "passes"))
+SUITE_OPTIONS = (("granularities", "granularities"), ("fp8_format", "fp8_format"), ("passes", "passes"),
+                 ("operands", "operands"))
 #: The suites that take each option (for the error naming an option a suite lacks).
-OPTION_SUITES = {"granularities": FP8_SUITES, "fp8_format": FP8_SUITES, "passes": (*FP8_SUITES, "attention")}
+OPTION_SUITES = {"granularities": FP8_SUITES, "fp8_format": FP8_SUITES, "passes": (*FP8_SUITES, "attention"),
+                 "operands": ("gemm-fp8",)}
 #: ``--passes`` choices: GEMM passes (FP8 suites) and attention passes.
 GEMM_PASSES = ("fwd", "dgrad", "wgrad")
 #: ``turbo bench report``: the result files read and the directory written when none are named.
@@ -53,6 +55,9 @@ def add_parser(sub) -> None:
                    help="FP8 suites: operand format (default E4M3; HYBRID: gradients E5M2)")
     p.add_argument("--passes", nargs="*", choices=list(dict.fromkeys([*GEMM_PASSES, "bwd"])),
                    help="FP8 suites (fwd dgrad wgrad) and attention (fwd bwd): restrict to these passes (default all)")
+    p.add_argument("--operands", choices=["pass", "k-major"],
+                   help="gemm-fp8: the turbo providers' operand storage: the pass's own (default; backends that "
+                        "need K-major operands time their re-layout) or the baseline's K-major tensors (GEMM alone)")
 
 
 def suite_module(name: str):

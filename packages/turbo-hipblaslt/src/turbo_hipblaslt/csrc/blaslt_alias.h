@@ -189,6 +189,19 @@ inline Status matmul(Handle h, MatmulDesc d, const void* alpha, const void* A, L
                      size_t ws_size, Stream s) {
   return cublasLtMatmul(h, d, alpha, A, la, B, lb, beta, C, lc, D, ld, algo, ws, ws_size, s);
 }
+// Byte relayout (cuBLASLt only: its sm89/sm90 FP8 kernels take only "TN", so an operand that is not
+// K-contiguous is re-laid first): C = alpha * op(A) + beta * op(B) over CUDA_R_8I with an fp32 scale.
+using TransformDesc = cublasLtMatrixTransformDesc_t;
+constexpr DataType kI8 = CUDA_R_8I;
+inline Status transform_desc_create(TransformDesc* d) { return cublasLtMatrixTransformDescCreate(d, CUDA_R_32F); }
+inline Status transform_desc_destroy(TransformDesc d) { return cublasLtMatrixTransformDescDestroy(d); }
+inline Status transform_desc_set_transa(TransformDesc d, Operation op) {
+  return cublasLtMatrixTransformDescSetAttribute(d, CUBLASLT_MATRIX_TRANSFORM_DESC_TRANSA, &op, sizeof(op));
+}
+inline Status transform(Handle h, TransformDesc d, const void* alpha, const void* A, Layout la, const void* beta,
+                        const void* B, Layout lb, void* C, Layout lc, Stream s) {
+  return cublasLtMatrixTransform(h, d, alpha, A, la, beta, B, lb, C, lc, s);
+}
 // cuBLASLt reports the version of the library actually loaded (not the header's), without a handle.
 constexpr bool kVersionNeedsHandle = false;
 inline long long library_version(Handle) { return static_cast<long long>(cublasLtGetVersion()); }

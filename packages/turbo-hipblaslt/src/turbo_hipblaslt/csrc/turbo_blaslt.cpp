@@ -879,6 +879,68 @@ PyObject* py_set_reduction_mask(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// -- byte relayout -------------------------------------------------------------------------------------------
+// transpose_bytes(device, rows, cols, src, ld_src, trans, dst, ld_dst, stream): dst, a column-major rows x cols
+// matrix of 1-byte elements with leading dim ld_dst, becomes op(src), src being column-major (cols x rows when
+// trans, else rows x cols) with leading dim ld_src; enqueued on `stream`. The bytes move as CUDA_R_8I through
+// cublasLtMatrixTransform with alpha = 1, beta = 0 (fp32 scale): every int8 value, hence every FP8 bit pattern,
+// comes out unchanged. What turbo_hipblaslt.relayout uses where cuBLASLt's FP8 GEMM needs a K-contiguous copy
+// (torch's strided copy of 1-byte elements is several times slower). cuBLASLt only: hipBLASLt's FP8 GEMMs take
+// every layout, so ROCm builds raise BlasLtError (stage "transform", NOT_SUPPORTED) and the caller copies.
+PyObject* py_transpose_bytes(PyObject*, PyObject* args) {
+  int device = 0, trans = 0;
+  long long rows = 0, cols = 0, ld_src = 0, ld_dst = 0;
+  unsigned long long src = 0, dst = 0, stream = 0;
+  if (!PyArg_ParseTuple(args, "iLLKLiKLK", &device, &rows, &cols, &src, &ld_src, &trans, &dst, &ld_dst, &stream))
+    return nullptr;
+  if (rows < 0 || cols < 0 || ld_dst < (rows > 1 ? rows : 1) || ld_src < ((trans ? cols : rows) > 1
+                                                                           ? (trans ? cols : rows) : 1)) {
+    PyErr_SetString(PyExc_ValueError, "transpose_bytes: negative sizes, or a leading dim below the matrix's rows");
+    return nullptr;
+  }
+  if (rows == 0 || cols == 0) Py_RETURN_NONE;
+#if defined(TURBO_BLASLT_ROCM)
+  (void)device; (void)src; (void)dst; (void)stream;
+  raise_error("transform", "HIPBLAS_STATUS_NOT_SUPPORTED",
+              "transpose_bytes is built for cuBLASLt only (hipBLASLt's FP8 GEMMs take every layout)");
+  return nullptr;
+#else
+  tb::Handle handle = nullptr;
+  tb::Status st = get_handle(device, &handle);
+  if (st != tb::kSuccess) {
+    raise_error("handle", tb::status_name(st), "creating the " TB_LIBRARY " handle of device " + std::to_string(device));
+    return nullptr;
+  }
+  tb::TransformDesc desc = nullptr;
+  tb::Layout la = nullptr, lc = nullptr;
+  const char* step = "transform descriptor";
+  st = tb::transform_desc_create(&desc);
+  if (st == tb::kSuccess) st = tb::transform_desc_set_transa(desc, trans ? tb::kOpT : tb::kOpN);
+  if (st == tb::kSuccess) {
+    step = "layouts";
+    st = tb::layout_create(&la, tb::kI8, static_cast<uint64_t>(trans ? cols : rows),
+                           static_cast<uint64_t>(trans ? rows : cols), ld_src);
+  }
+  if (st == tb::kSuccess) st = tb::layout_create(&lc, tb::kI8, static_cast<uint64_t>(rows),
+                                                 static_cast<uint64_t>(cols), ld_dst);
+  if (st == tb::kSuccess) {
+    step = "transform";
+    const float alpha = 1.0f, beta = 0.0f;
+    st = tb::transform(handle, desc, &alpha, reinterpret_cast<const void*>(src), la, &beta, nullptr, nullptr,
+                       reinterpret_cast<void*>(dst), lc, reinterpret_cast<tb::Stream>(stream));
+  }
+  if (lc != nullptr) tb::layout_destroy(lc);
+  if (la != nullptr) tb::layout_destroy(la);
+  if (desc != nullptr) tb::transform_desc_destroy(desc);
+  if (st != tb::kSuccess) {
+    raise_error("transform", tb::status_name(st), std::string(step) + "; " + std::to_string(rows) + " x " +
+                std::to_string(cols) + " bytes, trans=" + std::to_string(trans));
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+#endif
+}
+
 PyMethodDef kMethods[] = {
     {"matmul", py_matmul, METH_VARARGS,
      "matmul(device, m, n, k, transa, transb, a, a_type, lda, b, b_type, ldb, d, d_type, ldd, alpha, beta, compute,"
@@ -900,6 +962,10 @@ PyMethodDef kMethods[] = {
      "(hipblaslt_ext::GroupedGemm, one launch; empty groups skipped). True when launched; False when the library "
      "has no grouped algorithm for them (nothing launched: run matmul_many). ROCm builds only."},
 #endif
+    {"transpose_bytes", py_transpose_bytes, METH_VARARGS,
+     "transpose_bytes(device, rows, cols, src, ld_src, trans, dst, ld_dst, stream): dst (column-major rows x cols "
+     "bytes, ld_dst) = op(src) (column-major, ld_src; transposed when trans) through cublasLtMatrixTransform on "
+     "`stream`; the bytes are copied exactly. cuBLASLt builds only (ROCm: BlasLtError, NOT_SUPPORTED)."},
     {"library_version", py_library_version, METH_NOARGS,
      "library_version() -> the loaded library's version number (cuBLASLt: major*10000 + minor*100 + patch; "
      "hipBLASLt: major*100000 + minor*100 + patch), or -1 when it needs a handle and none exists yet."},

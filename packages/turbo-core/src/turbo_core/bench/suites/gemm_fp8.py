@@ -32,12 +32,19 @@ Providers per case, in this order:
   mat2 column-major ``[K, N]`` (``b[N, K].t()``), bf16 out: the operands are converted to that
   layout outside the timed region (dgrad's b and wgrad's a and b are transposed copies, so the
   baseline is timed on the K-major form of the same product; the turbo providers get the pass's
-  own layout). A baseline that cannot run here (no such API in this torch, no GPU, a GPU without
+  own layout, unless ``operands="k-major"``: see below). A baseline that cannot run here (no such API in this torch, no GPU, a GPU without
   the instructions, a dtype pair cuBLASLt lacks) is a row ``"skipped: <reason>"``.
 * ``turbo:<BACKEND>``: ``dispatcher.call("gemm_fp8", GemmFp8Args(...))`` pinned by ``use_backend``,
   for every available backend with a ``gemm_fp8`` or ``gemm`` kernel (those without an FP8 kernel,
   or that refuse the case, are rows ``"declined: <reason>"``); the reference TORCH only with
   ``include_reference``.
+
+Operand storage (``operands``): ``"pass"`` (default) hands the turbo providers each pass's operands
+as the op stores them (dgrad's b and wgrad's a and b not contiguous along K), so a backend that
+needs K-major operands (cuBLASLt's FP8 on sm89/sm90, Triton's FP8 on Hopper) times its re-layout
+too. ``"k-major"`` hands them the very tensors the PyTorch baseline multiplies, as views in the
+pass's layout (same values, scales and flags; ``trans_a``/``trans_b`` unchanged), so every provider
+times the same product on the same bytes: the GEMM alone. Rows carry ``operands``; MX is NT either way.
 
 Accuracy (``max_rel_err``): against float64 math on the **dequantized** operands, the exact value of
 ``gemm_fp8``'s semantics (``bf16:torch.matmul``: against float64 math on its bf16 inputs). FLOPs
@@ -99,6 +106,7 @@ class Fp8GemmCase:
     gemm: GemmCase
     granularity: G
     fmt: Format
+    operands: str = "pass"
 
     @property
     def mx(self) -> bool:
@@ -115,13 +123,19 @@ class Fp8GemmCase:
     @property
     def label(self) -> str:
         g = self.gemm
-        return f"{g.model}/{g.layer}/{g.pass_} {self.layout} {g.m}x{g.n}x{g.k} {SHORT[self.granularity]}"
+        kmajor = " k-major" if self.operands == "k-major" else ""
+        return f"{g.model}/{g.layer}/{g.pass_} {self.layout} {g.m}x{g.n}x{g.k} {SHORT[self.granularity]}{kmajor}"
+
+
+OPERANDS = ("pass", "k-major")
 
 
 def cases(tokens: int, quick: bool, models: list[str] | None, granularities, fmt: Format,
-          passes: list[str] | None = None) -> list[Fp8GemmCase]:
+          passes: list[str] | None = None, operands: str = "pass") -> list[Fp8GemmCase]:
     """Shape-major: every granularity of one layer's pass, then the next."""
-    return [Fp8GemmCase(c, g, fmt) for c in gemm_suite.cases(tokens, quick, models)
+    if operands not in OPERANDS:
+        raise ValueError(f"operands: expected one of {', '.join(OPERANDS)}, got {operands!r}")
+    return [Fp8GemmCase(c, g, fmt, operands) for c in gemm_suite.cases(tokens, quick, models)
             if not passes or c.pass_ in passes for g in granularities]
 
 
@@ -180,6 +194,9 @@ def make_inputs(case: Fp8GemmCase, device: str, gen: torch.Generator) -> dict:
     qb, sb = quantize_operand(b, operand_dtype(case.fmt, role_b, device), case.granularity, -1 if tb else -2, role_b)
     if case.mx:  # the col-wise quantizer returned the transposes: NT
         ta, tb = False, True
+    elif case.operands == "k-major":  # the baseline's K-major tensors, viewed in the pass's layout
+        mat1, mat2 = k_major((qa, sa, qb, sb, ta, tb))
+        qa, qb = (mat1.t() if ta else mat1), (mat2.t() if tb else mat2)
     return {"hp": hp, "q": (qa, sa, qb, sb, ta, tb)}
 
 
@@ -361,10 +378,12 @@ def turbo_args(gran: G, q: tuple) -> GemmFp8Args:
 
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
         include_reference: bool, warmup: int, iters: int, device: str, progress=None,
-        granularities: list[str] | None = None, fp8_format: str = "E4M3", passes: list[str] | None = None) -> list[dict]:
+        granularities: list[str] | None = None, fp8_format: str = "E4M3", passes: list[str] | None = None,
+        operands: str = "pass") -> list[dict]:
     """Every provider on every case (rows: :func:`turbo_core.bench.runner.run_cases`'s plus the
     fields in the module docstring). ``tokens`` defaults to 8192 (32 with ``quick``);
-    ``granularities`` to :func:`default_granularities`; ``passes`` to fwd, dgrad and wgrad."""
+    ``granularities`` to :func:`default_granularities`; ``passes`` to fwd, dgrad and wgrad;
+    ``operands``: ``"pass"`` or ``"k-major"`` (module docstring)."""
     from turbo_core.bench.runner import Provider, available_backends, run_cases, tensor_bytes
     from turbo_core.dispatch.dispatcher import decline_reason
     from turbo_core.dispatch.primitives import get_primitive
@@ -404,9 +423,9 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
                 "format": fmt.value, "a_dtype": str(operand_dtype(fmt, role_a, device)).replace("torch.", ""),
                 "b_dtype": str(operand_dtype(fmt, role_b, device)).replace("torch.", ""),
                 "block_size": {G.BLOCKWISE: BLOCK, G.MX_BLOCKWISE: MX_BLOCK}.get(case.granularity),
-                "out_dtype": "bf16"}
+                "out_dtype": "bf16", "operands": case.operands}
 
-    all_cases = cases(tokens or (32 if quick else 8192), quick, models, grans, fmt, passes)
+    all_cases = cases(tokens or (32 if quick else 8192), quick, models, grans, fmt, passes, operands)
     return run_cases("gemm_fp8", all_cases, row=row, flops=lambda c: c.flops,
                      make_inputs=lambda c, gen: make_inputs(c, device, gen),
                      timed_bytes=lambda s: tensor_bytes(s["q"][0::2]), providers=case_providers,
