@@ -5,7 +5,7 @@
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normsweep normbench groupedcheck groupedbench
 #        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
-#        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbgap hbalgotests accuracy profile
+#        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbbwd hbgap hbalgotests accuracy profile
 #        moedispatch nccltests asynctp epcheck (the last four on the two-GPU kind)
 set -u
 OUT=${OUT:?set OUT}
@@ -101,6 +101,18 @@ for part in $parts; do
          --providers torch._scaled_mm F.scaled_mm turbo:HIPBLASLT --rounds ${HB_ROUNDS:-1} ${HB_PASSES:+--passes $HB_PASSES} \
          --out "$OUT/hb_bench_gemm_fp8.json") > "$OUT/hbbench.log" 2>&1
       grep -vE "^\s*$" "$OUT/hbbench.log" | tail -30 ;;
+    hbbwd)  # HIPBLASLT's FP8 backward layouts: GPU tests of the re-layout and the FP8 layouts, the re-layout micro-bench,
+      # then gemm-fp8 dgrad/wgrad per operand storage (HBBWD_OPERANDS: k-major = the GEMM alone; pass = with re-layout)
+      (hb_env
+       timeout 200 python3 benchmarks/scripts/hipblaslt_gpu_check.py --out "$OUT/hb_bwd_tests.json" --parts pytest,graph \
+         --pytest-k "relayout or fp8"
+       timeout 90 python3 benchmarks/scripts/hipblaslt_relayout_h200.py --out "$OUT/hb_relayout.json"
+       for ops in ${HBBWD_OPERANDS:-k-major pass}; do
+         timeout ${HBBWD_S:-200} python3 -m turbo_core.cli bench gemm-fp8 --models ${HB_MODELS:-llama3.1-8b llama3.1-70b} \
+           --granularities tensorwise rowwise blockwise --passes dgrad wgrad --operands $ops --rounds ${HB_ROUNDS:-2} \
+           --providers torch._scaled_mm F.scaled_mm turbo:HIPBLASLT ${HBBWD_PROVIDERS:-turbo:TRITON} --out "$OUT/hb_bwd_$ops.json"
+       done) > "$OUT/hbbwd.log" 2>&1
+      grep -vE "^\s*$" "$OUT/hbbwd.log" | tail -40 ;;
     hbgap)  # HIPBLASLT FP8 vs torch._scaled_mm on the shapes where turbo bench gemm-fp8 showed a gap; every rank
       (hb_env
        timeout 150 python3 benchmarks/scripts/hipblaslt_fp8_gap.py --out "$OUT/hipblaslt_fp8_gap.json") > "$OUT/hbgap.log" 2>&1
