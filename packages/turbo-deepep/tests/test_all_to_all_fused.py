@@ -106,6 +106,61 @@ def test_compact_and_unpack_match_the_torch_path(rows_out):
     assert torch.equal(tpe, layout.count_pairs(want_local, e_l))
 
 
+@pytest.mark.parametrize("world,t,nw", [(2, 7, 14), (3, 9, 5), (3, 9, 40), (4, 6, 3), (2, 5, 9)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16] + ([FP8] if FP8 is not None else []))
+def test_compacted_symmetric_worst_mode_matches_compact_then_unpack(world, t, nw, dtype):
+    """The symmetric transport's worst mode (route storing the counts into every header, the packing
+    kernel storing each row at its compacted place, this rank's own rows straight into the results,
+    then the unpacking kernel) against the collective order of the same kernels (slots, one
+    all-to-all, compact, unpack), for every rank of ``world`` simulated in one process: the same
+    results and the same layout, bit for bit. Covers a slot smaller than a rank's count
+    (``nw < t``), rows dropped past ``nw``, padding, and ranks sending others nothing."""
+    from turbo_deepep.all_to_all import symm
+
+    k, e, h = 3, 4 * world, 16
+    e_l, slot = e // world, min(t, nw)
+    g = torch.Generator().manual_seed(world * 100 + t + nw)
+    data = []
+    for r in range(world):
+        idx = _routing(t, k, e, seed=r + 10 * world + nw)
+        if r == world - 1:
+            idx[:, :] = torch.randint(0, e_l, (t, k), generator=g)  # the last rank sends only to rank 0
+        x = (torch.randn(t, h, generator=g) * 3).to(dtype)
+        scales = torch.rand(t, 2, generator=g) if dtype == FP8 else None
+        data.append((x, scales, torch.rand(t, k, generator=g), idx))
+    fmt = _format(data[0][0], data[0][1], k)
+    tensors = [{"x": x, "scales": sc, "probs": p, "idx": idx} for x, sc, p, idx in data]
+    # reference: slots through one (simulated) all-to-all, then compact and unpack
+    sent = []
+    for r in range(world):
+        slot_tok, _, _ = fused.route(data[r][3], e, world, slot)
+        buf, _ = fused.pack(fmt, tensors[r], world * slot, t, rows=slot_tok.view(-1), num_experts=e)
+        sent.append(buf.view(world, slot, fmt.row_bytes))
+    want = []
+    for d in range(world):
+        recv = torch.cat([sent[s][d] for s in range(world)])
+        recv_from, to_recv = fused.compact(recv, fmt, d, e_l, nw)
+        want.append((fused.unpack(recv, fmt, nw, recv_from, rank=d, num_local=e_l), recv_from, to_recv))
+    # the symmetric transport's order, every rank's step before any rank's next one (the barriers)
+    hdr = symm.header_bytes(world)
+    bufs = [torch.full((hdr + world * slot * fmt.row_bytes,), 0xA5, dtype=torch.uint8) for _ in range(world)]
+    peers = torch.tensor([b.data_ptr() for b in bufs], dtype=torch.int64)
+    slots = [fused.route(data[r][3], e, world, slot, put_counts=(peers, r))[0] for r in range(world)]
+    put = fused.Put(peers, torch.zeros(world, dtype=torch.int64), hdr // 4)
+    got = [fused.pack_compacted(fmt, tensors[r], slots[r], t, e, put, r, nw, e_l) for r in range(world)]
+    for d in range(world):
+        rows = bufs[d][hdr:].view(world * slot, fmt.row_bytes)
+        res = fused.unpack(rows, fmt, nw, None, rank=d, num_local=e_l, into=got[d])
+        (wx, ws, wl, wp, wt), wfrom, wto = want[d]
+        assert torch.equal(res[0].view(torch.uint8), wx.view(torch.uint8)), f"rank {d}: x"
+        assert (res[1] is None and ws is None) or torch.equal(res[1], ws), f"rank {d}: scales"
+        for a, b, what in ((res[2], wl, "ids"), (res[3], wp, "probs"), (res[4], wt, "tokens per expert"),
+                           (got[d].recv_from, wfrom, "recv_from"), (got[d].to_recv, wto, "to_recv")):
+            assert torch.equal(a, b), f"rank {d}: {what}\n{a}\n{b}"
+        n_valid = int((wfrom < world * slot).sum())
+        assert got[d].offs[-1].item() == n_valid
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("acc", [torch.float32, torch.float64])
 def test_reduce_matches_sum_rows(dtype, acc):
@@ -141,3 +196,70 @@ def test_enabled_follows_the_switch_and_the_row_format(monkeypatch):
     assert not fused.enabled(fmt, cpu)
     monkeypatch.delenv("TURBO_DEEPEP_FUSED")
     assert not fused.enabled(fmt, cpu)  # the CPU takes the torch path unless asked
+
+
+def test_launch_keeps_the_compiled_kernel_per_specialization(monkeypatch):
+    """The lean launch path (turbo_deepep.all_to_all.launch), with a stand-in for Triton: the first
+    call of a specialization goes through ``kernel[grid]``, later ones straight to the compiled
+    kernel's launcher with every argument in the signature's order; a change of what Triton
+    specializes on (an int's divisibility by 16, width or being 1, a tensor's alignment or dtype,
+    a constexpr) goes through ``kernel[grid]`` again; ``TURBO_DEEPEP_LAUNCH=triton`` always does."""
+    from types import SimpleNamespace
+
+    from turbo_deepep.all_to_all import launch as lean
+
+    calls = []
+
+    class Compiled:
+        function, packed_metadata = "function", "metadata"
+
+        def launch_metadata(self, grid, stream, *args):
+            return ("meta", grid, stream)
+
+        def run(self, *a):
+            calls.append(("fast", a))
+
+    class Kernel:
+        arg_names = ["a", "n", "B", "C"]
+
+        def __getitem__(self, grid):
+            def go(*args, **kw):
+                calls.append(("slow", grid, args, kw))
+                return Compiled()
+            return go
+
+    drv = SimpleNamespace(active=SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda dev: 77))
+    knobs = SimpleNamespace(launch_enter_hook="enter", launch_exit_hook="exit")
+
+    def fresh():
+        lean.clear()
+        lean._state.update(ok=True, driver=drv, knobs=knobs)
+
+    fresh()
+    k, t = Kernel(), torch.zeros(8)
+    consts = {"C": 5, "B": 7}  # any order: passed on in the signature's (B, C)
+    lean.launch(k, (3, 2), (t, 32), consts)
+    assert calls[-1][0] == "slow" and calls[-1][2] == (t, 32) and calls[-1][3] == {**consts, "num_warps": 4}
+    lean.launch(k, (4,), (t, 48), consts)
+    kind, a = calls[-1]
+    assert kind == "fast" and a[:9] == (4, 1, 1, 77, "function", "metadata", ("meta", (4,), 77), "enter", "exit")
+    assert a[9] is t and a[10:] == (48, 7, 5)
+    knobs.launch_enter_hook = SimpleNamespace(calls=[])  # Triton's empty hook chain: no launch metadata built
+    lean.launch(k, (4,), (t, 48), consts)
+    assert calls[-1][0] == "fast" and calls[-1][1][6] is None and calls[-1][1][7] is knobs.launch_enter_hook
+    for args, why in (((t, 33), "not a multiple of 16"), ((t, 1), "1 is a constant"), ((t, 1 << 40), "i64"),
+                      ((t[1:], 32), "misaligned"), ((t.double(), 32), "dtype")):
+        n = len(calls)
+        lean.launch(k, (4,), args, consts)
+        assert calls[n][0] == "slow", why
+        lean.launch(k, (4,), args, consts)
+        assert calls[n + 1][0] == "fast", why  # kept from then on
+    n = len(calls)
+    lean.launch(k, (4,), (t, 48), {"C": 6, "B": 7})
+    assert calls[n][0] == "slow"
+    monkeypatch.setenv(lean.ENV, "triton")
+    lean.clear()
+    lean.launch(k, (4,), (t, 48), consts)
+    lean.launch(k, (4,), (t, 48), consts)
+    assert [c[0] for c in calls[-2:]] == ["slow", "slow"]
+    lean.clear()

@@ -188,12 +188,12 @@ def moe_dispatch(args: MoeDispatchArgs):
     if world > 1 and fused.enabled(fmt, x.device):
         tensors.update(idx=idx, probs=args.token_probs)
         if symm.reason(group, x.device) is None:
-            buf, recv_from, rows, st = symm_path.dispatch(args, fmt, tensors, world)
+            rx, rs, local, probs, tpe, st = symm_path.dispatch(args, fmt, tensors, world)
         else:
             buf, recv_from, rows, st = _fused_layout(args, fmt, tensors, world)
-        rx, rs, local, probs, tpe = fused.unpack(buf, fmt, rows, recv_from, idx_dtype=idx.dtype, rank=st.rank,
-                                                 num_local=e_l)
-        return rx, rs, local, probs, tpe, MoeDispatchHandle(BACKEND, group, x.shape[0], rows, e_l, st)
+            rx, rs, local, probs, tpe = fused.unpack(buf, fmt, rows, recv_from, idx_dtype=idx.dtype, rank=st.rank,
+                                                     num_local=e_l)
+        return rx, rs, local, probs, tpe, MoeDispatchHandle(BACKEND, group, x.shape[0], rx.shape[0], e_l, st)
     valid = (idx >= 0) & (idx < e)
     tensors["idx"] = torch.where(valid, idx, torch.full_like(idx, -1)).to(torch.int32)
     tensors["probs"] = args.token_probs.contiguous()

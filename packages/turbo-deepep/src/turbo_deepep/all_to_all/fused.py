@@ -20,9 +20,10 @@ from typing import NamedTuple
 
 import torch
 
+from turbo_deepep.all_to_all.launch import launch
 from turbo_deepep.all_to_all.payload import RowFormat
 
-__all__ = ["Put", "compact", "enabled", "pack", "reduce", "route", "unpack"]
+__all__ = ["Compacted", "Put", "compact", "enabled", "pack", "pack_compacted", "reduce", "route", "unpack"]
 
 ENV = "TURBO_DEEPEP_FUSED"
 _BLOCK = 1024
@@ -118,9 +119,9 @@ def route(idx: torch.Tensor, num_experts: int, world: int, slot: int, *, put_cou
     pos = torch.empty((t, world), dtype=torch.int32, device=dev)
     counts = torch.empty((world,), dtype=torch.int64, device=dev)
     peers, rank = put_counts if put_counts is not None else (counts, 0)
-    _k().route_kernel[(world,)](idx.contiguous(), slot_tok, pos, counts, peers, t, k, num_experts // world, world,
-                                slot, rank, BLOCK_T=_SCAN, BLOCK_K=_pow2(k), PUT_COUNTS=put_counts is not None,
-                                num_warps=4)
+    launch(_k().route_kernel, (world,),
+           (idx.contiguous(), slot_tok, pos, counts, peers, t, k, num_experts // world, world, slot, rank),
+           {"BLOCK_T": _SCAN, "BLOCK_K": _pow2(k), "PUT_COUNTS": put_counts is not None})
     return slot_tok, pos, counts
 
 
@@ -158,16 +159,69 @@ def pack(fmt: RowFormat, tensors: dict, n_rows: int, n_src: int, *, rows: torch.
     world = put.peers.shape[0] if put is not None else (1 if offs is None else offs.shape[0] - 1)
     anything = x if out is None else out.view(torch.int32)
     grid = (n_rows, max(1, -(-x_words // _BLOCK)))
-    _k().pack_kernel[grid](
+    launch(_k().pack_kernel, grid, (
         anything, rows if mode == 1 else (slots if mode == 2 else anything), offs if offs is not None else anything,
         tokens if tokens is not None else anything, x, _words(tensors["scales"]) if has_s else x,
         _words(tensors["probs"]) if has_p else x, tensors["idx"].contiguous() if has_i else x,
-        put.peers if put is not None else anything, put.row0 if put is not None else anything,
+        put.peers if put is not None else anything, put.row0 if put is not None else anything, x, x, x,
         n_src, fmt.row_bytes // 4, world, slot, x_words, s_words, x_off, s_off, p_off, i_off, k, num_experts,
-        put.header_words if put is not None else 0,
-        ROW_MODE=mode, DEST=dest, IDS_ONLY_PAD=put is not None and put.ids_only_pad, HAS_S=has_s, HAS_P=has_p,
-        HAS_I=has_i, BLOCK=_BLOCK, BLOCK_K=_pow2(k), BLOCK_W=_pow2(world), num_warps=4)
+        put.header_words if put is not None else 0, 0, 0, 0),
+        {"ROW_MODE": mode, "DEST": dest, "IDS_ONLY_PAD": put is not None and put.ids_only_pad, "HAS_S": has_s,
+         "HAS_P": has_p, "HAS_I": has_i, "BLOCK": _BLOCK, "BLOCK_K": _pow2(k), "BLOCK_W": _pow2(world)})
     return out, tokens
+
+
+class Compacted(NamedTuple):
+    """The results of a worst-mode dispatch on the symmetric transport (:func:`pack_compacted`,
+    then :func:`unpack` with ``offs``): ``x`` / ``scales`` ``[R, C]``, the layout's ``to_recv``
+    int64 ``[W * slot]`` and ``recv_from`` int64 ``[R]`` (as :func:`compact` returns them),
+    ``offs`` int64 ``[W + 1]`` (the first result row from each source, then the total) and
+    ``counts`` int64 ``[E_local]`` (tokens per local expert)."""
+
+    x: torch.Tensor
+    scales: torch.Tensor | None
+    to_recv: torch.Tensor
+    recv_from: torch.Tensor
+    offs: torch.Tensor
+    counts: torch.Tensor
+
+
+def pack_compacted(fmt: RowFormat, tensors: dict, slot_tok: torch.Tensor, n_src: int, num_experts: int, put: Put,
+                   rank: int, num_rows: int, num_local: int) -> Compacted:
+    """Worst mode on the symmetric transport: the rows of the slot table ``slot_tok`` (int64
+    ``[W, slot]``) stored compacted into the ranks' buffers (``pack_kernel``'s ``DEST`` 3: each
+    rank's rows land after those of lower ranks, at the place the receiver's compaction would have
+    put them; this rank's own rows go straight into the results). Needs the count matrix in this
+    rank's buffer header (``route`` with ``put_counts``, then a barrier). Returns the results and the
+    layout; :func:`unpack` with ``offs`` completes them after the next barrier."""
+    world, slot = slot_tok.shape
+    dev = tensors["x"].device
+    fx, fs = fmt.fields["x"], fmt.fields.get("scales")
+    x = torch.empty((num_rows, fx.cols), dtype=fx.dtype, device=dev)
+    scales = None if fs is None else torch.empty((num_rows, fs.cols), dtype=fs.dtype, device=dev)
+    meta = torch.empty((world * slot + num_rows + world + 1 + num_local,), dtype=torch.int64, device=dev)
+    to_recv, recv_from, offs, counts = meta.split((world * slot, num_rows, world + 1, num_local))
+    out = Compacted(x, scales, to_recv, recv_from, offs, counts)
+    if world * slot == 0:  # no rows anywhere (every rank has T = 0): nothing received
+        offs.zero_()
+        counts.zero_()
+        return out
+    xw = _words(tensors["x"])
+    x_off, x_words = _word_offset(fmt, "x")
+    s_off, s_words = _word_offset(fmt, "scales")
+    p_off, _ = _word_offset(fmt, "probs")
+    i_off, _ = _word_offset(fmt, "idx")
+    k = fmt.fields["idx"].cols
+    has_s = s_words > 0
+    grid = (world * slot, max(1, -(-x_words // _BLOCK)))
+    launch(_k().pack_kernel, grid, (
+        _words(x), slot_tok.view(-1), xw, to_recv, xw, _words(tensors["scales"]) if has_s else xw,
+        _words(tensors["probs"]), tensors["idx"].contiguous(), put.peers, xw, _words(scales) if has_s else xw, offs,
+        counts, n_src, fmt.row_bytes // 4, world, slot, x_words, s_words, x_off, s_off, p_off, i_off, k, num_experts,
+        put.header_words, num_rows, rank, num_local),
+        {"ROW_MODE": 1, "DEST": 3, "IDS_ONLY_PAD": False, "HAS_S": has_s, "HAS_P": True, "HAS_I": True,
+         "BLOCK": _BLOCK, "BLOCK_K": _pow2(k), "BLOCK_W": _pow2(world)})
+    return out
 
 
 def compact(buf: torch.Tensor, fmt: RowFormat, rank: int, num_local: int, num_rows: int):
@@ -183,26 +237,37 @@ def compact(buf: torch.Tensor, fmt: RowFormat, rank: int, num_local: int, num_ro
         return recv_from, to_recv
     i_off, _ = _word_offset(fmt, "idx")
     k = fmt.fields["idx"].cols
-    _k().compact_kernel[(1,)](buf.view(torch.int32), recv_from, to_recv, n, num_rows, fmt.row_bytes // 4, i_off, k,
-                              rank * num_local, num_local, BLOCK=_SCAN, BLOCK_K=_pow2(k), num_warps=4)
+    launch(_k().compact_kernel, (1,), (buf.view(torch.int32), recv_from, to_recv, n, num_rows, fmt.row_bytes // 4,
+                                       i_off, k, rank * num_local, num_local),
+           {"BLOCK": _SCAN, "BLOCK_K": _pow2(k)})
     return recv_from, to_recv
 
 
 def unpack(buf: torch.Tensor, fmt: RowFormat, num_rows: int, recv_from: torch.Tensor | None, *,
-           idx_dtype: torch.dtype = torch.int64, rank: int = 0, num_local: int = 0):
+           idx_dtype: torch.dtype = torch.int64, rank: int = 0, num_local: int = 0, into: Compacted | None = None):
     """``(x, scales or None, local ids or None, probs or None, tokens_per_expert or None)``: result
     row ``r`` from received row ``recv_from[r]`` (None: ``r``; ``>= N``: a zero row with ids -1).
-    The routing outputs come when ``fmt`` has the ``idx`` field."""
+    The routing outputs come when ``fmt`` has the ``idx`` field.
+
+    ``into`` (worst mode on the symmetric transport, after :func:`pack_compacted` and a barrier):
+    the results and layout it made; row ``r`` is buffer row ``r`` below ``into.offs[W]``, else
+    padding, and ``into.recv_from`` is filled in (``buf``: the ``W * slot`` slot rows' space)."""
     dev = buf.device
     fx = fmt.fields["x"]
-    x = torch.empty((num_rows, fx.cols), dtype=fx.dtype, device=dev)
     fs = fmt.fields.get("scales")
-    scales = None if fs is None else torch.empty((num_rows, fs.cols), dtype=fs.dtype, device=dev)
+    if into is not None:
+        x, scales = into.x, into.scales
+    else:
+        x = torch.empty((num_rows, fx.cols), dtype=fx.dtype, device=dev)
+        scales = None if fs is None else torch.empty((num_rows, fs.cols), dtype=fs.dtype, device=dev)
     route_ = "idx" in fmt.fields
     k = fmt.fields["idx"].cols if route_ else 1
     ids = torch.empty((num_rows, k), dtype=idx_dtype, device=dev) if route_ else None
     probs = torch.empty((num_rows, k), dtype=torch.float32, device=dev) if route_ else None
-    counts = torch.zeros((num_local,), dtype=torch.int64, device=dev) if route_ else None
+    if into is not None:
+        counts = into.counts  # zeroed by the packing kernel
+    else:
+        counts = torch.zeros((num_local,), dtype=torch.int64, device=dev) if route_ else None
     if num_rows == 0:
         return x, scales, ids, probs, counts
     x_off, x_words = _word_offset(fmt, "x")
@@ -212,11 +277,17 @@ def unpack(buf: torch.Tensor, fmt: RowFormat, num_rows: int, recv_from: torch.Te
     words = buf.view(torch.int32)
     dummy = words
     grid = (num_rows, max(1, -(-x_words // _BLOCK)))
-    _k().unpack_kernel[grid](
+    world, slot = (into.offs.shape[0] - 1, buf.shape[0] // max(1, into.offs.shape[0] - 1)) if into is not None else (1, 0)
+    if into is not None:
+        recv_from = into.recv_from
+    launch(_k().unpack_kernel, grid, (
         words, recv_from if recv_from is not None else dummy, _words(x), _words(scales) if scales is not None else dummy,
         ids if route_ else dummy, probs if route_ else dummy, counts if route_ else dummy,
+        into.offs if into is not None else dummy,
         buf.shape[0], fmt.row_bytes // 4, x_words, s_words, x_off, s_off, p_off, i_off, k, rank * num_local, num_local,
-        IDENTITY=recv_from is None, HAS_S=s_words > 0, HAS_ROUTE=route_, BLOCK=_BLOCK, BLOCK_K=_pow2(k), num_warps=4)
+        world, slot, rank),
+        {"IDENTITY": recv_from is None, "HAS_S": s_words > 0, "HAS_ROUTE": route_, "FROM_OFFS": into is not None,
+         "BLOCK": _BLOCK, "BLOCK_K": _pow2(k), "BLOCK_W": _pow2(world)})
     return x, scales, ids, probs, counts
 
 
@@ -245,9 +316,10 @@ def reduce(back: torch.Tensor, fmt: RowFormat, pos: torch.Tensor, num_tokens: in
     bits = fx.dtype == torch.bfloat16 and _interpreting()
     view = torch.int16 if bits else fx.dtype
     grid = (num_tokens, -(-fx.cols // _BLOCK))
-    _k().reduce_kernel[grid](
+    launch(_k().reduce_kernel, grid, (
         back.view(view), back.view(torch.float32), pos, bases if bases is not None else pos, out.view(view),
         outp if outp is not None else out, fx.cols, k, pos.shape[1], slot, fmt.row_bytes // elem, fmt.row_bytes // 4,
-        _word_offset(fmt, "probs")[0], BASES=bases is not None, HAS_P=fp is not None, ACC=acc, BF16_BITS=bits,
-        BLOCK=_BLOCK, BLOCK_K=_pow2(k), num_warps=4)
+        _word_offset(fmt, "probs")[0]),
+        {"BASES": bases is not None, "HAS_P": fp is not None, "ACC": acc, "BF16_BITS": bits, "BLOCK": _BLOCK,
+         "BLOCK_K": _pow2(k)})
     return out, outp

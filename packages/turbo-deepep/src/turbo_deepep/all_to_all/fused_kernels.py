@@ -47,6 +47,15 @@ def _copy_words(dst, src, n, ok, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _copy_words_w(dst, src, n, ok, write, BLOCK: tl.constexpr):
+    """``dst[:n] = src[:n]`` where ``ok``, zeros where not; only where ``write`` (``BLOCK`` vectors)."""
+    for s0 in range(0, n, BLOCK):
+        ss = s0 + tl.arange(0, BLOCK)
+        sm = ss < n
+        tl.store(dst + ss, tl.load(src + ss, mask=sm & ok, other=0), mask=sm & write)
+
+
+@triton.jit
 def _copy_words_if(dst, src, n, ok, BLOCK: tl.constexpr):
     """``dst[:n] = src[:n]`` where ``ok``; nothing written elsewhere."""
     for s0 in range(0, n, BLOCK):
@@ -89,8 +98,62 @@ def route_kernel(idx_ptr, slot_ptr, pos_ptr, count_ptr, peer_ptr, T, K, per, W, 
 
 
 @triton.jit
+def _pack_compacted(out_ptr, row_ptr, to_recv_ptr, x_ptr, s_ptr, p_ptr, idx_ptr, peer_ptr, so_ptr, roffs_ptr, cnt_ptr,
+                    r, c, n_src, row_words, W, SLOT, X_WORDS, S_WORDS, X_OFF, S_OFF, P_OFF, I_OFF, K, E, HDR_WORDS, R,
+                    ME, E_L, HAS_S: tl.constexpr, HAS_P: tl.constexpr, HAS_I: tl.constexpr, BLOCK: tl.constexpr,
+                    BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr):
+    """``pack_kernel``'s ``DEST`` 3 (see there)."""
+    d = r // SLOT
+    j = r - d * SLOT
+    ws = tl.arange(0, BLOCK_W)
+    wm = ws < W
+    hdr = tl.load(peer_ptr + ME).to(tl.pointer_type(tl.int64))
+    to_d = tl.minimum(tl.load(hdr + ws * W + d, mask=wm, other=0), SLOT)  # rows each source sends rank d
+    row = tl.sum(tl.where(ws < ME, to_d, 0), 0) + j
+    tok = tl.load(row_ptr + r).to(tl.int64)
+    base = tl.load(peer_ptr + d).to(tl.pointer_type(tl.int32))
+    dst = base + HDR_WORDS + row * row_words
+    if d == ME:
+        dst_x = out_ptr + row * X_WORDS
+        dst_s = so_ptr + row * S_WORDS
+    else:
+        dst_x = dst + X_OFF
+        dst_s = dst + S_OFF
+    cols = c * BLOCK + tl.arange(0, BLOCK)
+    src, ok = _source(tok, n_src, BLOCK)
+    ok = ok & ((tl.zeros([BLOCK], tl.int64) + row) < R)
+    cm = cols < X_WORDS
+    tl.store(dst_x + cols, tl.load(x_ptr + src * X_WORDS + cols, mask=cm & ok, other=0), mask=cm & ok)
+    if c == 0:
+        if HAS_S:
+            _copy_words_if(dst_s, s_ptr + src * S_WORDS, S_WORDS, ok, BLOCK)
+        ks = tl.arange(0, BLOCK_K)
+        km = ks < K
+        src_k, ok_k = _source(tok, n_src, BLOCK_K)
+        ok_k = ok_k & ((tl.zeros([BLOCK_K], tl.int64) + row) < R)
+        if HAS_P:
+            tl.store(dst + P_OFF + ks, tl.load(p_ptr + src_k * K + ks, mask=km & ok_k, other=0), mask=km & ok_k)
+        if HAS_I:
+            ids = tl.load(idx_ptr + src_k * K + ks, mask=km & ok_k, other=-1)
+            good = (ids >= 0) & (ids < E)
+            tl.store(dst + I_OFF + ks, tl.where(good, ids, -1).to(tl.int32), mask=km & ok_k)
+        # as the receiver: slot row r of source d (= r // SLOT) lands in result row first[d] + j
+        to_me = tl.minimum(tl.load(hdr + ws * W + ME, mask=wm, other=0), SLOT)  # rows each source sends me
+        first = tl.sum(tl.where(ws < d, to_me, 0), 0)
+        got = tl.sum(tl.where(ws == d, to_me, 0), 0)
+        tl.store(to_recv_ptr + r, tl.where((j < got) & (first + j < R), first + j, R).to(tl.int64))
+        if r == 0:
+            tl.store(roffs_ptr + 1 + ws, tl.minimum(tl.cumsum(to_me, 0), R).to(tl.int64), mask=wm)
+            tl.store(roffs_ptr + ws, tl.zeros([BLOCK_W], tl.int64), mask=ws == 0)
+            for e0 in range(0, E_L, BLOCK):
+                es = e0 + tl.arange(0, BLOCK)
+                tl.store(cnt_ptr + es, tl.zeros([BLOCK], tl.int64), mask=es < E_L)
+
+
+@triton.jit
 def pack_kernel(out_ptr, row_ptr, offs_ptr, tok_out_ptr, x_ptr, s_ptr, p_ptr, idx_ptr, peer_ptr, row0_ptr,
-                n_src, row_words, W, SLOT, X_WORDS, S_WORDS, X_OFF, S_OFF, P_OFF, I_OFF, K, E, HDR_WORDS,
+                so_ptr, roffs_ptr, cnt_ptr,
+                n_src, row_words, W, SLOT, X_WORDS, S_WORDS, X_OFF, S_OFF, P_OFF, I_OFF, K, E, HDR_WORDS, R, ME, E_L,
                 ROW_MODE: tl.constexpr, DEST: tl.constexpr, IDS_ONLY_PAD: tl.constexpr, HAS_S: tl.constexpr,
                 HAS_P: tl.constexpr, HAS_I: tl.constexpr, BLOCK: tl.constexpr, BLOCK_K: tl.constexpr,
                 BLOCK_W: tl.constexpr):
@@ -100,9 +163,25 @@ def pack_kernel(out_ptr, row_ptr, offs_ptr, tok_out_ptr, x_ptr, s_ptr, p_ptr, id
     ``DEST``: 0 row r of ``out``; 1 and 2 (the symmetric-memory transport) row ``row0[d] + j`` past
     ``HDR_WORDS`` of rank ``d``'s buffer (address ``peer_ptr[d]``), with ``(d, j)`` = ``(the rank
     whose offs range holds r, r - offs[d])`` (1) or ``(r // SLOT, r % SLOT)`` (2).
-    ``IDS_ONLY_PAD``: a row with no source gets its ids (-1) only, its values are not written."""
+    ``IDS_ONLY_PAD``: a row with no source gets its ids (-1) only, its values are not written.
+
+    ``DEST`` 3 (worst mode on the symmetric transport, compacted on the way): row ``r`` is slot
+    ``(d, j) = (r // SLOT, r % SLOT)`` of the slot table ``row_ptr`` (``ROW_MODE`` 1); it lands in
+    rank ``d``'s result row ``sum_{s < ME} min(C[s, d], SLOT) + j`` (``C``: the count matrix in
+    this rank's buffer header, every rank's row stored there by ``route_kernel`` before the barrier),
+    so the receiver needs no compaction; rows past ``R`` and empty slots are not written. Rows for
+    this rank itself (``d == ME``) store ``x`` / scales straight into the results (``out_ptr`` /
+    ``so_ptr``: ``[R, X_WORDS]`` / ``[R, S_WORDS]`` words), probs and ids into its own buffer. Also,
+    as the receiver: ``tok_out_ptr[r]`` = the result row of received slot row ``r`` (``R``: none),
+    ``roffs_ptr`` ``[W + 1]`` = the first result row from each source, then the total; ``cnt_ptr``
+    ``[E_L]`` zeroed."""
     r = tl.program_id(0)
     c = tl.program_id(1)
+    if DEST == 3:
+        _pack_compacted(out_ptr, row_ptr, tok_out_ptr, x_ptr, s_ptr, p_ptr, idx_ptr, peer_ptr, so_ptr, roffs_ptr,
+                        cnt_ptr, r, c, n_src, row_words, W, SLOT, X_WORDS, S_WORDS, X_OFF, S_OFF, P_OFF, I_OFF, K, E,
+                        HDR_WORDS, R, ME, E_L, HAS_S, HAS_P, HAS_I, BLOCK, BLOCK_K, BLOCK_W)
+        return
     if ROW_MODE == 2 or DEST == 1:
         ws = tl.arange(0, BLOCK_W)
         ends = tl.load(offs_ptr + 1 + ws, mask=ws < W, other=2147483647)
@@ -171,24 +250,41 @@ def compact_kernel(buf_ptr, recv_from_ptr, to_recv_ptr, N, R, row_words, I_OFF, 
 
 
 @triton.jit
-def unpack_kernel(buf_ptr, recv_from_ptr, x_ptr, s_ptr, i_ptr, p_ptr, count_ptr,
-                  N, row_words, X_WORDS, S_WORDS, X_OFF, S_OFF, P_OFF, I_OFF, K, lo, e_l,
-                  IDENTITY: tl.constexpr, HAS_S: tl.constexpr, HAS_ROUTE: tl.constexpr,
-                  BLOCK: tl.constexpr, BLOCK_K: tl.constexpr):
+def unpack_kernel(buf_ptr, recv_from_ptr, x_ptr, s_ptr, i_ptr, p_ptr, count_ptr, offs_ptr,
+                  N, row_words, X_WORDS, S_WORDS, X_OFF, S_OFF, P_OFF, I_OFF, K, lo, e_l, W, SLOT, ME,
+                  IDENTITY: tl.constexpr, HAS_S: tl.constexpr, HAS_ROUTE: tl.constexpr, FROM_OFFS: tl.constexpr,
+                  BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_W: tl.constexpr):
+    """``FROM_OFFS`` (worst mode on the symmetric transport, the rows compacted by the sender:
+    ``pack_kernel``'s ``DEST`` 3): result row ``r`` is buffer row ``r`` while ``r < offs[W]``, from
+    source ``s`` (``offs[s] <= r < offs[s + 1]``), else padding; ``recv_from_ptr[r]`` gets its slot
+    row ``s * SLOT + r - offs[s]`` (``W * SLOT``: padding). This rank's own rows (``s == ME``) already
+    hold ``x`` and scales (stored by the packing kernel): only their routing fields are written."""
     r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
-    if IDENTITY:
-        src = r
-    else:
-        src = tl.load(recv_from_ptr + r)
     cols = c * BLOCK + tl.arange(0, BLOCK)
     cm = cols < X_WORDS
+    if FROM_OFFS:
+        ws = tl.arange(0, BLOCK_W)
+        ends = tl.load(offs_ptr + 1 + ws, mask=ws < W, other=1 << 62)
+        s = tl.sum((ends <= r).to(tl.int32), 0)
+        first = tl.load(offs_ptr + s)
+        live = r < tl.load(offs_ptr + W)
+        src = tl.where(live, r, N)
+        if c == 0:
+            tl.store(recv_from_ptr + r, tl.where(live, s * SLOT + r - first, W * SLOT).to(tl.int64))
+        write = (tl.zeros([BLOCK], tl.int64) + s) != ME  # this rank's own rows: x and scales are there
+    elif IDENTITY:
+        src = r
+        write = cols >= 0
+    else:
+        src = tl.load(recv_from_ptr + r)
+        write = cols >= 0
     srcv, ok = _source(src, N, BLOCK)
     row = buf_ptr + srcv * row_words
-    tl.store(x_ptr + r * X_WORDS + cols, tl.load(row + X_OFF + cols, mask=cm & ok, other=0), mask=cm)
+    tl.store(x_ptr + r * X_WORDS + cols, tl.load(row + X_OFF + cols, mask=cm & ok, other=0), mask=cm & write)
     if c == 0:
         if HAS_S:
-            _copy_words(s_ptr + r * S_WORDS, row + S_OFF, S_WORDS, ok, BLOCK)
+            _copy_words_w(s_ptr + r * S_WORDS, row + S_OFF, S_WORDS, ok, write, BLOCK)
         if HAS_ROUTE:
             ks = tl.arange(0, BLOCK_K)
             km = ks < K

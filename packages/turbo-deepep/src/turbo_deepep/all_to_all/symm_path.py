@@ -76,25 +76,34 @@ def _exact_tables(counts: list[list[int]], rank: int, dev: torch.device) -> Symm
 
 
 def dispatch(args, fmt: RowFormat, tensors: dict, world: int):
-    """Fresh dispatch: ``(rows uint8 [N, B], recv_from or None, result rows, state)`` (the
-    collective path's ``_fused_layout``)."""
+    """Fresh dispatch: ``(recv_x, recv_scales, local ids, probs, tokens_per_expert, state)`` (the
+    collective path's ``_fused_layout`` followed by :func:`fused.unpack`).
+
+    Worst mode compacts on the way: the routing kernel stores this rank's counts into every rank's
+    header (as exact mode does), and after the first barrier the packing kernel reads the count
+    matrix from its own header to store each row at its final place (after the rows of lower
+    ranks), this rank's own rows straight into the results. The receiver then needs no compaction
+    kernel, and its unpacking copies only the rows of other ranks. No host value: every count stays
+    on the device. A rank reads its header only before its second barrier, and a rank writes the
+    others' headers only before its first barrier of a later exchange, so no header is written
+    while it is read."""
     x, group, e = args.x, args.group, args.num_experts
     t, rank, dev, b = x.shape[0], group.rank(), x.device, fmt.row_bytes
     hdr = symm.header_bytes(world)
+    idx_dtype, e_l = args.token_indices.dtype, e // world
     if args.num_worst_tokens > 0:
-        slot = min(t, args.num_worst_tokens)
+        slot, nw = min(t, args.num_worst_tokens), args.num_worst_tokens
         buf = symm.buffers(group, dev, hdr + world * slot * b)
-        slot_tok, pos, _ = fused.route(args.token_indices, e, world, slot)
         tables = _worst_tables(rank, world, slot, dev)
+        slot_tok, pos, _ = fused.route(args.token_indices, e, world, slot, put_counts=(buf.peers, rank))
         buf.barrier()
-        fused.pack(fmt, tensors, world * slot, t, rows=slot_tok.view(-1), num_experts=e,
-                   put=_put(buf, world, tables.row0, slot=slot, ids_only_pad=True))
+        got = fused.pack_compacted(fmt, tensors, slot_tok, t, e, _put(buf, world, tables.row0), rank, nw, e_l)
         buf.barrier()
-        rows = _rows(buf, world, world * slot, fmt)
-        recv_from, to_recv = fused.compact(rows, fmt, rank, e // world, args.num_worst_tokens)
-        st = AllToAllState("worst", rank, world, slot_tok.view(-1), recv_from=recv_from, to_recv=to_recv, slot=slot,
-                           pos=pos, transport="symm", tables=tables)
-        return rows, recv_from, args.num_worst_tokens, st
+        rx, rs, local, probs, tpe = fused.unpack(_rows(buf, world, world * slot, fmt), fmt, nw, None,
+                                                 idx_dtype=idx_dtype, rank=rank, num_local=e_l, into=got)
+        st = AllToAllState("worst", rank, world, slot_tok.view(-1), recv_from=got.recv_from, to_recv=got.to_recv,
+                           slot=slot, pos=pos, transport="symm", tables=tables)
+        return rx, rs, local, probs, tpe, st
     buf = symm.buffers(group, dev, hdr)
     buf.barrier()
     slot_tok, pos, _ = fused.route(args.token_indices, e, world, t, put_counts=(buf.peers, rank))
@@ -109,7 +118,10 @@ def dispatch(args, fmt: RowFormat, tensors: dict, world: int):
     buf.barrier()
     st = AllToAllState("exact", rank, world, order, tuple(send), tuple(recv), pos=pos, send_offs=offs,
                        transport="symm", tables=tables)
-    return _rows(buf, world, sum(recv), fmt), None, sum(recv), st
+    n = sum(recv)
+    rx, rs, local, probs, tpe = fused.unpack(_rows(buf, world, n, fmt), fmt, n, None, idx_dtype=idx_dtype, rank=rank,
+                                             num_local=e_l)
+    return rx, rs, local, probs, tpe, st
 
 
 def _exchange_bytes(st: AllToAllState, fmt: RowFormat, back: bool) -> int:
