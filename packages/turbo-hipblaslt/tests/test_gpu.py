@@ -210,8 +210,10 @@ def test_relayout_copies_bytes_exactly_through_the_library(ext, how, shape):
     if how == "col":
         v = bits.t().contiguous().t()
     else:
-        buf = torch.zeros(r + 7, c + 7, dtype=torch.uint8, device="cuda")
-        v = buf[3:3 + r, 2:2 + c] if how == "padded" else buf.t()[2:2 + r, 3:3 + c]
+        if how == "padded":  # row-major rows 7 bytes apart
+            v = torch.zeros(r + 7, c + 7, dtype=torch.uint8, device="cuda")[3:3 + r, 2:2 + c]
+        else:  # column-major columns 7 bytes apart
+            v = torch.zeros(c + 7, r + 7, dtype=torch.uint8, device="cuda").t()[2:2 + r, 3:3 + c]
         v.copy_(bits)
     got = relayout.contiguous(v.view(torch.float8_e4m3fn))
     assert got.is_contiguous() and torch.equal(got.view(torch.uint8), bits)
