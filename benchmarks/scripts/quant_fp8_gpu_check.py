@@ -53,6 +53,10 @@ def _parse():
     p.add_argument("--cases", default="", help="bench only these case ids (comma separated; default all)")
     p.add_argument("--no-compile", action="store_true", help="bench without the torch.compile provider")
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU interpreter")
+    p.add_argument("--shard", default="0/1",
+                   help="check part: K/N runs every N-th input (from the K-th) and the graph part only in shard 0, "
+                        "so that N processes share the (compile-bound) check")
+    p.add_argument("--families", default="", help="sweep only these families (comma separated; default all)")
     return p.parse_args()
 
 
@@ -188,7 +192,19 @@ def _special(shape, dtype):
     return x.to(dtype)
 
 
+_SHARD_K, _SHARD_N = (int(v) for v in ARGS.shard.split("/"))
+_CALLS = [0]
+
+
+def _mine() -> bool:
+    """Whether this process (``--shard K/N``) checks the next input."""
+    _CALLS[0] += 1
+    return (_CALLS[0] - 1) % _SHARD_N == _SHARD_K
+
+
 def check_quant(x, dtype, label, poison):
+    if not _mine():
+        return True
     ok = True
     for cid, gran, axis, bs, recipe in QUANT:
         args = QuantizeFp8Args(x, dtype, gran, axis, bs, recipe)
@@ -247,8 +263,8 @@ def part_check():
 
 
 def part_graph():
-    if DEV != "cuda":
-        log("graph: skipped off the GPU")
+    if DEV != "cuda" or _SHARD_K:
+        log("graph: skipped off the GPU" if DEV != "cuda" else "graph: shard 0 runs it")
         return
     shape = (4096, 7168)
     x = _rand(shape, torch.bfloat16, 1)
@@ -339,54 +355,107 @@ def _dequant_cases(dtype=E4M3):
     return out
 
 
+def _sweep_family(name, args, launcher, configs, sets, nbytes, copy):
+    """Time each config (``(label, call(args) -> outputs)``) and the heuristic; outputs checked
+    against the heuristic's, bit for bit."""
+    base = launcher(args)
+    best = None
+    for label, call in configs[:1] if ARGS.smoke else configs:
+        try:
+            got = call(args)
+            errs = [e for a, b in zip(got, base, strict=True) if (e := compare(a, b))]
+            t = _time(lambda t, a=args, c=call: c(type(a)(t, *_fields(a)[1:])), sets)
+            gbps = nbytes / t.median_ms / 1e6
+            row = {"family": name, "tile": label, "gbps": gbps, "copy_fraction": gbps / copy, "ok": not errs,
+                   "p10_ms": t.p10_ms, "p90_ms": t.p90_ms}
+            if errs:
+                row["errors"] = errs
+        except Exception as exc:  # noqa: BLE001
+            row = {"family": name, "tile": label, "ok": False, "error": str(exc)[:300]}
+        RESULTS["sweep"].append(row)
+        log(f"  {name} {label}: " + (f"{row['gbps']:.0f} GB/s ({row['copy_fraction']:.0%}){'' if row['ok'] else ' MISMATCH'}"
+                                     if "gbps" in row else row["error"][:200]))
+        if row.get("ok") and (best is None or row["gbps"] > best["gbps"]):
+            best = row
+    t = _time(lambda t, a=args: launcher(type(a)(t, *_fields(a)[1:])), sets)
+    heur = nbytes / t.median_ms / 1e6
+    RESULTS["sweep"].append({"family": name, "tile": "heuristic", "gbps": heur, "copy_fraction": heur / copy, "ok": True})
+    log(f"sweep {name}: heuristic {heur:.0f} GB/s ({heur / copy:.0%}); best {best['gbps']:.0f} GB/s at {best['tile']}"
+        if best else f"sweep {name}: heuristic {heur:.0f} GB/s; no valid config")
+
+
+def _tile_configs(launcher, tiles, gm, gn, warps=(4, 8)):
+    out = []
+    for bm, bn in tiles:
+        for w in warps:
+            if bm < gm or bn < gn or bm * bn > 65536 or bm * bn < w * 32:
+                continue
+            tile = Tile(bm, bn, w)
+            out.append(([bm, bn, w], lambda a, t=tile: launcher(a, t)))
+    return out
+
+
+def _amax_cast_configs(launcher, pairs):
+    """Configs of the two-pass path: ``common.pick_amax_cast`` patched to give (amax tile with
+    its iters, cast tile)."""
+    from turbo_triton.quantization import common
+
+    def call(a, at, ct):
+        orig = common.pick_amax_cast
+        common.pick_amax_cast = lambda *_a, **_k: (at, ct)
+        try:
+            return launcher(a)
+        finally:
+            common.pick_amax_cast = orig
+
+    return [([list(at.__dict__.values()), list(ct.__dict__.values())[:3]], lambda a, at=at, ct=ct: call(a, at, ct))
+            for at, ct in pairs]
+
+
 def part_sweep():
     shape = (128, 256) if ARGS.smoke else (16384, 8192)
     x = _rand(shape, torch.bfloat16, 3)
     copy = _copy_gbps()
+    qz, wt = quantize.quantize_fp8, quantize_with_trans.quantize_fp8_with_trans
+    T = Tile
+    c8, c32 = T(8, 1024, 8), T(32, 256, 8)
     families = [
-        ("block1x128", QuantizeFp8Args(x, E4M3, "BLOCKWISE", -1, 128), 1, 128,
-         [(1, 128), (4, 128), (8, 256), (16, 512), (8, 1024), (16, 1024), (32, 256)]),
-        ("block128x1", QuantizeFp8Args(x, E4M3, "BLOCKWISE", 0, 128), 128, 1,
-         [(128, 32), (128, 64), (128, 128), (256, 32), (256, 64)]),
-        ("block2d-128", QuantizeFp8Args(x, E4M3, "BLOCKWISE", None, 128, R2D), 128, 128, [(128, 128), (128, 256)]),
-        ("rowwise-last", QuantizeFp8Args(x, E4M3, "ROWWISE", -1), 1, 8192, [(1, 8192), (2, 8192), (4, 8192)]),
-        ("mx-row", QuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", -1, 32), 1, 32,
-         [(8, 256), (16, 512), (8, 1024), (32, 128), (64, 128)]),
-        ("mx-col", QuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", -2, 32), 32, 1,
-         [(32, 128), (64, 64), (64, 128), (128, 64), (128, 32), (256, 32)]),
-        ("wt-block128", QuantizeFp8WithTransArgs(x, E4M3, "BLOCKWISE", 128), 128, 128, [(128, 128), (128, 256)]),
-        ("wt-mx", QuantizeFp8WithTransArgs(x, E4M3, "MX_BLOCKWISE", 32), 32, 32,
-         [(32, 128), (64, 64), (64, 128), (128, 64), (128, 128), (32, 256)]),
+        ("block128x1", QuantizeFp8Args(x, E4M3, "BLOCKWISE", 0, 128),
+         _tile_configs(qz, [(128, 32), (128, 64), (128, 128), (256, 64)], 128, 1, (2, 4, 8))),
+        ("mx-col", QuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", -2, 32),
+         _tile_configs(qz, [(32, 128), (64, 64), (64, 128), (128, 64), (128, 128), (32, 256)], 32, 1)),
+        ("wt-block128", QuantizeFp8WithTransArgs(x, E4M3, "BLOCKWISE", 128),
+         _tile_configs(wt, [(128, 128)], 128, 128, (4, 8, 16))),
+        ("wt-mx", QuantizeFp8WithTransArgs(x, E4M3, "MX_BLOCKWISE", 32),
+         _tile_configs(wt, [(32, 128), (64, 64), (64, 128), (128, 64), (32, 256)], 32, 32)),
+        ("rowwise-first", QuantizeFp8Args(x, E4M3, "ROWWISE", 0),
+         _amax_cast_configs(qz, [(T(8, 1024, 8, 16), c32), (T(8, 1024, 8, 32), c32), (T(8, 1024, 8, 8), c32),
+                                 (T(16, 512, 8, 16), c32), (T(4, 1024, 4, 32), c32), (T(32, 256, 8, 8), c32),
+                                 (T(8, 1024, 8, 16), c8), (T(8, 1024, 8, 16), T(16, 512, 8)),
+                                 (T(8, 1024, 8, 16), T(64, 128, 4))])),
+        ("tensorwise", QuantizeFp8Args(x, E4M3, "TENSORWISE"),
+         _amax_cast_configs(qz, [(T(8, 1024, 8, 16), c8), (T(8, 1024, 8, 64), c8), (T(16, 1024, 8, 32), c8),
+                                 (T(8, 1024, 8, 16), T(16, 1024, 8)), (T(8, 1024, 8, 16), T(4, 1024, 4)),
+                                 (T(8, 1024, 8, 128), c8)])),
+        ("block1x128", QuantizeFp8Args(x, E4M3, "BLOCKWISE", -1, 128),
+         _tile_configs(qz, [(8, 1024), (16, 512), (32, 256)], 1, 128)),
     ]
-    for name, args, gm, gn, tiles in families:
-        launcher = (quantize_with_trans.quantize_fp8_with_trans if isinstance(args, QuantizeFp8WithTransArgs)
-                    else quantize.quantize_fp8)
-        base = launcher(args)
-        nbytes = _nbytes(x, base)
-        sets = _sets(x, nbytes)
-        best = None
-        for bm, bn in tiles[:1] if ARGS.smoke else tiles:
-            for warps in (4,) if ARGS.smoke else (4, 8, 16):
-                if bm < gm or bn < gn or bm * bn > 65536 or bm * bn < warps * 32:
-                    continue
-                tile = Tile(bm, bn, warps)
-                try:
-                    got = launcher(args, tile)
-                    errs = [e for a, b in zip(got, base, strict=True) if (e := compare(a, b))]
-                    t = _time(lambda t, a=args, tl_=tile: launcher(type(a)(t, *_fields(a)[1:]), tl_), sets)
-                    gbps = nbytes / t.median_ms / 1e6
-                    row = {"family": name, "tile": [bm, bn, warps], "gbps": gbps, "copy_fraction": gbps / copy,
-                           "ok": not errs}
-                except Exception as exc:  # noqa: BLE001
-                    row = {"family": name, "tile": [bm, bn, warps], "ok": False, "error": str(exc)[:200]}
-                RESULTS["sweep"].append(row)
-                if row.get("ok") and (best is None or row["gbps"] > best["gbps"]):
-                    best = row
-        t = _time(lambda t, a=args: launcher(type(a)(t, *_fields(a)[1:])), sets)
-        heur = nbytes / t.median_ms / 1e6
-        RESULTS["sweep"].append({"family": name, "tile": "heuristic", "gbps": heur, "ok": True})
-        log(f"sweep {name}: heuristic {heur:.0f} GB/s; best {best['gbps']:.0f} GB/s at {best['tile']}"
-            if best else f"sweep {name}: heuristic {heur:.0f} GB/s; no valid tile")
+    wanted = {f.strip() for f in ARGS.families.split(",") if f.strip()}
+    for name, args, configs in families:
+        if wanted and name not in wanted:
+            continue
+        launcher = wt if isinstance(args, QuantizeFp8WithTransArgs) else qz
+        nbytes = _nbytes(x, launcher(args))
+        _sweep_family(name, args, launcher, configs, _sets(x, nbytes), nbytes, copy)
+    if not wanted or "dq-mx-col" in wanted:
+        q, s = ref._quantize_fp8(x, E4M3, "MX_BLOCKWISE", -2, 32, R0)
+        dargs = DequantizeFp8Args(q, s, torch.bfloat16, "MX_BLOCKWISE", -2, 32, R0)
+        nbytes = _nbytes(q, s) + q.numel() * 2
+        dq = dequantize.dequantize_fp8
+        _sweep_family("dq-mx-col", dargs, dq,
+                      _tile_configs(dq, [(64, 128), (32, 128), (128, 64), (64, 256), (128, 128), (8, 1024)], 1, 1),
+                      _sets(q, nbytes), nbytes, copy)
+    del x
 
 
 def _fields(a):

@@ -230,6 +230,31 @@ def test_rowwise_two_pass_amax_path(monkeypatch, axis, tile):
     _check_quantize(_quant_args(x, E4M3, "ROWWISE", axis), tile)
 
 
+@pytest.mark.parametrize("tile", [Tile(4, 16, iters=3), Tile(8, 8, iters=2), Tile(2, 8, iters=32), None])
+def test_rowwise_two_pass_amax_walks_down_m(monkeypatch, tile):
+    """Columns (axis 1 of ``[3, 37, 45]``) through amax programs walking several tiles down M
+    (ragged: the last program's walk passes M), a NaN and an Inf in different strips."""
+    monkeypatch.setattr(quantize, "COL_FUSED_MAX", 8)
+    axis = 1
+    x = _input((3, 37, 45), torch.float32, seed=23)
+    x[1, 33, 7] = math.nan
+    x[2, 3, 40] = math.inf
+    _check_quantize(_quant_args(x, E4M3, "ROWWISE", axis), tile)
+
+
+@pytest.mark.parametrize("shape,tile", [((8, 4096), None), ((64, 96), Tile(4, 32, iters=4)), ((3, 1024), None)],
+                         ids=["flat-rows", "flat-rows-walk", "one-row"])
+@pytest.mark.parametrize("special", [None, "nan", "inf"])
+def test_tensorwise_flat_rows_view(shape, tile, special):
+    """TENSORWISE of a contiguous tensor runs on ``[1, numel / 1024, 1024]`` (amax walking down
+    the rows, then scale_kernel, then the cast); 3 x 1024 elements is one such row too few."""
+    x = _input(shape, torch.bfloat16, seed=29)
+    if special:
+        x.view(-1)[x.numel() // 3] = math.nan if special == "nan" else -math.inf
+    _check_quantize(_quant_args(x, E4M3, "TENSORWISE"), tile)
+    _check_quantize(_quant_args(x.t(), E5M2, "TENSORWISE"), tile)
+
+
 def test_rowwise_long_rows_natural_sizes():
     """Rows longer than ROW_FUSED_MAX and columns longer than COL_FUSED_MAX, unpatched."""
     _check_quantize(_quant_args(_input((2, quantize.ROW_FUSED_MAX + 37), seed=19), E4M3, "ROWWISE", -1))
@@ -377,7 +402,11 @@ def test_dequantize_extreme_scales():
 
 @pytest.mark.parametrize("gran,axis,bs,recipe,tile", [
     ("BLOCKWISE", 0, 16, R0, Tile(8, 16)), ("BLOCKWISE", None, 16, R2D, Tile(4, 8)),
-    ("MX_BLOCKWISE", -2, 32, R0, Tile(16, 32)), ("ROWWISE", -1, None, R0, Tile(2, 16))])
+    ("MX_BLOCKWISE", -2, 32, R0, Tile(16, 32)), ("ROWWISE", -1, None, R0, Tile(2, 16)),
+    # tiles holding whole groups (each scale loaded once, broadcast), ragged edges; MX under 32 columns
+    ("BLOCKWISE", -1, 16, R0, Tile(4, 32)), ("BLOCKWISE", 0, 8, R0, Tile(16, 8)), ("BLOCKWISE", None, 8, R2D, Tile(16, 16)),
+    ("MX_BLOCKWISE", -1, 32, R0, Tile(4, 64)), ("MX_BLOCKWISE", -2, 32, R0, Tile(8, 16)),
+    ("MX_BLOCKWISE", -2, 32, R0, Tile(32, 64))])
 def test_dequantize_non_contiguous_data_and_scales_small_tiles(gran, axis, bs, recipe, tile):
     q, s = ref.quantize_fp8(_quant_args(_input((40, 45), seed=47), E4M3, gran, axis, bs, recipe))
     q_nc = q.t().contiguous().t()  # same values, column-major

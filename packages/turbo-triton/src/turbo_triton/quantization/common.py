@@ -12,7 +12,8 @@ from turbo_core.low_precision import QUANT_EPS, fp8_max, mx_emax
 from turbo_triton import _runtime
 
 __all__ = ["Tile", "around_axis", "block_size_reason", "check_tile", "data_arg", "device_reason", "eps", "x_arg",
-           "fill_zero_block", "fmt_constexprs", "grid", "mx_emax_of", "pick", "pick_mx", "recipe_reason", "soft", "view3"]
+           "amax_iters", "fill_zero_block", "flat_rows", "fmt_constexprs", "grid", "hw_sat", "mx_emax_of",
+           "pick", "pick_amax_cast", "pick_mx", "recipe_reason", "soft", "view3"]
 
 _FNUZ = (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
 _FNUZ_ARCHS = ("gfx940", "gfx941", "gfx942")
@@ -36,6 +37,8 @@ class Tile:
     block_m: int
     block_n: int
     num_warps: int = 4
+    #: Two-pass amax (``amax_kernel``): tiles a program walks down M (0: ``amax_iters`` decides).
+    iters: int = 0
 
 
 def soft() -> bool:
@@ -47,6 +50,13 @@ def fmt_constexprs(dtype: torch.dtype) -> dict:
     """The format constexprs of ``turbo_triton.quantization.numerics`` for an FP8 dtype."""
     mb, bias = _LAYOUT[dtype]
     return dict(FMAX=fp8_max(dtype), MB=mb, BIAS=bias, FNUZ=dtype in _FNUZ, SOFT=soft())
+
+
+def hw_sat() -> dict:
+    """``HW_SAT`` of ``numerics.to_fp8``: True on NVIDIA GPUs, whose FP8 conversion saturates
+    (``satfinite``) exactly as the reference's clamp; the clamp stays under the interpreter and
+    on ROCm."""
+    return dict(HW_SAT=not soft() and torch.version.hip is None)
 
 
 def mx_emax_of(dtype: torch.dtype) -> int:
@@ -119,6 +129,43 @@ def pick(m: int, n: int, gm: int, gn: int, *, cap_n: int = 1024, target: int = 8
     bn = max(gn, min(triton.next_power_of_2(max(n, 1)), cap_n, max(1, target // gm)))
     bm = max(gm, min(triton.next_power_of_2(max(m, 1)), max(1, target // bn)))
     return Tile(bm, bn, _warps(bm * bn, gm))
+
+
+def pick_amax_cast(b: int, m: int, n: int, red_m: bool, red_n: bool) -> tuple[Tile, Tile]:
+    """``(amax tile, cast tile)`` of the two-pass path. The amax pass reads rows of up to 1024
+    elements (8192 a step, 8 warps) and walks down M; the cast of a column reduction takes
+    32 x 256 tiles (256 scales loaded a program); the others row tiles as ``pick``."""
+    if m == 1:  # one long row (TENSORWISE of an odd-sized tensor): as before
+        t = pick(m, n, 1, 1, cap_n=4096)
+        return t, t
+    amax_tile = pick(m, n, 1, 1, cap_n=1024)
+    if red_m and not red_n:
+        return amax_tile, pick(m, n, 1, 1, cap_n=256)
+    return amax_tile, amax_tile
+
+
+def amax_iters(b: int, m: int, n: int, tile: Tile, red_m: bool, *, programs: int = 1024, most: int = 32) -> int:
+    """Tiles an amax program walks down M: a power of two up to ``most`` (reductions over M only)
+    while the grid keeps at least ``programs`` programs (several a multiprocessor); ``tile.iters``
+    when set."""
+    if tile.iters:
+        return tile.iters
+    if not red_m:
+        return 1
+    tiles_m = triton.cdiv(m, tile.block_m)
+    others = b * triton.cdiv(n, tile.block_n)
+    it = 1
+    while it * 2 <= min(most, tiles_m) and others * triton.cdiv(tiles_m, it * 2) >= programs:
+        it *= 2
+    return it
+
+
+def flat_rows(numel: int, width: int = 1024) -> tuple[int, int, int]:
+    """``[1, rows, width]`` view of a contiguous tensor for TENSORWISE (rows of ``width`` when it
+    divides ``numel``, else one row): the amax pass then walks down rows."""
+    if numel % width == 0 and numel > width:
+        return 1, numel // width, width
+    return 1, 1, numel
 
 
 def pick_mx(m: int, n: int, gm: int, gn: int) -> Tile:

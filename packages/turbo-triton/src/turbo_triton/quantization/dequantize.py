@@ -95,11 +95,14 @@ def _mx(args: DequantizeFp8Args, tile: Tile | None) -> torch.Tensor:
     s3 = s3 if s3.dim() == 3 else s3.unsqueeze(0)
     b, r, c = x3.shape
     so = (r * c, c, 1) if row else (r * c, 1, r)
-    tile = tile or common.pick(r, c, 1, 1)
+    # col-wise: tiles of 64 rows of q, so that each column of the transposed output gets 128 bytes
+    # (the row-direction 8 x 1024 tile wrote 16-byte runs)
+    tile = tile or (common.pick(r, c, 1, 1) if row else common.pick(r, c, 1, 1, cap_n=128))
     fmt = common.fmt_constexprs(x.dtype)
     kernels.mx_dequant_kernel[common.grid(b, r, c, tile)](
         common.data_arg(x3), s3, _out_arg(out), r, c, *x3.stride(), *s3.stride(), *so, BM=tile.block_m, BN=tile.block_n,
-        MB=fmt["MB"], BIAS=fmt["BIAS"], SOFT=fmt["SOFT"], ROUND_BF16=_soft_bf16(args.out_dtype), num_warps=tile.num_warps)
+        MB=fmt["MB"], BIAS=fmt["BIAS"], SOFT=fmt["SOFT"], ROUND_BF16=_soft_bf16(args.out_dtype), TRANS=not row,
+        num_warps=tile.num_warps)
     return out
 
 

@@ -27,14 +27,14 @@ import triton
 import triton.language as tl
 
 from turbo_triton.quantization.numerics import (
-    abs_bits,
     e8m0_to_fp32,
     expand,
     fp32_scale,
     from_fp8,
-    group_max,
+    group_amax,
     load_f32,
     mx_scale,
+    nan_max,
     tile_of,
     to_fp8,
     to_out,
@@ -45,59 +45,95 @@ from turbo_triton.quantization.numerics import (
 def _fp32_groups(x, rows, cols, mask, tm, tn, M, N, q_ptr, q_offs, s_ptr, ss_m, ss_n, eps,
                  BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr,
                  FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
-                 SOFT: tl.constexpr):
+                 SOFT: tl.constexpr, HW_SAT: tl.constexpr):
     """Quantize tile ``x`` with one FP32 scale per ``GM x GN`` group; store q and scale_inv."""
-    scale, s_inv = fp32_scale(group_max(abs_bits(x), BM, BN, GM, GN), eps, FMAX)
+    scale, s_inv = fp32_scale(group_amax(x, BM, BN, GM, GN), eps, FMAX)
     gm = tm.to(tl.int64) * (BM // GM) + tl.arange(0, BM // GM)
     gn = tn.to(tl.int64) * (BN // GN) + tl.arange(0, BN // GN)
     s_mask = (gm < tl.cdiv(M, GM))[:, None] & (gn < tl.cdiv(N, GN))[None, :]
     tl.store(s_ptr + gm[:, None] * ss_m + gn[None, :] * ss_n, s_inv, mask=s_mask)
     q = x * expand(scale, BM, BN, GM, GN)
-    tl.store(q_ptr + q_offs, to_fp8(q, q_ptr, FMAX, MB, BIAS, FNUZ, SOFT), mask=mask)
+    tl.store(q_ptr + q_offs, to_fp8(q, q_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT), mask=mask)
 
 
 @triton.jit
 def quant_groups_kernel(x_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_m, ss_n, eps,
                         BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr,
                         FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
-                        SOFT: tl.constexpr, X_BITS: tl.constexpr):
+                        SOFT: tl.constexpr, X_BITS: tl.constexpr, HW_SAT: tl.constexpr = False):
     """``q [B, M, N]`` and ``scale_inv`` (group ``(b, i, j)`` at ``b*ss_b + i*ss_m + j*ss_n``)."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M, N, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
     q_offs = b * M * N + rows[:, None] * N + cols[None, :]
     _fp32_groups(x, rows, cols, mask, tm, tn, M, N, q_ptr, q_offs, s_ptr + b * ss_b, ss_m, ss_n,
-                 eps, BM, BN, GM, GN, FMAX, MB, BIAS, FNUZ, SOFT)
+                 eps, BM, BN, GM, GN, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
 
 
 @triton.jit
 def amax_kernel(x_ptr, a_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, sa_n,
-                BM: tl.constexpr, BN: tl.constexpr, RED_M: tl.constexpr, RED_N: tl.constexpr, X_BITS: tl.constexpr):
+                BM: tl.constexpr, BN: tl.constexpr, RED_M: tl.constexpr, RED_N: tl.constexpr, X_BITS: tl.constexpr,
+                ITERS: tl.constexpr = 1):
     """``atomic_max`` of the bits of ``|x|`` into the int32 buffer ``a`` (zero-initialised):
     one entry per ``b`` when reducing over both M and N, per ``(b, m)`` (RED_N), or per
-    ``(b, n)`` (RED_M)."""
-    b, tm, tn, rows, cols = tile_of(tl.program_id(0), M, N, BM, BN)
-    mask = (rows < M)[:, None] & (cols < N)[None, :]
-    bits = abs_bits(load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS))
+    ``(b, n)`` (RED_M). A program walks ``ITERS`` tiles of ``BM x BN`` down M, keeping an
+    element-wise running max, and reduces it once: one atomic per ``BM * ITERS`` rows instead
+    of one per tile (RED_M and both; RED_N takes ITERS 1)."""
+    tiles_n = tl.cdiv(N, BN)
+    tiles_m = tl.cdiv(M, BM * ITERS)
+    pid = tl.program_id(0)
+    tn = pid % tiles_n
+    t = pid // tiles_n
+    tm = t % tiles_m
+    b = (t // tiles_m).to(tl.int64)
+    cols = tn.to(tl.int64) * BN + tl.arange(0, BN)
+    row0 = tm.to(tl.int64) * (BM * ITERS)
+    base = x_ptr + b * sx_b + cols[None, :] * sx_n
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for i in range(ITERS):
+        rows = row0 + i * BM + tl.arange(0, BM)
+        mask = (rows < M)[:, None] & (cols < N)[None, :]
+        acc = nan_max(acc, tl.abs(load_f32(base + rows[:, None] * sx_m, mask, X_BITS)))
     if RED_M and RED_N:
-        tl.atomic_max(a_ptr + b * sa_b, tl.max(tl.max(bits, axis=1), axis=0))
+        amax = tl.reduce(tl.reduce(acc, 1, nan_max), 0, nan_max)
+        tl.atomic_max(a_ptr + b * sa_b, amax.to(tl.int32, bitcast=True))
     elif RED_N:
-        tl.atomic_max(a_ptr + b * sa_b + rows * sa_m, tl.max(bits, axis=1), mask=rows < M)
+        rows = row0 + tl.arange(0, BM)
+        amax = tl.reduce(acc, 1, nan_max)
+        tl.atomic_max(a_ptr + b * sa_b + rows * sa_m, amax.to(tl.int32, bitcast=True), mask=rows < M)
     else:
-        tl.atomic_max(a_ptr + b * sa_b + cols * sa_n, tl.max(bits, axis=0), mask=cols < N)
+        amax = tl.reduce(acc, 0, nan_max)
+        tl.atomic_max(a_ptr + b * sa_b + cols * sa_n, amax.to(tl.int32, bitcast=True), mask=cols < N)
+
+
+@triton.jit
+def scale_kernel(a_ptr, scale_ptr, s_ptr, n, eps, FMAX: tl.constexpr, BLOCK: tl.constexpr):
+    """``scale`` and ``scale_inv`` (fp32, contiguous like ``a``) of the amax bits in ``a``: the
+    divisions done once a group, before a cast that would otherwise repeat them in every tile."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    scale, s_inv = fp32_scale(tl.load(a_ptr + offs, mask=mask, other=0), eps, FMAX)
+    tl.store(scale_ptr + offs, scale, mask=mask)
+    tl.store(s_ptr + offs, s_inv, mask=mask)
 
 
 @triton.jit
 def cast_kernel(x_ptr, a_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, sa_n, eps,
                 BM: tl.constexpr, BN: tl.constexpr, RED_M: tl.constexpr, RED_N: tl.constexpr,
                 FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
-                SOFT: tl.constexpr, X_BITS: tl.constexpr):
+                SOFT: tl.constexpr, X_BITS: tl.constexpr, HW_SAT: tl.constexpr = False,
+                SCALED: tl.constexpr = False):
     """Quantize with the amax that ``amax_kernel`` left in ``a``; ``scale_inv`` has ``a``'s
-    layout and is written by the first tile along the reduced dims."""
+    layout and is written by the first tile along the reduced dims. SCALED (reductions over M):
+    ``a`` holds the fp32 scales that ``scale_kernel`` wrote (``scale_inv`` too): nothing to divide."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M, N, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
-    if RED_M and RED_N:
+    if SCALED and RED_N:
+        q = x * tl.load(a_ptr + b * sa_b)
+    elif SCALED:
+        q = x * tl.load(a_ptr + b * sa_b + cols * sa_n, mask=cols < N, other=0.0)[None, :]
+    elif RED_M and RED_N:
         scale, s_inv = fp32_scale(tl.load(a_ptr + b * sa_b), eps, FMAX)
         q = x * scale
         if (tm == 0) & (tn == 0):
@@ -114,71 +150,73 @@ def cast_kernel(x_ptr, a_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, 
         q = x * scale[None, :]
         if tm == 0:
             tl.store(s_ptr + offs, s_inv, mask=cols < N)
-    tl.store(q_ptr + b * M * N + rows[:, None] * N + cols[None, :], to_fp8(q, q_ptr, FMAX, MB, BIAS, FNUZ, SOFT),
-             mask=mask)
+    tl.store(q_ptr + b * M * N + rows[:, None] * N + cols[None, :],
+             to_fp8(q, q_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT), mask=mask)
 
 
 @triton.jit
-def _mx_part(x, bits, b, tm, tn, rows, cols, lim_m, lim_n, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
+def _mx_part(x, b, tm, tn, rows, cols, lim_m, lim_n, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
              BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, ROW: tl.constexpr,
              FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr,
-             EMAX: tl.constexpr):
+             EMAX: tl.constexpr, HW_SAT: tl.constexpr):
     """One MX direction of tile ``x`` (``[BM, BN]`` of ``[B, M, N]``). ROW: data ``[B, M, N_pad]``
     at ``(b, row, col)``, scales ``[B, M, N_pad/32]``; else data ``[B, N, M_pad]`` at
-    ``(b, col, row)``, scales ``[B, N, M_pad/32]``. Stores where ``rows < lim_m`` and ``cols < lim_n``."""
-    mult, byte = mx_scale(group_max(bits, BM, BN, GM, GN), EMAX)
-    q = to_fp8(x * expand(mult, BM, BN, GM, GN), q_ptr, FMAX, MB, BIAS, FNUZ, SOFT)
-    mask = (rows < lim_m)[:, None] & (cols < lim_n)[None, :]
+    ``(b, col, row)``, scales ``[B, N, M_pad/32]``, each stored from the transposed tile
+    (``[BN, BM]``: consecutive rows of x are consecutive bytes of the output). Stores where
+    ``rows < lim_m`` and ``cols < lim_n``."""
+    mult, byte = mx_scale(group_amax(x, BM, BN, GM, GN), EMAX)
+    q = to_fp8(x * expand(mult, BM, BN, GM, GN), q_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
     if ROW:
+        mask = (rows < lim_m)[:, None] & (cols < lim_n)[None, :]
         tl.store(q_ptr + b * sq_b + rows[:, None] * sq_r + cols[None, :], q, mask=mask)
         per_row = expand(byte, BM, BN // 32, GM, 1)  # [BM, BN/32]: each row's byte of each block
         blk = tn.to(tl.int64) * (BN // 32) + tl.arange(0, BN // 32)
         s_mask = (rows < lim_m)[:, None] & (blk < tl.cdiv(lim_n, 32))[None, :]
         tl.store(s_ptr + b * ss_b + rows[:, None] * ss_r + blk[None, :], per_row.to(tl.uint8), mask=s_mask)
     else:
-        tl.store(q_ptr + b * sq_b + cols[None, :] * sq_r + rows[:, None], q, mask=mask)
-        per_col = expand(byte, BM // 32, BN, 1, GN)  # [BM/32, BN]: each column's byte of each block
+        mask_t = (cols < lim_n)[:, None] & (rows < lim_m)[None, :]
+        tl.store(q_ptr + b * sq_b + cols[:, None] * sq_r + rows[None, :], tl.trans(q), mask=mask_t)
+        per_col = tl.trans(expand(byte, BM // 32, BN, 1, GN))  # [BN, BM/32]: each column's byte of each block
         blk = tm.to(tl.int64) * (BM // 32) + tl.arange(0, BM // 32)
-        s_mask = (blk < tl.cdiv(lim_m, 32))[:, None] & (cols < lim_n)[None, :]
-        tl.store(s_ptr + b * ss_b + cols[None, :] * ss_r + blk[:, None], per_col.to(tl.uint8), mask=s_mask)
+        s_mask = (cols < lim_n)[:, None] & (blk < tl.cdiv(lim_m, 32))[None, :]
+        tl.store(s_ptr + b * ss_b + cols[:, None] * ss_r + blk[None, :], per_col.to(tl.uint8), mask=s_mask)
 
 
 @triton.jit
 def quant_mx_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, sq_b, sq_r, ss_b, ss_r,
                     BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, ROW: tl.constexpr,
                     FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
-                    SOFT: tl.constexpr, EMAX: tl.constexpr, X_BITS: tl.constexpr):
+                    SOFT: tl.constexpr, EMAX: tl.constexpr, X_BITS: tl.constexpr, HW_SAT: tl.constexpr = False):
     """MX quantization of ``x [B, M, N]`` over the padded extent ``[M_EXT, N_EXT]`` (row-wise:
     ``[M, N_pad]``; col-wise: ``[M_pad, N]``); elements outside ``[M, N]`` read as zero."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_EXT, N_EXT, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
-    _mx_part(x, abs_bits(x), b, tm, tn, rows, cols, M_EXT, N_EXT, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
-             BM, BN, GM, GN, ROW, FMAX, MB, BIAS, FNUZ, SOFT, EMAX)
+    _mx_part(x, b, tm, tn, rows, cols, M_EXT, N_EXT, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
+             BM, BN, GM, GN, ROW, FMAX, MB, BIAS, FNUZ, SOFT, EMAX, HW_SAT)
 
 
 @triton.jit
 def mx_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_PAD, sx_b, sx_m, sx_n,
                          BM: tl.constexpr, BN: tl.constexpr, R_GM: tl.constexpr, C_GN: tl.constexpr,
                          FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
-                         SOFT: tl.constexpr, EMAX: tl.constexpr, X_BITS: tl.constexpr):
+                         SOFT: tl.constexpr, EMAX: tl.constexpr, X_BITS: tl.constexpr, HW_SAT: tl.constexpr = False):
     """Row-wise (``[B, M, N_pad]``) and col-wise (``[B, N, M_pad]``) MX copies of ``x [B, M, N]``
     from one read of each tile of the padded ``[M_pad, N_pad]`` extent."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_PAD, N_PAD, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
-    bits = abs_bits(x)
-    _mx_part(x, bits, b, tm, tn, rows, cols, M, N_PAD, qr_ptr, M * N_PAD, N_PAD, sr_ptr, M * (N_PAD // 32),
-             N_PAD // 32, BM, BN, R_GM, 32, True, FMAX, MB, BIAS, FNUZ, SOFT, EMAX)
-    _mx_part(x, bits, b, tm, tn, rows, cols, M_PAD, N, qc_ptr, N * M_PAD, M_PAD, sc_ptr, N * (M_PAD // 32),
-             M_PAD // 32, BM, BN, 32, C_GN, False, FMAX, MB, BIAS, FNUZ, SOFT, EMAX)
+    _mx_part(x, b, tm, tn, rows, cols, M, N_PAD, qr_ptr, M * N_PAD, N_PAD, sr_ptr, M * (N_PAD // 32),
+             N_PAD // 32, BM, BN, R_GM, 32, True, FMAX, MB, BIAS, FNUZ, SOFT, EMAX, HW_SAT)
+    _mx_part(x, b, tm, tn, rows, cols, M_PAD, N, qc_ptr, N * M_PAD, M_PAD, sc_ptr, N * (M_PAD // 32),
+             M_PAD // 32, BM, BN, 32, C_GN, False, FMAX, MB, BIAS, FNUZ, SOFT, EMAX, HW_SAT)
 
 
 @triton.jit
 def blockwise_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, sx_m, sx_n, eps,
                                 BM: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,
                                 FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
-                                SOFT: tl.constexpr, X_BITS: tl.constexpr):
+                                SOFT: tl.constexpr, X_BITS: tl.constexpr, HW_SAT: tl.constexpr = False):
     """``x [M, N]`` to ``q_row [M, N]`` / ``s_row [M, cdiv(N, BS)]`` (1 x BS blocks) and
     ``q_col [M, N]`` / ``s_col [cdiv(M, BS), N]`` (BS x 1 blocks) from one read of each tile."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M, N, BM, BN)
@@ -186,9 +224,9 @@ def blockwise_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, sx_
     x = load_f32(x_ptr + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
     q_offs = rows[:, None] * N + cols[None, :]
     _fp32_groups(x, rows, cols, mask, tm, tn, M, N, qr_ptr, q_offs, sr_ptr, tl.cdiv(N, BS), 1, eps,
-                 BM, BN, 1, BS, FMAX, MB, BIAS, FNUZ, SOFT)
+                 BM, BN, 1, BS, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
     _fp32_groups(x, rows, cols, mask, tm, tn, M, N, qc_ptr, q_offs, sc_ptr, N, 1, eps,
-                 BM, BN, BS, 1, FMAX, MB, BIAS, FNUZ, SOFT)
+                 BM, BN, BS, 1, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
 
 
 @triton.jit
@@ -196,11 +234,20 @@ def dequant_kernel(x_ptr, s_ptr, out_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_m, ss
                    BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr,
                    MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr,
                    ROUND_BF16: tl.constexpr):
-    """``out [B, M, N] = q * scale_inv[b, m // GM, n // GN]`` (fp32 product, rounded once)."""
+    """``out [B, M, N] = q * scale_inv[b, m // GM, n // GN]`` (fp32 product, rounded once). When
+    the tile holds whole groups, each scale is loaded once and broadcast (not gathered per element)."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M, N, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     q = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask=mask)
-    s = tl.load(s_ptr + b * ss_b + (rows // GM)[:, None] * ss_m + (cols // GN)[None, :] * ss_n, mask=mask, other=1.0)
+    if (GM > 1 or GN > 1) and BM % GM == 0 and BN % GN == 0:
+        gm = tm.to(tl.int64) * (BM // GM) + tl.arange(0, BM // GM)
+        gn = tn.to(tl.int64) * (BN // GN) + tl.arange(0, BN // GN)
+        g_mask = (gm < tl.cdiv(M, GM))[:, None] & (gn < tl.cdiv(N, GN))[None, :]
+        s = expand(tl.load(s_ptr + b * ss_b + gm[:, None] * ss_m + gn[None, :] * ss_n, mask=g_mask, other=1.0),
+                   BM, BN, GM, GN)
+    else:
+        s = tl.load(s_ptr + b * ss_b + (rows // GM)[:, None] * ss_m + (cols // GN)[None, :] * ss_n, mask=mask,
+                    other=1.0)
     v = from_fp8(q, MB, BIAS, FNUZ, SOFT) * s
     tl.store(out_ptr + b * M * N + rows[:, None] * N + cols[None, :], to_out(v, out_ptr, ROUND_BF16), mask=mask)
 
@@ -208,13 +255,25 @@ def dequant_kernel(x_ptr, s_ptr, out_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_m, ss
 @triton.jit
 def mx_dequant_kernel(x_ptr, s_ptr, out_ptr, R, C, sx_b, sx_r, sx_c, ss_b, ss_r, ss_c, so_b, so_r, so_c,
                       BM: tl.constexpr, BN: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr,
-                      SOFT: tl.constexpr, ROUND_BF16: tl.constexpr):
+                      SOFT: tl.constexpr, ROUND_BF16: tl.constexpr, TRANS: tl.constexpr = False):
     """``out[b, r, c] (at so_*) = q[b, r, c] * 2**(scale[b, r, c // 32] - 127)``; exact in fp32
-    (every such product is representable), NaN for the scale byte 0xFF."""
+    (every such product is representable), NaN for the scale byte 0xFF. Tiles of 32 columns or
+    more load each scale byte once; TRANS (col-wise data, written back transposed): the tile is
+    stored transposed (``[BN, BM]``), so that consecutive ``r`` are consecutive in the output."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), R, C, BM, BN)
     mask = (rows < R)[:, None] & (cols < C)[None, :]
     q = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_r + cols[None, :] * sx_c, mask=mask)
-    byte = tl.load(s_ptr + b * ss_b + rows[:, None] * ss_r + (cols // 32)[None, :] * ss_c, mask=mask, other=127)
-    v = from_fp8(q, MB, BIAS, False, SOFT) * e8m0_to_fp32(byte.to(tl.int32))
-    tl.store(out_ptr + b * so_b + rows[:, None] * so_r + cols[None, :] * so_c, to_out(v, out_ptr, ROUND_BF16),
-             mask=mask)
+    if BN >= 32:
+        blk = tn.to(tl.int64) * (BN // 32) + tl.arange(0, BN // 32)
+        b_mask = (rows < R)[:, None] & (blk < tl.cdiv(C, 32))[None, :]
+        byte = tl.load(s_ptr + b * ss_b + rows[:, None] * ss_r + blk[None, :] * ss_c, mask=b_mask, other=127)
+        scale = expand(e8m0_to_fp32(byte.to(tl.int32)), BM, BN, 1, 32)
+    else:
+        byte = tl.load(s_ptr + b * ss_b + rows[:, None] * ss_r + (cols // 32)[None, :] * ss_c, mask=mask, other=127)
+        scale = e8m0_to_fp32(byte.to(tl.int32))
+    v = to_out(from_fp8(q, MB, BIAS, False, SOFT) * scale, out_ptr, ROUND_BF16)
+    if TRANS:
+        mask_t = (cols < C)[:, None] & (rows < R)[None, :]
+        tl.store(out_ptr + b * so_b + cols[:, None] * so_c + rows[None, :] * so_r, tl.trans(v), mask=mask_t)
+    else:
+        tl.store(out_ptr + b * so_b + rows[:, None] * so_r + cols[None, :] * so_c, v, mask=mask)

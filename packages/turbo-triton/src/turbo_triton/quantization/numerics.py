@@ -15,7 +15,8 @@ Everything is written to give the TORCH reference's bits (``turbo_core.reference
   byte ``X + 127``, or 0xFF with ``X = 0`` when amax is NaN/Inf. ``2**-X`` is a normal fp32
   (``-X`` lies in [-119, 127]) so ``x * 2**-X`` is the reference's exact float64 product
   rounded once to fp32.
-* Saturation ``clamp(v, -max, max)`` keeps NaN (``torch.clamp`` does; a float min/max may not).
+* Saturation ``clamp(v, -max, max)`` keeps NaN (``torch.clamp`` does; a float min/max may not). On
+  NVIDIA GPUs the FP8 conversion's own ``satfinite`` does exactly this (``HW_SAT``).
 * FP8 encoding: native ``.to(fp8, rtne)`` on GPUs; under the CPU interpreter (whose own float8
   cast rounds half-up and mishandles NaN) a bit-exact software encoder of c10's conversion
   (``Float8_e4m3fn.h`` ... ``Float8_e5m2fnuz.h``): round-to-nearest-even, NaN 0x7F|sign (OCP) or
@@ -55,6 +56,36 @@ def group_max(t, BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.co
     else:
         t = tl.reshape(t, (BM // GM, GM, BN // GN, GN))
         return tl.max(tl.max(t, axis=3), axis=1)
+
+
+@triton.jit
+def nan_max(a, b):
+    """``max(a, b)``, NaN if either is NaN (``max.NaN``; the reduction combiner of ``group_amax``)."""
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def group_amax(x, BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr):
+    """``[BM, BN]`` fp32 -> ``[BM // GM, BN // GN]``: the int32 bits of each group's max ``|x|``
+    (see ``abs_bits``: a NaN anywhere gives a NaN, here the canonical ``0x7FFFFFFF``).
+
+    The same values as ``group_max(abs_bits(x))`` up to the NaN payload, taken with a NaN-keeping
+    float max: the ``|.|`` folds into the max instruction, and on bf16 inputs the compiler takes
+    the max on the packed bf16 pairs (``HMNMX2``), about a third of the integer reduction's
+    instructions; nor does the tile keep a second array of bits next to ``x``."""
+    a = tl.abs(x)
+    if GM == 1 and GN == 1:
+        r = a
+    elif GM == 1 and GN == BN:
+        r = tl.reduce(a, 1, nan_max, keep_dims=True)
+    elif GM == BM and GN == 1:
+        r = tl.reduce(a, 0, nan_max, keep_dims=True)
+    elif GM == BM and GN == BN:
+        r = tl.reduce(tl.reduce(a, 1, nan_max, keep_dims=True), 0, nan_max, keep_dims=True)
+    else:
+        a = tl.reshape(a, (BM // GM, GM, BN // GN, GN))
+        r = tl.reduce(tl.reduce(a, 3, nan_max), 1, nan_max)
+    return r.to(tl.int32, bitcast=True)
 
 
 @triton.jit
@@ -141,11 +172,17 @@ def decode_fp8(byte, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr):
 
 @triton.jit
 def to_fp8(v, q_ptr, FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
-           SOFT: tl.constexpr):
-    """``v`` (fp32) saturated and rounded to the element type of ``q_ptr`` (uint8 bytes when SOFT)."""
-    v = saturate(v, FMAX)
+           SOFT: tl.constexpr, HW_SAT: tl.constexpr = False):
+    """``v`` (fp32) saturated and rounded to the element type of ``q_ptr`` (uint8 bytes when SOFT).
+
+    ``HW_SAT``: the conversion saturates by itself (NVIDIA sm89+: ``cvt.rn.satfinite.e4m3x2/e5m2x2.f32``
+    clamps finite overflow and +-Inf to +-max and keeps NaN, i.e. ``clamp`` then round, since the
+    rounding is monotonic and max is representable), so the explicit clamp (3 instructions an
+    element) is skipped."""
     if SOFT:
-        return encode_fp8(v, MB, BIAS, FNUZ).to(tl.uint8)
+        return encode_fp8(saturate(v, FMAX), MB, BIAS, FNUZ).to(tl.uint8)
+    if not HW_SAT:
+        v = saturate(v, FMAX)
     return v.to(q_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
 
 

@@ -10,8 +10,8 @@ BLOCKWISE, last axis        ``[1, rows, n]``           ``quant_groups_kernel``, 
 BLOCKWISE, other axis       ``[before, n, after]``     ``quant_groups_kernel``, groups ``bs x 1``
 BLOCKWISE 2-D               ``[B, M, N]``              ``quant_groups_kernel``, groups ``bs x bs``
 ROWWISE, short reduction    as BLOCKWISE               ``quant_groups_kernel``, one group a row/column
-ROWWISE, long reduction     as BLOCKWISE               ``amax_kernel`` + ``cast_kernel``
-TENSORWISE                  ``[1, 1, numel]``          ``amax_kernel`` + ``cast_kernel``
+ROWWISE, long reduction     as BLOCKWISE               ``amax_kernel`` (+ ``scale_kernel``) + ``cast_kernel``
+TENSORWISE                  ``[1, numel / C, C]``      ``amax_kernel`` + ``scale_kernel`` + ``cast_kernel``
 MX_BLOCKWISE                ``[B, M, N]``              ``quant_mx_kernel`` (row-wise or transposed)
 ==========================  =========================  ==============================================
 
@@ -58,25 +58,39 @@ def _launch_groups(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, gm: int,
     kernels.quant_groups_kernel[common.grid(b, m, n, tile)](
         xa, common.data_arg(q), s3, m, n, *x3.stride(), *s3.stride(), common.eps(),
         BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, **common.fmt_constexprs(dtype), X_BITS=x_bits,
-        num_warps=tile.num_warps)
+        **common.hw_sat(), num_warps=tile.num_warps)
 
 
 def _launch_amax_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, red_m: bool, red_n: bool,
                       dtype: torch.dtype, tile: Tile | None) -> None:
-    """Two passes: amax of each reduced group into an int32 buffer shaped like ``s3``, then the cast."""
+    """Two passes: amax of each reduced group into an int32 buffer shaped like ``s3``, then the
+    cast. Reductions over M (columns, TENSORWISE): the amax programs each walk ``iters`` tiles
+    down M (one atomic per column strip, not per tile), and ``scale_kernel`` turns the amax into
+    scales once, so that the cast multiplies only."""
     from turbo_triton.quantization import kernels
 
     b, m, n = x3.shape
-    tile = tile or common.pick(m, n, 1, 1, cap_n=4096 if m == 1 else 1024)
-    common.check_tile(tile, 1, 1)
+    a_tile, c_tile = (tile, tile) if tile else common.pick_amax_cast(b, m, n, red_m, red_n)
+    common.check_tile(a_tile, 1, 1)
+    common.check_tile(c_tile, 1, 1)
+    iters = common.amax_iters(b, m, n, a_tile, red_m)
     amax = torch.zeros(s3.shape, dtype=torch.int32, device=x3.device)
     sa = amax.stride()
-    g = common.grid(b, m, n, tile)
     xa, x_bits = common.x_arg(x3)
-    flags = dict(BM=tile.block_m, BN=tile.block_n, RED_M=red_m, RED_N=red_n, X_BITS=x_bits, num_warps=tile.num_warps)
-    kernels.amax_kernel[g](xa, amax, m, n, *x3.stride(), *sa, **flags)
-    kernels.cast_kernel[g](xa, amax, common.data_arg(q), s3, m, n, *x3.stride(), *sa, common.eps(), **flags,
-                           **common.fmt_constexprs(dtype))
+    flags = dict(RED_M=red_m, RED_N=red_n, X_BITS=x_bits)
+    a_grid = (b * triton.cdiv(m, a_tile.block_m * iters) * triton.cdiv(n, a_tile.block_n),)
+    kernels.amax_kernel[a_grid](xa, amax, m, n, *x3.stride(), *sa, BM=a_tile.block_m, BN=a_tile.block_n,
+                                ITERS=iters, **flags, num_warps=a_tile.num_warps)
+    fmt = common.fmt_constexprs(dtype)
+    scaled = red_m
+    a_arg = amax
+    if scaled:
+        a_arg = torch.empty(amax.shape, dtype=torch.float32, device=x3.device)
+        kernels.scale_kernel[(triton.cdiv(amax.numel(), 1024),)](amax, a_arg, s3, amax.numel(), common.eps(),
+                                                                FMAX=fmt["FMAX"], BLOCK=1024, num_warps=4)
+    kernels.cast_kernel[common.grid(b, m, n, c_tile)](
+        xa, a_arg, common.data_arg(q), s3, m, n, *x3.stride(), *sa, common.eps(), BM=c_tile.block_m,
+        BN=c_tile.block_n, **flags, **fmt, **common.hw_sat(), SCALED=scaled, num_warps=c_tile.num_warps)
 
 
 def _tensorwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None):
@@ -86,7 +100,7 @@ def _tensorwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None):
         common.fill_zero_block(s, dtype)
         return q, s
     if x.is_contiguous() or x.dim() < 2:
-        x3 = common.view3(x, 1, 1, x.numel())
+        x3 = common.view3(x, *common.flat_rows(x.numel()))
     else:
         x3 = common.view3(x, 1, x.numel() // x.shape[-1], x.shape[-1])
     _launch_amax_cast(x3, q.view(x3.shape), s.view(1, 1, 1), True, True, dtype, tile)
@@ -155,7 +169,7 @@ def _mx(x: torch.Tensor, dtype: torch.dtype, axis: int, use_2d: bool, tile: Tile
         xa, common.data_arg(q), s.view(torch.uint8), m, n, m_ext, n_ext, *x3.stride(),
         rows_out * pad, pad, rows_out * (pad // MXFP8_BLOCK_SIZE), pad // MXFP8_BLOCK_SIZE,
         BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, ROW=row, **common.fmt_constexprs(dtype),
-        EMAX=common.mx_emax_of(dtype), X_BITS=x_bits, num_warps=tile.num_warps)
+        EMAX=common.mx_emax_of(dtype), X_BITS=x_bits, **common.hw_sat(), num_warps=tile.num_warps)
     return q, s
 
 
