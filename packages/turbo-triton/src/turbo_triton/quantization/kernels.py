@@ -32,6 +32,7 @@ from turbo_triton.quantization.numerics import (
     fp32_scale,
     from_fp8,
     group_amax,
+    group_max,
     load_f32,
     mx_scale,
     nan_max,
@@ -45,7 +46,7 @@ from turbo_triton.quantization.numerics import (
 def _fp32_groups(x, rows, cols, mask, tm, tn, M, N, q_ptr, q_offs, s_ptr, ss_m, ss_n, eps,
                  BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr,
                  FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
-                 SOFT: tl.constexpr, HW_SAT: tl.constexpr):
+                 SOFT: tl.constexpr, HW_SAT: tl.constexpr = False):
     """Quantize tile ``x`` with one FP32 scale per ``GM x GN`` group; store q and scale_inv."""
     scale, s_inv = fp32_scale(group_amax(x, BM, BN, GM, GN), eps, FMAX)
     gm = tm.to(tl.int64) * (BM // GM) + tl.arange(0, BM // GM)
@@ -155,16 +156,21 @@ def cast_kernel(x_ptr, a_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, 
 
 
 @triton.jit
-def _mx_part(x, b, tm, tn, rows, cols, lim_m, lim_n, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
+def _mx_part(x, bits, b, tm, tn, rows, cols, lim_m, lim_n, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
              BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, ROW: tl.constexpr,
              FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr,
-             EMAX: tl.constexpr, HW_SAT: tl.constexpr):
+             EMAX: tl.constexpr, HW_SAT: tl.constexpr = False):
     """One MX direction of tile ``x`` (``[BM, BN]`` of ``[B, M, N]``). ROW: data ``[B, M, N_pad]``
     at ``(b, row, col)``, scales ``[B, M, N_pad/32]``; else data ``[B, N, M_pad]`` at
     ``(b, col, row)``, scales ``[B, N, M_pad/32]``, each stored from the transposed tile
     (``[BN, BM]``: consecutive rows of x are consecutive bytes of the output). Stores where
-    ``rows < lim_m`` and ``cols < lim_n``."""
-    mult, byte = mx_scale(group_amax(x, BM, BN, GM, GN), EMAX)
+    ``rows < lim_m`` and ``cols < lim_n``. ``bits``: ``abs_bits(x)``, or None to take the group
+    amax from ``x`` (``group_amax``)."""
+    if bits is None:
+        amax = group_amax(x, BM, BN, GM, GN)
+    else:
+        amax = group_max(bits, BM, BN, GM, GN)
+    mult, byte = mx_scale(amax, EMAX)
     q = to_fp8(x * expand(mult, BM, BN, GM, GN), q_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
     if ROW:
         mask = (rows < lim_m)[:, None] & (cols < lim_n)[None, :]
@@ -192,7 +198,7 @@ def quant_mx_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, s
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_EXT, N_EXT, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
-    _mx_part(x, b, tm, tn, rows, cols, M_EXT, N_EXT, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
+    _mx_part(x, None, b, tm, tn, rows, cols, M_EXT, N_EXT, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
              BM, BN, GM, GN, ROW, FMAX, MB, BIAS, FNUZ, SOFT, EMAX, HW_SAT)
 
 
@@ -206,9 +212,9 @@ def mx_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_P
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_PAD, N_PAD, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
-    _mx_part(x, b, tm, tn, rows, cols, M, N_PAD, qr_ptr, M * N_PAD, N_PAD, sr_ptr, M * (N_PAD // 32),
+    _mx_part(x, None, b, tm, tn, rows, cols, M, N_PAD, qr_ptr, M * N_PAD, N_PAD, sr_ptr, M * (N_PAD // 32),
              N_PAD // 32, BM, BN, R_GM, 32, True, FMAX, MB, BIAS, FNUZ, SOFT, EMAX, HW_SAT)
-    _mx_part(x, b, tm, tn, rows, cols, M_PAD, N, qc_ptr, N * M_PAD, M_PAD, sc_ptr, N * (M_PAD // 32),
+    _mx_part(x, None, b, tm, tn, rows, cols, M_PAD, N, qc_ptr, N * M_PAD, M_PAD, sc_ptr, N * (M_PAD // 32),
              M_PAD // 32, BM, BN, 32, C_GN, False, FMAX, MB, BIAS, FNUZ, SOFT, EMAX, HW_SAT)
 
 

@@ -161,7 +161,9 @@ def _mx(x: torch.Tensor, dtype: torch.dtype, axis: int, use_2d: bool, tile: Tile
     pad = data_shape[-1]
     m_ext, n_ext = (m, pad) if row else (pad, n)
     gm, gn = ((32 if use_2d else 1), 32) if row else (32, (32 if use_2d else 1))
-    tile = tile or (common.pick(m_ext, n_ext, gm, gn) if row else common.pick_mx(m_ext, n_ext, gm, gn))
+    # col-wise 1-D: 64 x 128 (1891 vs 1812 GB/s for pick_mx's 32 x 128, H200 session 10)
+    tile = tile or (common.pick(m_ext, n_ext, gm, gn) if row else common.pick_mx(m_ext, n_ext, gm, gn) if use_2d
+                    else common.pick(m_ext, n_ext, gm, gn, cap_n=128, target=8192, warps=4))
     common.check_tile(tile, gm, gn)
     rows_out = data_shape[-2]
     xa, x_bits = common.x_arg(x3)

@@ -46,7 +46,8 @@ def _blockwise(x: torch.Tensor, dtype: torch.dtype, bs: int, tile: Tile | None):
     s_col = torch.empty((triton.cdiv(m, bs), n), dtype=torch.float32, device=dev)
     if x.numel() == 0:
         return q_row, s_row, q_col, s_col
-    tile = tile or common.pick(m, n, bs, bs)
+    # 128 x 128 tiles (bs 128) on 8 warps: 2386 vs 1910 GB/s on 4 at 16384 x 8192 (H200, session 10)
+    tile = tile or common.pick(m, n, bs, bs, warps=8 if bs >= 128 else None)
     common.check_tile(tile, bs, bs)
     xa, x_bits = common.x_arg(x)
     kernels.blockwise_with_trans_kernel[common.grid(1, m, n, tile)](
