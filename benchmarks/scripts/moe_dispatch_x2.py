@@ -23,7 +23,8 @@ speed: DeepSeek-V3 per rank (T=4096, H=7168, top-8 of 256 experts, uniform routi
   CUDA-event times (barrier before each), GB/s = token-row bytes sent by this rank / time, against a
   raw all_to_all_single of the same rows ([N, H] with the same splits) in the same run; the
   worst-mode dispatch + combine round trip eager and replayed from a CUDA graph (the GPU's own
-  time), and the host time of one eager worst-mode dispatch call (launches only).
+  time), and the host time of one eager worst-mode dispatch and combine call (launches only), also
+  through Triton's own launch path (TURBO_DEEPEP_LAUNCH=triton) for comparison.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def _parts(rank, world, group, parts, out, dev, transports=("symm", "collective"
     from turbo_core import use_backend
     from turbo_core.bench import ranks
     from turbo_core.dispatch.launch import moe_dispatch as launch
+    from turbo_deepep.all_to_all import launch as lean
     from turbo_deepep.all_to_all.layout import token_in_rank
 
     idx = _routing(rank).to(dev)
@@ -198,6 +200,31 @@ def _parts(rank, world, group, parts, out, dev, transports=("symm", "collective"
             for _ in range(10):
                 dispatch(x, worst=worst)
             res[f"{tr}: host_us_per_dispatch_worst"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(10):
+                launch.moe_combine(wx, wh)
+            res[f"{tr}: host_us_per_combine_worst"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            # the same through Triton's own launch path (kernel[grid] every call), for comparison
+            os.environ[lean.ENV] = "triton"
+            lean.clear()
+            for _ in range(3):
+                dispatch(x, worst=worst)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(10):
+                dispatch(x, worst=worst)
+            res[f"{tr}: host_us_per_dispatch_worst (triton launch)"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
+            t0 = time.perf_counter()
+            for _ in range(10):
+                launch.moe_combine(wx, wh)
+            res[f"{tr}: host_us_per_combine_worst (triton launch)"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
+            os.environ.pop(lean.ENV)
+            lean.clear()
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             for name, (fn, nbytes) in cases.items():
