@@ -45,6 +45,10 @@ def _parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--parts", default="check,graph,sweep_norm,sweep_glu,bench")
+    p.add_argument("--hiddens", type=int, nargs="*", help="sweep_norm: hidden sizes (default 4096..32768)")
+    p.add_argument("--sweep-pass", choices=["fwd", "bwd"], help="sweep_norm: only this pass (default both)")
+    p.add_argument("--bwd-stages", type=int, nargs="*", default=[2, 3],
+                   help="sweep_norm: software-pipelining depths tried for the whole-row backward (default 2 3)")
     p.add_argument("--tokens", type=int, nargs="*", default=[16384, 32768], help="bench token counts")
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU interpreter")
     return p.parse_args()
@@ -369,7 +373,10 @@ def _row_configs(hidden, backward):
             if cfg.num_warps in (8, 16) and (cfg.block_n in (4096, width)):
                 cands += [norm.RowConfig(cfg.block_m, cfg.block_n, cfg.num_warps, cfg.programs_per_sm * k)
                           for k in (0.5, 2) if cfg.programs_per_sm * k >= 1]
-    return [norm.RowConfig(c.block_m, c.block_n, c.num_warps, int(c.programs_per_sm)) for c in cands]
+        # the whole-row kernel's row loop software-pipelined (next rows' x and dy loaded during this one)
+        cands += [norm.RowConfig(c.block_m, c.block_n, c.num_warps, c.programs_per_sm, stages)
+                  for c in list(cands) if c.block_n >= hidden for stages in ARGS.bwd_stages]
+    return [norm.RowConfig(c.block_m, c.block_n, c.num_warps, int(c.programs_per_sm), c.stages) for c in cands]
 
 
 def _report(label, heur, best):
@@ -390,7 +397,7 @@ def _copy_gbps():
 def part_sweep_norm():
     copy = _copy_gbps()
     tokens = 64 if ARGS.smoke else 16384
-    hiddens = [96, 300] if ARGS.smoke else [4096, 7168, 8192, 16384, 32768]
+    hiddens = [96, 300] if ARGS.smoke else (ARGS.hiddens or [4096, 7168, 8192, 16384, 32768])
     for hidden in hiddens:
         x = torch.randn(tokens, hidden, device=DEV).bfloat16()
         gamma = torch.randn(hidden, device=DEV).bfloat16()
@@ -400,6 +407,8 @@ def part_sweep_norm():
         ba = RmsNormBwdArgs(dy, x, gamma, rstd)
         dx0, dg0 = norm.rmsnorm_bwd(ba)
         for backward in (False, True):
+            if ARGS.sweep_pass and ARGS.sweep_pass != ("bwd" if backward else "fwd"):
+                continue
             nbytes = tokens * hidden * 2 * (3 if backward else 2)
             best = None
             heur = norm.pick(hidden, backward, ARGS.smoke)

@@ -113,17 +113,18 @@ def rmsnorm_fwd_chunked_kernel(
 def rmsnorm_bwd_kernel(
     dy_ptr, x_ptr, g_ptr, rstd_ptr, dx_ptr, dg_ptr, T, H, num_programs,
     HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ROUND_BF16: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr = 1,
 ):
     """Whole rows in one tile; row blocks ``pid, pid + num_programs, ...``; the dgamma partial
-    stays in registers and is written once to ``dg_ptr[pid, :]``."""
+    stays in registers and is written once to ``dg_ptr[pid, :]``. ``STAGES`` > 1 lets Triton's
+    pipeliner load the next row blocks' ``x`` and ``dy`` while this one is computed."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < H
     if HAS_GAMMA:
         g = _weight(g_ptr, cols, col_ok, ZERO_CENTERED)
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for block in range(pid, tl.cdiv(T, BLOCK_M), num_programs):
+    for block in tl.range(pid, tl.cdiv(T, BLOCK_M), num_programs, num_stages=STAGES):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < T
         mask = row_ok[:, None] & col_ok[None, :]
