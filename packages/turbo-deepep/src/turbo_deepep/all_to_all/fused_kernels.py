@@ -267,11 +267,11 @@ def unpack_kernel(buf_ptr, recv_from_ptr, x_ptr, s_ptr, i_ptr, p_ptr, count_ptr,
         ws = tl.arange(0, BLOCK_W)
         ends = tl.load(offs_ptr + 1 + ws, mask=ws < W, other=1 << 62)
         s = tl.sum((ends <= r).to(tl.int32), 0)
-        first = tl.load(offs_ptr + s)
+        start = tl.load(offs_ptr + s)
         live = r < tl.load(offs_ptr + W)
         src = tl.where(live, r, N)
         if c == 0:
-            tl.store(recv_from_ptr + r, tl.where(live, s * SLOT + r - first, W * SLOT).to(tl.int64))
+            tl.store(recv_from_ptr + r, tl.where(live, s * SLOT + r - start, W * SLOT).to(tl.int64))
         write = (tl.zeros([BLOCK], tl.int64) + s) != ME  # this rank's own rows: x and scales are there
     elif IDENTITY:
         src = r
