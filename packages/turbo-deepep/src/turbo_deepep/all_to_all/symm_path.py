@@ -7,9 +7,12 @@ path's.
 Exact mode: every rank's per-destination counts travel in the buffers' headers (the routing kernel
 stores them), so each rank learns the whole count matrix ``C`` (one host read, the one sync of
 exact mode); rank ``s``'s rows for ``d`` land after those of ranks ``< s``; a combine sends each
-source its rows back in its own send order. Worst mode: fixed slots of ``slot`` rows per source
-(``d``'s rows from ``s`` at ``[s * slot, (s + 1) * slot)``), empty slot rows carry ids -1 only, and
-the receiver compacts on the device: no host value.
+source its rows back in its own send order. Worst mode, fresh dispatch: the counts travel in the
+headers as in exact mode, but stay on the device; the packing kernel stores each row at its final
+(compacted) result row and a rank's own rows straight into its results (:func:`dispatch`). Worst
+mode, cached dispatch and combine: fixed slots of ``slot`` rows per source (``d``'s rows from ``s``
+at ``[s * slot, (s + 1) * slot)``), read through the layout's ``recv_from`` / ``to_recv``: no host
+value either way.
 
 Every exchange is bracketed by two barriers (:class:`~turbo_deepep.all_to_all.symm.Buffers`): the
 first lets a rank write only once every rank is done reading its buffer, the second lets it read
