@@ -46,7 +46,9 @@ def pick(hidden: int, backward: bool, interp: bool) -> RowConfig:
     From 4096 up, the configurations the H200 tile sweep measured best (``norm_act_h200.py --parts
     sweep_norm``, 16384 tokens, bf16; see ``benchmarks/norm-activation-h200-2026-11-29.md``): the
     forward keeps rows whole to 32768 (8 warps, 16 at 32768); the backward keeps them whole to 16384
-    with a 1-2 programs a SM persistent grid and walks longer rows in 4-row x 2048 chunks.
+    with a 1-2 programs a SM persistent grid and walks longer rows in 4-row x 2048 chunks. At 4096
+    and 8192 wide the backward's row loop is software-pipelined 3 deep (the session-10 sweep: 74-80%
+    -> 88-93% of the copy bandwidth); at 16384 that costs (two rows of 32 KB a stage).
     """
     width = triton.next_power_of_2(hidden)
     if interp:  # few, large programs: the interpreter's cost is per program and per op
@@ -59,7 +61,8 @@ def pick(hidden: int, backward: bool, interp: bool) -> RowConfig:
         warps = _warps(block_m * width, lo=4)
         return RowConfig(block_m, width, warps, max(1, 32 // warps))
     if backward:
-        return {4096: RowConfig(1, 4096, 16, 2), 8192: RowConfig(2, 8192, 16, 1)}.get(width, RowConfig(1, width, 8, 2))
+        return {4096: RowConfig(2, 4096, 16, 1, 3), 8192: RowConfig(1, 8192, 16, 1, 3)}.get(
+            width, RowConfig(1, width, 8, 2))
     warps = 16 if width >= 32768 else 8
     return RowConfig(1, width, warps, max(1, 32 // warps))
 
