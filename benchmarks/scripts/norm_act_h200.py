@@ -373,10 +373,9 @@ def _row_configs(hidden, backward):
             if cfg.num_warps in (8, 16) and (cfg.block_n in (4096, width)):
                 cands += [norm.RowConfig(cfg.block_m, cfg.block_n, cfg.num_warps, cfg.programs_per_sm * k)
                           for k in (0.5, 2) if cfg.programs_per_sm * k >= 1]
-        # software-pipelined loops (whole rows: the next rows' x and dy loaded during this one; chunked:
-        # the next chunk's), for every backward tile
+        # the whole-row kernel's row loop software-pipelined (next rows' x and dy loaded during this one)
         cands += [norm.RowConfig(c.block_m, c.block_n, c.num_warps, c.programs_per_sm, stages)
-                  for c in list(cands) for stages in ARGS.bwd_stages]
+                  for c in list(cands) if c.block_n >= hidden for stages in ARGS.bwd_stages]
     return [norm.RowConfig(c.block_m, c.block_n, c.num_warps, int(c.programs_per_sm), c.stages) for c in cands]
 
 

@@ -149,11 +149,10 @@ def rmsnorm_bwd_kernel(
 def rmsnorm_bwd_chunked_kernel(
     dy_ptr, x_ptr, g_ptr, rstd_ptr, dx_ptr, dg_ptr, T, H, num_programs,
     HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ROUND_BF16: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr = 1,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """Row blocks ``pid, pid + num_programs, ...`` of ``BLOCK_M`` rows, in ``BLOCK_M x BLOCK_N``
-    chunks (``H > BLOCK_N``): a first walk for ``mean(dn * n)`` per row, a second for ``dx``
-    (both walks software-pipelined ``STAGES`` deep).
+    chunks (``H > BLOCK_N``): a first walk for ``mean(dn * n)`` per row, a second for ``dx``.
     The dgamma partial lives in ``dg_ptr[pid, :]`` (read-modify-write of the program's own row,
     once per chunk and row block; no other program touches it); a CTA barrier at the top of each
     row block orders one block's stores before the next block's loads, whichever threads the
@@ -169,7 +168,7 @@ def rmsnorm_bwd_chunked_kernel(
         rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)[:, None]
         later = block != pid  # not the program's first block: its partial row holds a sum
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for start in tl.range(0, H, BLOCK_N, num_stages=STAGES):
+        for start in range(0, H, BLOCK_N):
             c = start + cols
             col_ok = c < H
             mask = row_ok[:, None] & col_ok[None, :]
@@ -179,7 +178,7 @@ def rmsnorm_bwd_chunked_kernel(
                 dn = dn * _weight(g_ptr, c, col_ok, ZERO_CENTERED)[None, :]
             acc += dn * n
         mean = (tl.sum(acc, axis=1) / H)[:, None]
-        for start in tl.range(0, H, BLOCK_N, num_stages=STAGES):
+        for start in range(0, H, BLOCK_N):
             c = start + cols
             col_ok = c < H
             mask = row_ok[:, None] & col_ok[None, :]

@@ -25,8 +25,8 @@ BWD_WHOLE_ROW_MAX = 16384
 class RowConfig:
     """Tile of one program: ``block_m`` rows x ``block_n`` columns (``block_n < H``: the row is
     walked in chunks; the forward then takes one row a program, the backward ``block_m`` rows a
-    step). ``programs_per_sm`` sizes the persistent backward grid; ``stages`` (backward only) is the
-    software-pipelining depth of its loops (whole rows: the row loop; chunked: the chunk walks; 1: none)."""
+    step). ``programs_per_sm`` sizes the persistent backward grid; ``stages`` (whole-row backward
+    only) is the software-pipelining depth of its row loop (1: none)."""
 
     block_m: int
     block_n: int
@@ -142,7 +142,7 @@ def rmsnorm_bwd(args: RmsNormBwdArgs, config: RowConfig | None = None):
     ptrs = (dy, x, gamma if gamma is not None else x, rstd, dx, partials, tokens, hidden, programs)
     if chunked:
         kernels.rmsnorm_bwd_chunked_kernel[(programs,)](
-            *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, num_warps=cfg.num_warps)
+            *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     else:
         kernels.rmsnorm_bwd_kernel[(programs,)](
             *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, num_warps=cfg.num_warps)
