@@ -24,7 +24,7 @@ speed: DeepSeek-V3 per rank (T=4096, H=7168, top-8 of 256 experts, uniform routi
   raw all_to_all_single of the same rows ([N, H] with the same splits) in the same run; the
   worst-mode dispatch + combine round trip eager and replayed from a CUDA graph (the GPU's own
   time), and the host time of one eager worst-mode dispatch and combine call (launches only), also
-  through Triton's own launch path (TURBO_DEEPEP_LAUNCH=triton) for comparison.
+  through the opt-in lean launch path (TURBO_DEEPEP_LAUNCH=lean) for comparison.
 """
 
 from __future__ import annotations
@@ -208,8 +208,8 @@ def _parts(rank, world, group, parts, out, dev, transports=("symm", "collective"
             res[f"{tr}: host_us_per_combine_worst"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
             if dev.type == "cuda":
                 torch.cuda.synchronize()
-            # the same through Triton's own launch path (kernel[grid] every call), for comparison
-            os.environ[lean.ENV] = "triton"
+            # the same through the opt-in lean launch path (the compiled kernel's launcher), for comparison
+            os.environ[lean.ENV] = "lean"
             lean.clear()
             for _ in range(3):
                 dispatch(x, worst=worst)
@@ -218,11 +218,11 @@ def _parts(rank, world, group, parts, out, dev, transports=("symm", "collective"
             t0 = time.perf_counter()
             for _ in range(10):
                 dispatch(x, worst=worst)
-            res[f"{tr}: host_us_per_dispatch_worst (triton launch)"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
+            res[f"{tr}: host_us_per_dispatch_worst (lean launch)"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
             t0 = time.perf_counter()
             for _ in range(10):
                 launch.moe_combine(wx, wh)
-            res[f"{tr}: host_us_per_combine_worst (triton launch)"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
+            res[f"{tr}: host_us_per_combine_worst (lean launch)"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
             os.environ.pop(lean.ENV)
             lean.clear()
             if dev.type == "cuda":

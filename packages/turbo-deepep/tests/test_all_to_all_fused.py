@@ -203,7 +203,8 @@ def test_launch_keeps_the_compiled_kernel_per_specialization(monkeypatch):
     call of a specialization goes through ``kernel[grid]``, later ones straight to the compiled
     kernel's launcher with every argument in the signature's order; a change of what Triton
     specializes on (an int's divisibility by 16, width or being 1, a tensor's alignment or dtype,
-    a constexpr) goes through ``kernel[grid]`` again; ``TURBO_DEEPEP_LAUNCH=triton`` always does."""
+    a constexpr) goes through ``kernel[grid]`` again; without ``TURBO_DEEPEP_LAUNCH=lean`` (the
+    default) every call does."""
     from types import SimpleNamespace
 
     from turbo_deepep.all_to_all import launch as lean
@@ -257,9 +258,22 @@ def test_launch_keeps_the_compiled_kernel_per_specialization(monkeypatch):
     n = len(calls)
     lean.launch(k, (4,), (t, 48), {"C": 6, "B": 7})
     assert calls[n][0] == "slow"
-    monkeypatch.setenv(lean.ENV, "triton")
+    for value in ("triton", None):  # not opted in
+        if value is None:
+            monkeypatch.delenv(lean.ENV, raising=False)
+        else:
+            monkeypatch.setenv(lean.ENV, value)
+        lean.clear()
+        lean.launch(k, (4,), (t, 48), consts)
+        lean.launch(k, (4,), (t, 48), consts)
+        assert [c[0] for c in calls[-2:]] == ["slow", "slow"]
+    monkeypatch.setenv(lean.ENV, "lean")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
     lean.clear()
-    lean.launch(k, (4,), (t, 48), consts)
-    lean.launch(k, (4,), (t, 48), consts)
-    assert [c[0] for c in calls[-2:]] == ["slow", "slow"]
+    try:
+        from triton import knobs  # noqa: F401 - the Triton 3.4+ module the fast path reads its hooks from
+        has_knobs = True
+    except ImportError:
+        has_knobs = False
+    assert lean._available() is has_knobs  # opted in: on wherever this Triton has what it needs
     lean.clear()

@@ -14,9 +14,12 @@ The key is what Triton specializes on: each tensor's dtype and whether its addre
 of 16; each int's width (i32 / i64 / u64), whether it is a multiple of 16 and whether it is 1 (a
 constant then); bools, floats and None; the constexpr values and ``num_warps``; the device.
 
-Falls back to ``kernel[grid](...)`` whenever the fast path is not there: Triton's interpreter
-(``TRITON_INTERPRET=1``), a Triton without ``triton.knobs`` or whose compiled kernels lack the
-launcher's attributes, or ``TURBO_DEEPEP_LAUNCH=triton``.
+Opt-in (``TURBO_DEEPEP_LAUNCH=lean``): the key mirrors Triton 3.6's specialization rules, which
+another Triton version may extend, and on the H200 the saving was within noise for dispatch and
+about 10% of a combine's host time (benchmarks/moe-dispatch-h200x2-2026-11-30.md), too little to
+bypass Triton's own checks by default. Without the opt-in, and whenever the fast path is not
+there (Triton's interpreter, a Triton without ``triton.knobs`` or whose compiled kernels lack the
+launcher's attributes), every call is ``kernel[grid](...)``.
 """
 
 from __future__ import annotations
@@ -63,8 +66,7 @@ def _available() -> bool:
     if ok is not None:
         return ok
     ok = False
-    if os.environ.get(ENV, "").strip().lower() not in ("triton", "0", "off", "slow") \
-            and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    if os.environ.get(ENV, "").strip().lower() == "lean" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         try:
             from triton import knobs
             from triton.runtime import driver
