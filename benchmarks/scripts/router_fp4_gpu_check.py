@@ -44,6 +44,7 @@ from turbo_core.reference import quantization as ref_quant
 from turbo_core.testing.numerics import tolerance
 from turbo_triton.moe import routing
 from turbo_triton.quantization import fp4
+from turbo_triton.quantization.common import Tile
 
 DEV = torch.device("cuda")
 # (name, E, topk, groups, selected_groups, score function)
@@ -201,6 +202,98 @@ def check_fp4(name, m, n, dtype) -> None:
     _row("fp4", shape=name, M=m, N=n, dtype=str(dtype), ok=not fails, fails=fails)
 
 
+def _special_input(dtype) -> torch.Tensor:
+    """[64, 256] blocks of edge cases, one kind per 32-wide block of each row group: E2M1 midpoints
+    and grid points at several scales, subnormal bf16 blocks (amax subnormal: X = -127), tiny
+    values beside a large one (underflow on scaling), NaN (either sign) and +-Inf blocks with
+    large finite neighbours, -0.0 and all-zero blocks; then the transpose's column blocks see the
+    same values mixed."""
+    g = torch.Generator(device=DEV).manual_seed(7)
+    grid = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0],
+                        device=DEV)
+    x = torch.zeros(64, 256, device=DEV)
+    sgn = torch.where(torch.rand(64, 32, generator=g, device=DEV) < 0.5, -1.0, 1.0)
+    x[:, 0:32] = grid[torch.randint(0, 16, (64, 32), generator=g, device=DEV)] * sgn * 2.0 ** torch.randint(
+        -8, 8, (64, 1), generator=g, device=DEV).float()
+    x[:, 32:64] = torch.randint(1, 128, (64, 32), generator=g, device=DEV).float() * 2.0 ** -133 * sgn  # subnormal
+    x[:, 64:96] = torch.randn(64, 32, generator=g, device=DEV) * 1e-30
+    x[:, 64] = 1e10
+    x[:, 96:128] = torch.randn(64, 32, generator=g, device=DEV) * 1e20
+    x[::2, 97] = float("nan")
+    x[1::2, 98] = -float("nan")
+    x[::3, 99] = -float("inf")
+    x[:, 128:160] = torch.where(sgn < 0, -0.0, 0.0)
+    x[:, 160:192] = torch.randn(64, 32, generator=g, device=DEV) * 2.0 ** -120
+    x[:, 192:224] = float("inf")
+    x[:, 224:256] = (torch.rand(64, 32, generator=g, device=DEV) * 7.0) * sgn
+    return x.to(dtype)
+
+
+def check_fp4_special(f32mul: bool) -> None:
+    fp4.F32MUL = f32mul
+    try:
+        x = _special_input(torch.bfloat16)
+        fails = []
+        for axis in (-1, -2):
+            for two_d in (False, True):
+                a = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis, recipe=ScalingRecipe(use_2d_block=two_d))
+                got = _strict(fp4.quantize_fp4, a)
+                want = ref_quant.quantize_fp4(a)
+                if any(_bits_differ(p, q) for p, q in zip(got, want, strict=True)):
+                    fails.append(f"quantize axis={axis} 2d={two_d}: {[_bits_differ(p, q) for p, q in zip(got, want, strict=True)]}")
+                for out in (torch.bfloat16, torch.float32, torch.float16):
+                    d = DequantizeFp4Args(want[0], want[1], out, axis)
+                    if not _same_values(_strict(fp4.dequantize_fp4, d), ref_quant.dequantize_fp4(d)):
+                        fails.append(f"dequantize axis={axis} 2d={two_d} {out}")
+        for two_d in (False, True):
+            t = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2, recipe=ScalingRecipe(use_2d_block=two_d),
+                                         recipe_for_trans=ScalingRecipe(use_2d_block=not two_d))
+            got = _strict(fp4.quantize_fp4_with_trans, t)
+            if any(_bits_differ(p, q) for p, q in zip(got, ref_quant.quantize_fp4_with_trans(t), strict=True)):
+                fails.append(f"quantize_with_trans 2d={two_d}")
+        _row("fp4", shape="special 64x256", f32mul=f32mul, ok=not fails, fails=fails)
+    finally:
+        fp4.F32MUL = False
+
+
+def sweep_fp4(m, n) -> None:
+    """Tiles of the FAST kernels at one shape: each output bit-compared with the default's, timed."""
+    x = _fp4_input(m, n, torch.bfloat16, seed=4)
+    q_bytes = m * n // 2 + m * n // 32
+    cases = []
+    for axis, tiles in ((-1, [(32, 256, 4), (16, 512, 8), (8, 1024, 8), (64, 256, 8)]),
+                        (-2, [(64, 128, 4), (32, 128, 4), (128, 64, 4), (64, 64, 2)])):
+        a = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis)
+        cases += [(f"quantize_fp4 axis{axis}", m * n * 2 + q_bytes, lambda t, a=a: fp4.quantize_fp4(a, t), t)
+                  for t in tiles]
+    w = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2)
+    cases += [("quantize_fp4_with_trans", m * n * 2 + 2 * q_bytes, lambda t: fp4.quantize_fp4_with_trans(w, t), t)
+              for t in [(64, 128, 4), (32, 128, 4), (64, 64, 4)]]
+    q, s = ref_quant.quantize_fp4(QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, -2))
+    d = DequantizeFp4Args(q, s, torch.bfloat16, -2)
+    cases += [("dequantize_fp4 axis-2", q_bytes + m * n * 2, lambda t: fp4.dequantize_fp4(d, t), t)
+              for t in [(128, 32, 8), (64, 32, 4), (64, 64, 8)]]
+    q, s = ref_quant.quantize_fp4(QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, -1))
+    d1 = DequantizeFp4Args(q, s, torch.bfloat16, -1)
+    cases += [("dequantize_fp4 axis-1", q_bytes + m * n * 2, lambda t: fp4.dequantize_fp4(d1, t), t)
+              for t in [(16, 128, 4), (8, 512, 8)]]
+    refs = {}
+    for op, nbytes, fn, (bm, bn, wp) in cases:
+        try:
+            tile = Tile(bm, bn, wp)
+            out = fn(tile)
+            outs = out if isinstance(out, tuple) else (out,)
+            key = op
+            if key not in refs:
+                refs[key] = [o.clone() for o in outs]
+            same = all(_bits_differ(p, q) == 0 for p, q in zip(outs, refs[key], strict=True))
+            ms, lo, hi = _time(lambda fn=fn, tile=tile: fn(tile))
+            _row("sweep", op=op, shape=f"{m}x{n}", tile=[bm, bn, wp], ms=ms, p20=lo, p80=hi,
+                 gbps=nbytes / ms / 1e6, same_as_first=same, ok=same)
+        except Exception as exc:  # noqa: BLE001
+            _row("sweep", op=op, shape=f"{m}x{n}", tile=[bm, bn, wp], ok=False, error=repr(exc)[:300])
+
+
 # -- timing -----------------------------------------------------------------------------------------
 
 def _time(fn) -> tuple[float, float, float]:
@@ -235,21 +328,40 @@ def bench_router(name, e, topk, groups, sel, fn, t) -> None:
                                                  "torch": lambda: ref_routing.moe_routing_bwd(ba)})
 
 
-def bench_fp4(name, m, n) -> None:
+def bench_fp4(name, m, n, with_torch: bool = True, generic: bool = False) -> None:
+    """``generic``: also the fp32 kernels the FAST path replaced (``fp4.FAST_ENABLED = False``),
+    as impl ``triton-generic``."""
     x = _fp4_input(m, n, torch.bfloat16, seed=4)
     shape = f"{name} {m}x{n} bf16"
+
+    def gen(fn):
+        def run():
+            fp4.FAST_ENABLED = False
+            try:
+                return fn()
+            finally:
+                fp4.FAST_ENABLED = True
+        return run
+
+    def impls(tri, ref):
+        d = {"triton": tri}
+        if generic:
+            d["triton-generic"] = gen(tri)
+        if with_torch:
+            d["torch"] = ref
+        return d
     q_bytes = m * n // 2 + m * n // 32  # packed data + one E8M0 byte per 32 (padding ignored)
     for axis in (-1, -2):
         a = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis)
         _bench(f"quantize_fp4 axis{axis}", shape, m * n * 2 + q_bytes,
-               {"triton": lambda a=a: fp4.quantize_fp4(a), "torch": lambda a=a: ref_quant.quantize_fp4(a)})
+               impls(lambda a=a: fp4.quantize_fp4(a), lambda a=a: ref_quant.quantize_fp4(a)))
         q, s = ref_quant.quantize_fp4(a)
         d = DequantizeFp4Args(q, s, torch.bfloat16, axis)
         _bench(f"dequantize_fp4 axis{axis}", shape, q_bytes + m * n * 2,
-               {"triton": lambda d=d: fp4.dequantize_fp4(d), "torch": lambda d=d: ref_quant.dequantize_fp4(d)})
+               impls(lambda d=d: fp4.dequantize_fp4(d), lambda d=d: ref_quant.dequantize_fp4(d)))
     t = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2)
     _bench("quantize_fp4_with_trans", shape, m * n * 2 + 2 * q_bytes,
-           {"triton": lambda: fp4.quantize_fp4_with_trans(t), "torch": lambda: ref_quant.quantize_fp4_with_trans(t)})
+           impls(lambda: fp4.quantize_fp4_with_trans(t), lambda: ref_quant.quantize_fp4_with_trans(t)))
 
 
 def copy_bandwidth() -> None:
@@ -270,33 +382,51 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="correctness only (no timing)")
+    ap.add_argument("--parts", default="router,fp4,bench",
+                    help="comma list of router (router checks and bench), fp4 (FP4 checks, special blocks "
+                         "for both encoder variants), bench (FP4 bench and copy), sweep (FAST tiles at "
+                         "16384x7168), generic (the bench also times the generic fp32 FP4 kernels), notorch "
+                         "(no torch reference rows in the FP4 bench)")
     opts = ap.parse_args()
+    parts = set(opts.parts.split(","))
     _row("env", torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
          device=torch.cuda.get_device_name(), ok=True)
-    for name, e, topk, groups, sel, fn in ROUTERS:
-        for t in TOKENS:
-            _guard("router", check_router, name, e, topk, groups, sel, fn, t, torch.bfloat16, "randn")
-        _guard("router", check_router, name, e, topk, groups, sel, fn, 4096, torch.bfloat16, "ties")
-        _guard("router", check_router, name, e, topk, groups, sel, fn, 4096, torch.float32, "randn")
-    _guard("router", check_router, "odd", 96, 6, 3, 2, "sigmoid", 1000, torch.float16, "randn")
-    _guard("router_graph", router_graph)
-    for name, m, n in FP4_SHAPES:
-        _guard("fp4", check_fp4, name, m, n, torch.bfloat16)
-    _guard("fp4", check_fp4, "odd-fp32", 100, 300, torch.float32)
+    if "router" in parts:
+        for name, e, topk, groups, sel, fn in ROUTERS:
+            for t in TOKENS:
+                _guard("router", check_router, name, e, topk, groups, sel, fn, t, torch.bfloat16, "randn")
+            _guard("router", check_router, name, e, topk, groups, sel, fn, 4096, torch.bfloat16, "ties")
+            _guard("router", check_router, name, e, topk, groups, sel, fn, 4096, torch.float32, "randn")
+        _guard("router", check_router, "odd", 96, 6, 3, 2, "sigmoid", 1000, torch.float16, "randn")
+        _guard("router_graph", router_graph)
+    if "fp4" in parts:
+        for name, m, n in FP4_SHAPES:
+            _guard("fp4", check_fp4, name, m, n, torch.bfloat16)
+        _guard("fp4", check_fp4, "odd-fp32", 100, 300, torch.float32)
+        _guard("fp4", check_fp4, "odd-fp16", 300, 100, torch.float16)
+        for f32mul in (False, True):
+            _guard("fp4", check_fp4_special, f32mul)
     if not opts.quick:
         copy_bandwidth()
-        for name, e, topk, groups, sel, fn in ROUTERS:
-            for t in (1024, 16384, 65536):
-                _guard("bench", bench_router, name, e, topk, groups, sel, fn, t)
-        for name, m, n in FP4_SHAPES[:3]:
-            _guard("bench", bench_fp4, name, m, n)
+        if "router" in parts:
+            for name, e, topk, groups, sel, fn in ROUTERS:
+                for t in (1024, 16384, 65536):
+                    _guard("bench", bench_router, name, e, topk, groups, sel, fn, t)
+        if "bench" in parts:
+            for name, m, n in FP4_SHAPES[:3]:
+                _guard("bench", bench_fp4, name, m, n, "notorch" not in parts, "generic" in parts)
+        if "sweep" in parts:
+            _guard("sweep", sweep_fp4, 16384, 7168)
     with open(opts.out, "w") as f:
         json.dump(ROWS, f, indent=1)
     print(f"\n{'op':<28} {'shape':<34} {'impl':<8} {'ms':>10} {'GB/s':>10}")
     for r in ROWS:
         if r["kind"] == "bench" and r.get("ok") and "gbps" in r:
             print(f"{r['op']:<28} {r['shape']:<34} {r['impl']:<8} {r['ms']:>10.4f} {r['gbps']:>10.1f}")
-    bad = [r for r in ROWS if r["kind"] in ("router", "router_graph", "fp4") and not r["ok"]]
+    for r in ROWS:
+        if r["kind"] == "sweep" and "gbps" in r:
+            print(f"sweep {r['op']:<28} {str(r['tile']):<16} {r['ms']:>10.4f} {r['gbps']:>10.1f} same={r['same_as_first']}")
+    bad = [r for r in ROWS if r["kind"] in ("router", "router_graph", "fp4", "sweep") and not r["ok"]]
     print(f"\n{len(bad)} correctness rows failed")
     return 1 if bad else 0
 

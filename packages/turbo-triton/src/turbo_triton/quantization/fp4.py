@@ -33,6 +33,23 @@ __all__ = ["can_handle", "can_handle_dequantize", "can_handle_with_trans", "dequ
 
 BS = MXFP4_BLOCK_SIZE
 _OUT = (torch.float32, torch.float16, torch.bfloat16)
+#: The fast encoder's ``x * 2**-X`` through fp32 instead of the bf16x2 multiply (the GPU check runs
+#: both; see ``fp4_kernels.encode_pairs_bf16``).
+F32MUL = False
+#: False: every call takes the generic fp32 kernels (the GPU check times both side by side).
+FAST_ENABLED = True
+
+
+def _fast(x: torch.Tensor) -> bool:
+    """bf16 input on an NVIDIA GPU (not the interpreter, not ROCm): the kernels' FAST path (inline
+    PTX on bf16x2 pairs)."""
+    return FAST_ENABLED and x.dtype == torch.bfloat16 and not common.soft() and torch.version.hip is None
+
+
+def _fast_tile(m: int, n: int, gm: int, gn: int, row: bool) -> Tile:
+    """FAST tiles: row-wise 32 x 256 (64 elements a thread amortize the address arithmetic),
+    col-wise and both directions 64 x 128 (the transpose goes through shared memory), 4 warps."""
+    return common.pick(m, n, gm, gn, cap_n=256 if row else 128, target=8192, warps=4)
 
 
 def _recipe_reason(*recipes) -> str | None:
@@ -89,14 +106,16 @@ def quantize_fp4(args: QuantizeFp4Args, tile: Tile | None = None):
     m_ext, n_ext = (m, pad) if row else (pad, n)
     two_d = args.recipe.use_2d_block
     gm, gn = ((BS if two_d else 1), BS) if row else (BS, (BS if two_d else 1))
-    tile = tile or common.pick_mx(m_ext, n_ext, gm, gn)
+    fast = _fast(x)
+    tile = tile or (_fast_tile(m_ext, n_ext, gm, gn, row) if fast else common.pick_mx(m_ext, n_ext, gm, gn))
     common.check_tile(tile, gm, gn)
     rows_out = data_shape[-2]
     xa, x_bits = common.x_arg(x3)
     kern.quant_fp4_kernel[common.grid(b, m_ext, n_ext, tile)](
         xa, q.view(torch.uint8), s.view(torch.uint8), m, n, m_ext, n_ext, *x3.stride(),
         rows_out * (pad // 2), pad // 2, rows_out * (pad // BS), pad // BS,
-        BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, ROW=row, X_BITS=x_bits, num_warps=tile.num_warps)
+        BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, ROW=row, X_BITS=x_bits, FAST=fast, F32MUL=F32MUL,
+        num_warps=tile.num_warps)
     return q, s
 
 
@@ -116,14 +135,15 @@ def quantize_fp4_with_trans(args: QuantizeFp4WithTransArgs, tile: Tile | None = 
     x3 = x if nd == 3 else x.unsqueeze(0)
     b, m, n = x3.shape
     m_pad, n_pad = col_data[-1] * 2, row_data[-1] * 2
-    tile = tile or common.pick_mx(m_pad, n_pad, BS, BS)
+    fast = _fast(x)
+    tile = tile or (_fast_tile(m_pad, n_pad, BS, BS, False) if fast else common.pick_mx(m_pad, n_pad, BS, BS))
     common.check_tile(tile, BS, BS)
     xa, x_bits = common.x_arg(x3)
     kern.fp4_with_trans_kernel[common.grid(b, m_pad, n_pad, tile)](
         xa, q_row.view(torch.uint8), s_row.view(torch.uint8), q_col.view(torch.uint8), s_col.view(torch.uint8),
         m, n, m_pad, n_pad, *x3.stride(), BM=tile.block_m, BN=tile.block_n,
         R_GM=BS if args.recipe.use_2d_block else 1, C_GN=BS if args.recipe_for_trans.use_2d_block else 1,
-        X_BITS=x_bits, num_warps=tile.num_warps)
+        X_BITS=x_bits, FAST=fast, F32MUL=F32MUL, num_warps=tile.num_warps)
     return q_row, s_row, q_col, s_col
 
 
@@ -145,10 +165,13 @@ def dequantize_fp4(args: DequantizeFp4Args, tile: Tile | None = None) -> torch.T
     s3 = s3 if s3.dim() == 3 else s3.unsqueeze(0)
     b = x3.shape[0]
     so = (r * 2 * h, 2 * h, 1) if row else (r * 2 * h, 1, r)
-    tile = tile or common.pick(r, h, 1, BS // 2)
+    # col-wise: 128 rows x 32 bytes on 8 warps, stored transposed (the MX FP8 col dequantize's shape)
+    tile = tile or (common.pick(r, h, 1, BS // 2) if row else common.pick(r, h, 1, BS // 2, cap_n=32, target=4096,
+                                                                          warps=8))
     common.check_tile(tile, 1, BS // 2)
     bf16_bits = common.soft() and args.out_dtype == torch.bfloat16
     kern.fp4_dequant_kernel[common.grid(b, r, h, tile)](
         x3, s3, out.view(torch.int16) if bf16_bits else out, r, h, x3.stride(0), x3.stride(1), s3.stride(0),
-        s3.stride(1), *so, BM=tile.block_m, BH=tile.block_n, ROUND_BF16=bf16_bits, num_warps=tile.num_warps)
+        s3.stride(1), *so, BM=tile.block_m, BH=tile.block_n, ROUND_BF16=bf16_bits, TRANS=not row,
+        num_warps=tile.num_warps)
     return out

@@ -31,11 +31,62 @@ from turbo_triton.quantization.numerics import (
     group_max,
     load_f32,
     mx_scale,
+    nan_max,
     tile_of,
     to_out,
 )
 
 E2M1_EMAX = tl.constexpr(2)
+
+# Two bf16 inputs ``$1`` (pair: even element low half) scaled by ``$2`` (their ``2**-X`` as bf16) to one
+# packed byte in the low half of ``$0`` (see ``encode_pairs_bf16``). PTX for sm90 (bf16x2 arithmetic).
+_ENC_HEAD = tl.constexpr("""{
+.reg .b32 nm, v, p, s, q, sg, c, k6, k1, k64;
+mov.b32 k6, 0x40C040C0;
+mov.b32 k1, 0x3F803F80;
+mov.b32 k64, 0x42804280;
+set.num.u32.bf16x2 nm, $1, $1;
+""")
+# ``v = x * 2**-X``: bf16x2 multiply (exact: the product is a bf16 unless it is below 2**-126, where the
+# code is 0 whatever the rounding), or through fp32 (F32 variant: subnormal-safe on any FTZ policy).
+_ENC_MUL16 = tl.constexpr("""mul.rn.bf16x2 v, $1, $2;
+""")
+_ENC_MUL32 = tl.constexpr("""{
+.reg .b16 xl, xh, ml, mh;
+.reg .f32 fxl, fxh, fml, fmh;
+mov.b32 {xl, xh}, $1;
+mov.b32 {ml, mh}, $2;
+cvt.f32.bf16 fxl, xl;
+cvt.f32.bf16 fxh, xh;
+cvt.f32.bf16 fml, ml;
+cvt.f32.bf16 fmh, mh;
+mul.rn.f32 fxl, fxl, fml;
+mul.rn.f32 fxh, fxh, fmh;
+cvt.rn.bf16x2.f32 v, fxh, fxl;
+}
+""")
+_ENC_TAIL = tl.constexpr("""and.b32 v, v, 0x7FFF7FFF;
+and.b32 v, v, nm;
+min.bf16x2 v, v, k6;
+and.b32 p, v, 0x7F807F80;
+max.bf16x2 p, p, k1;
+fma.rn.bf16x2 s, p, k64, v;
+sub.s32 c, s, p;
+sub.s32 q, p, 0x3F803F80;
+shr.u32 q, q, 6;
+add.s32 c, c, q;
+sub.s32 c, c, 0x03000300;
+shr.u32 sg, $1, 12;
+and.b32 sg, sg, 0x00080008;
+and.b32 sg, sg, nm;
+or.b32 c, c, sg;
+shr.u32 q, c, 12;
+and.b32 q, q, 0xF0;
+and.b32 c, c, 0xF;
+or.b32 $0, c, q;
+}""")
+_ENC_ASM16 = tl.constexpr(_ENC_HEAD.value + _ENC_MUL16.value + _ENC_TAIL.value)
+_ENC_ASM32 = tl.constexpr(_ENC_HEAD.value + _ENC_MUL32.value + _ENC_TAIL.value)
 
 
 @triton.jit
@@ -64,6 +115,51 @@ def decode_e2m1(code):
     m = code & 1
     mag = tl.where(e > 0, ((e + 126) << 23) | (m << 22), tl.where(m == 1, 0x3F000000, 0))
     return (mag | ((code & 8) << 28)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def encode_pairs_bf16(x, m, F32MUL: tl.constexpr = False):
+    """Packed MXFP4 bytes of bf16 ``x`` (``[..., 2K]``, pairs along the last dim) times ``m`` (bf16
+    ``2**-X``, equal within a pair): int16 ``[..., 2K]``, the byte of pair ``k`` at ``2k`` (0 at
+    ``2k + 1``). NVIDIA sm90 only (inline PTX on bf16x2 pairs, about 9 instructions an element
+    against ``encode_e2m1``'s 20 in fp32): ``v = |x| * m`` (NaN -> 0 by a lane mask, then
+    ``min(v, 6)``); ``p = max(2**floor(log2 v), 1)``; ``s = v + 64 p`` in one bf16 FMA, whose
+    round-to-nearest-even puts ``v`` on the E2M1 grid of its binade (ulp of ``64 p`` = half the grid
+    step ``p / 2``); the code is ``bits(s) - bits(64 p)`` plus ``2 log2 p`` (lane-wise integer
+    arithmetic on the pair, each lane's result non-negative so no borrow crosses lanes); sign
+    bit 3 from ``x`` unless NaN. Checked against the reference for every bf16 value and every
+    scale exponent (a bit-level emulation), and bit for bit on the GPU."""
+    if F32MUL:
+        return tl.inline_asm_elementwise(_ENC_ASM32, "=r,r,r", [x, m], dtype=tl.int16, is_pure=True, pack=2)
+    return tl.inline_asm_elementwise(_ENC_ASM16, "=r,r,r", [x, m], dtype=tl.int16, is_pure=True, pack=2)
+
+
+@triton.jit
+def _fp4_fast_part(xb, rows, c0, lim_r, lim_c, q_ptr, sq_r, s_ptr, ss_r,
+                   BR: tl.constexpr, BC: tl.constexpr, GR: tl.constexpr, F32MUL: tl.constexpr):
+    """MXFP4 of a bf16 tile ``xb [BR, BC]`` whose groups (``GR x 32``) run along dim 1: bytes at
+    ``q_ptr + r * sq_r + c // 2``, scales at ``s_ptr + r * ss_r + c // 32`` for ``r < lim_r``,
+    ``c < lim_c`` (``rows``: the tile's row indices, ``c0``: its first column). The col-wise direction passes the transposed tile (rows = columns of x)."""
+    a = tl.abs(xb)
+    if GR == 1:
+        amax = tl.reduce(tl.reshape(a, (BR, BC // 32, 32)), 2, nan_max)
+    else:
+        amax = tl.reduce(tl.reduce(tl.reshape(a, (BR // GR, GR, BC // 32, 32)), 3, nan_max), 1, nan_max)
+        amax = expand(amax, BR, BC // 32, GR, 1)
+    e = (amax.to(tl.int16, bitcast=True).to(tl.int32) >> 7) & 0xFF  # [BR, BC/32]; NaN/Inf: 255
+    finite = e < 255
+    xe = tl.maximum(e - (127 + E2M1_EMAX), -127)
+    byte = tl.where(finite, xe + 127, 255)
+    xe = tl.where(finite, xe, 0)
+    m = ((127 - xe) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+    m = tl.reshape(tl.broadcast_to(m[:, :, None], (BR, BC // 32, 32)), (BR, BC))
+    packed, _ = tl.split(tl.reshape(encode_pairs_bf16(xb, m, F32MUL), (BR, BC // 2, 2)))
+    pc = c0 // 2 + tl.arange(0, BC // 2)
+    mask = (rows < lim_r)[:, None] & (pc < lim_c // 2)[None, :]
+    tl.store(q_ptr + rows[:, None] * sq_r + pc[None, :], packed.to(tl.uint8), mask=mask)
+    blk = c0 // 32 + tl.arange(0, BC // 32)
+    s_mask = (rows < lim_r)[:, None] & (blk < tl.cdiv(lim_c, 32))[None, :]
+    tl.store(s_ptr + rows[:, None] * ss_r + blk[None, :], byte.to(tl.uint8), mask=s_mask)
 
 
 @triton.jit
@@ -97,11 +193,22 @@ def _fp4_part(x, bits, b, tm, tn, rows, cols, lim_m, lim_n, q_ptr, sq_b, sq_r, s
 @triton.jit
 def quant_fp4_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, sq_b, sq_r, ss_b, ss_r,
                      BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, ROW: tl.constexpr,
-                     X_BITS: tl.constexpr):
+                     X_BITS: tl.constexpr, FAST: tl.constexpr = False, F32MUL: tl.constexpr = False):
     """MXFP4 of ``x [B, M, N]`` over the padded extent ``[M_EXT, N_EXT]`` (row-wise ``[M, N_pad]``,
-    col-wise ``[M_pad, N]``); elements outside ``[M, N]`` read as zero."""
+    col-wise ``[M_pad, N]``); elements outside ``[M, N]`` read as zero. FAST (bf16 ``x`` on NVIDIA):
+    ``_fp4_fast_part`` on the tile (col-wise: on its transpose, so groups, pairs and stores all run
+    along the tile's contiguous dim)."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_EXT, N_EXT, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
+    if FAST:
+        xb = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask=mask, other=0.0)
+        if ROW:
+            _fp4_fast_part(xb, rows, tn.to(tl.int64) * BN, M_EXT, N_EXT, q_ptr + b * sq_b, sq_r, s_ptr + b * ss_b,
+                           ss_r, BM, BN, GM, F32MUL)
+        else:
+            _fp4_fast_part(tl.trans(xb), cols, tm.to(tl.int64) * BM, N_EXT, M_EXT, q_ptr + b * sq_b, sq_r,
+                           s_ptr + b * ss_b, ss_r, BN, BM, GN, F32MUL)
+        return
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
     _fp4_part(x, abs_bits(x), b, tm, tn, rows, cols, M_EXT, N_EXT, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
               BM, BN, GM, GN, ROW)
@@ -110,11 +217,19 @@ def quant_fp4_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, 
 @triton.jit
 def fp4_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_PAD, sx_b, sx_m, sx_n,
                           BM: tl.constexpr, BN: tl.constexpr, R_GM: tl.constexpr, C_GN: tl.constexpr,
-                          X_BITS: tl.constexpr):
+                          X_BITS: tl.constexpr, FAST: tl.constexpr = False, F32MUL: tl.constexpr = False):
     """Row-wise (``[B, M, N_pad/2]``) and col-wise (``[B, N, M_pad/2]``) MXFP4 copies of
-    ``x [B, M, N]`` from one read of each tile of the padded ``[M_pad, N_pad]`` extent."""
+    ``x [B, M, N]`` from one read of each tile of the padded ``[M_pad, N_pad]`` extent (FAST: as
+    ``quant_fp4_kernel``'s)."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_PAD, N_PAD, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
+    if FAST:
+        xb = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask=mask, other=0.0)
+        _fp4_fast_part(xb, rows, tn.to(tl.int64) * BN, M, N_PAD, qr_ptr + b * (M * (N_PAD // 2)), N_PAD // 2,
+                       sr_ptr + b * (M * (N_PAD // 32)), N_PAD // 32, BM, BN, R_GM, F32MUL)
+        _fp4_fast_part(tl.trans(xb), cols, tm.to(tl.int64) * BM, N, M_PAD, qc_ptr + b * (N * (M_PAD // 2)),
+                       M_PAD // 2, sc_ptr + b * (N * (M_PAD // 32)), M_PAD // 32, BN, BM, C_GN, F32MUL)
+        return
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
     bits = abs_bits(x)
     _fp4_part(x, bits, b, tm, tn, rows, cols, M, N_PAD, qr_ptr, M * (N_PAD // 2), N_PAD // 2, sr_ptr,
@@ -125,17 +240,28 @@ def fp4_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_
 
 @triton.jit
 def fp4_dequant_kernel(x_ptr, s_ptr, out_ptr, R, H, sx_b, sx_r, ss_b, ss_r, so_b, so_r, so_c,
-                       BM: tl.constexpr, BH: tl.constexpr, ROUND_BF16: tl.constexpr):
+                       BM: tl.constexpr, BH: tl.constexpr, ROUND_BF16: tl.constexpr, TRANS: tl.constexpr = False):
     """``out[b, r, c]`` (at ``so_*``) ``= e2m1(q[b, r, c // 2] nibble c % 2) * 2**(scale[b, r, c // 32] - 127)``
-    over packed data ``[B, R, H]`` (``H`` bytes a row, ``C = 2H`` values)."""
+    over packed data ``[B, R, H]`` (``H`` bytes a row, ``C = 2H`` values). Tiles of 16 bytes or more
+    load each scale once a group; TRANS (col-wise data, written back transposed): the tile is
+    stored transposed (``[2 BH, BM]``) so that consecutive ``r`` are consecutive in the output."""
     b, tm, tn, rows, hs = tile_of(tl.program_id(0), R, H, BM, BH)
     mask = (rows < R)[:, None] & (hs < H)[None, :]
     byte = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_r + hs[None, :], mask=mask, other=0).to(tl.int32)
-    sb = tl.load(s_ptr + b * ss_b + rows[:, None] * ss_r + (hs // 16)[None, :], mask=mask, other=127)
-    scale = e8m0_to_fp32(sb.to(tl.int32))
+    if BH >= 16:
+        blk = tn.to(tl.int64) * (BH // 16) + tl.arange(0, BH // 16)
+        b_mask = (rows < R)[:, None] & (blk < tl.cdiv(H, 16))[None, :]
+        sb = tl.load(s_ptr + b * ss_b + rows[:, None] * ss_r + blk[None, :], mask=b_mask, other=127)
+        scale = expand(e8m0_to_fp32(sb.to(tl.int32)), BM, BH, 1, 16)
+    else:
+        sb = tl.load(s_ptr + b * ss_b + rows[:, None] * ss_r + (hs // 16)[None, :], mask=mask, other=127)
+        scale = e8m0_to_fp32(sb.to(tl.int32))
     v = tl.join(decode_e2m1(byte & 15) * scale, decode_e2m1(byte >> 4) * scale)  # [BM, BH, 2]
-    v = tl.reshape(v, (BM, 2 * BH))
+    v = to_out(tl.reshape(v, (BM, 2 * BH)), out_ptr, ROUND_BF16)
     cs = tn.to(tl.int64) * (2 * BH) + tl.arange(0, 2 * BH)
-    out_mask = (rows < R)[:, None] & (cs < 2 * H)[None, :]
-    tl.store(out_ptr + b * so_b + rows[:, None] * so_r + cs[None, :] * so_c, to_out(v, out_ptr, ROUND_BF16),
-             mask=out_mask)
+    if TRANS:
+        mask_t = (cs < 2 * H)[:, None] & (rows < R)[None, :]
+        tl.store(out_ptr + b * so_b + cs[:, None] * so_c + rows[None, :] * so_r, tl.trans(v), mask=mask_t)
+    else:
+        out_mask = (rows < R)[:, None] & (cs < 2 * H)[None, :]
+        tl.store(out_ptr + b * so_b + rows[:, None] * so_r + cs[None, :] * so_c, v, mask=out_mask)
