@@ -277,13 +277,24 @@ def sweep_fp4(m, n) -> None:
     d1 = DequantizeFp4Args(q, s, torch.bfloat16, -1)
     cases += [("dequantize_fp4 axis-1", q_bytes + m * n * 2, lambda t: fp4.dequantize_fp4(d1, t), t)
               for t in [(16, 128, 4), (8, 512, 8)]]
+    def f32mul(fn):
+        def run(t):
+            fp4.F32MUL = True
+            try:
+                return fn(t)
+            finally:
+                fp4.F32MUL = False
+        return run
+
+    cases += [(op + " f32mul", nbytes, f32mul(fn), t) for op, nbytes, fn, t in
+              (cases[0], cases[4], cases[8])]  # the default tiles, fp32 multiply in the encoder
     refs = {}
     for op, nbytes, fn, (bm, bn, wp) in cases:
         try:
             tile = Tile(bm, bn, wp)
             out = fn(tile)
             outs = out if isinstance(out, tuple) else (out,)
-            key = op
+            key = op.removesuffix(" f32mul")
             if key not in refs:
                 refs[key] = [o.clone() for o in outs]
             same = all(_bits_differ(p, q) == 0 for p, q in zip(outs, refs[key], strict=True))

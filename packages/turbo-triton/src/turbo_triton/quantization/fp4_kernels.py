@@ -31,7 +31,6 @@ from turbo_triton.quantization.numerics import (
     group_max,
     load_f32,
     mx_scale,
-    nan_max,
     tile_of,
     to_out,
 )
@@ -140,13 +139,13 @@ def _fp4_fast_part(xb, rows, c0, lim_r, lim_c, q_ptr, sq_r, s_ptr, ss_r,
     """MXFP4 of a bf16 tile ``xb [BR, BC]`` whose groups (``GR x 32``) run along dim 1: bytes at
     ``q_ptr + r * sq_r + c // 2``, scales at ``s_ptr + r * ss_r + c // 32`` for ``r < lim_r``,
     ``c < lim_c`` (``rows``: the tile's row indices, ``c0``: its first column). The col-wise direction passes the transposed tile (rows = columns of x)."""
-    a = tl.abs(xb)
+    a = xb.to(tl.int16, bitcast=True) & 0x7FFF  # |x| bits: ordered like the floats, NaN above +inf
     if GR == 1:
-        amax = tl.reduce(tl.reshape(a, (BR, BC // 32, 32)), 2, nan_max)
+        amax = tl.max(tl.reshape(a, (BR, BC // 32, 32)), axis=2)
     else:
-        amax = tl.reduce(tl.reduce(tl.reshape(a, (BR // GR, GR, BC // 32, 32)), 3, nan_max), 1, nan_max)
+        amax = tl.max(tl.max(tl.reshape(a, (BR // GR, GR, BC // 32, 32)), axis=3), axis=1)
         amax = expand(amax, BR, BC // 32, GR, 1)
-    e = (amax.to(tl.int16, bitcast=True).to(tl.int32) >> 7) & 0xFF  # [BR, BC/32]; NaN/Inf: 255
+    e = amax.to(tl.int32) >> 7  # [BR, BC/32]; NaN/Inf: 255
     finite = e < 255
     xe = tl.maximum(e - (127 + E2M1_EMAX), -127)
     byte = tl.where(finite, xe + 127, 255)
