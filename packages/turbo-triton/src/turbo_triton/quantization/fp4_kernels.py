@@ -195,8 +195,10 @@ def quant_fp4_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, 
                      X_BITS: tl.constexpr, FAST: tl.constexpr = False, F32MUL: tl.constexpr = False):
     """MXFP4 of ``x [B, M, N]`` over the padded extent ``[M_EXT, N_EXT]`` (row-wise ``[M, N_pad]``,
     col-wise ``[M_pad, N]``); elements outside ``[M, N]`` read as zero. FAST (bf16 ``x`` on NVIDIA):
-    ``_fp4_fast_part`` on the tile (col-wise: on its transpose, so groups, pairs and stores all run
-    along the tile's contiguous dim)."""
+    ``_fp4_fast_part`` on the tile (col-wise: on its transpose). The encoder pairs register
+    neighbours (``pack=2``), so FAST is right only where each thread holds runs of consecutive
+    elements along the pairs' dim: the launcher takes it row-wise on vectorized loads only
+    (``fp4._fast``); the transposed tile did not keep pairs in a thread on the H200."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_EXT, N_EXT, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     if FAST:
