@@ -463,3 +463,26 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
 def test_bad_tile_is_an_error():
     with pytest.raises(ValueError, match="tile.block_n"):
         quantize.quantize_fp8(_quant_args(torch.ones(8, 64), E4M3, "BLOCKWISE", -1, 32), Tile(4, 16))
+
+
+@pytest.mark.parametrize("gran,bs", [("ROWWISE", None), ("BLOCKWISE", 16), ("BLOCKWISE", 128)])
+@pytest.mark.parametrize("storage", ["plain", "padded"])
+@pytest.mark.parametrize("two_pass", [False, True])
+def test_transposed_view_along_last_dim(monkeypatch, gran, bs, storage, two_pass):
+    """``quantize_fp8(y.t(), axis=-1)`` (a column-wise copy laid out K-major) runs on y's columns with
+    q and scales stored transposed: bit-identical to the reference, q row-major, NaN and Inf kept;
+    ROWWISE columns short enough for one tile, and through the two-pass amax path."""
+    if two_pass:
+        monkeypatch.setattr(quantize, "COL_FUSED_MAX", 8)
+    y = _input((150, 70), torch.float32, seed=31)
+    y[40, 3] = math.nan
+    y[100, 60] = -math.inf
+    if storage == "padded":  # fp32 rows 75 apart
+        y = torch.cat([y, torch.zeros(150, 5)], dim=1)[:, :70]
+    else:  # bf16
+        y = y.bfloat16()
+    x = y.t()
+    assert quantize._transposed_view(x, 1)
+    q, s = _check_quantize(_quant_args(x, E4M3, gran, -1, bs))
+    assert q.is_contiguous() and q.shape == (70, 150)
+    assert s.shape == ((70, 1) if bs is None else (70, -(-150 // bs)))

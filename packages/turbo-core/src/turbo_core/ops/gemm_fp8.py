@@ -15,8 +15,8 @@ TENSORWISE    a, b and dC quantized once per tensor; each used in both of its GE
 ROWWISE       every operand quantized per row/column along the contraction dim of the GEMM using it:
               a along K (forward) and along M (wgrad), b along K and along N (dgrad), dC along N
               (dgrad) and along M (wgrad): two quantizations of the high-precision tensor each
-BLOCKWISE     a and dC: 1 x bs blocks along each GEMM's contraction dim (row and column copies from
-              one ``quantize_fp8_with_trans``); b: bs x bs tiles (one quantization, valid both ways)
+BLOCKWISE     a and dC: 1 x bs blocks along each GEMM's contraction dim (a row copy and a column
+              copy); b: bs x bs tiles (one quantization, valid both ways)
 MX_BLOCKWISE  a and dC: 1x32 blocks along each contraction dim (row and col-wise copies, the
               col-wise one transposed by the quantizer, so every GEMM is NT); b: 32x32 tiles, row
               and col-wise copies (equal values both ways); E8M0 scales, K padded to 128
@@ -25,6 +25,11 @@ FP4 (MX)      as MX_BLOCKWISE with packed E2M1 data; ``use_gradient_sr`` rounds 
 
 The second (column) copies are made from the high-precision tensor in the forward and only when
 the corresponding gradient is needed; only FP8/FP4 data and scales are saved for the backward.
+ROWWISE and BLOCKWISE column copies of 2-D operands are quantized from the transposed view
+(``quantize_fp8(x.t(), axis=-1)``) and so stored transposed, like MX's: every GEMM of the backward
+gets operands contiguous along its contraction dim (what cuBLASLt's and Hopper's FP8 kernels take)
+and no backend re-lays them. TENSORWISE copies and 2-D weight tiles serve both directions from one
+quantization; a backend that needs K-major operands re-lays those for the dgrad/wgrad.
 Pre-quantized operands (:class:`QuantizedTensor`) are used as given; their second copy is the
 ``data_t`` of a :class:`QuantizedTensorPair`, else the tensor itself (TENSORWISE and 2-D tiles serve
 both directions) or its dequantize + requantize along the other dim (what ``t()`` does).
@@ -130,10 +135,12 @@ def _recipe(scheme: Scheme, role: str) -> ScalingRecipe:
                          use_sr=role == "grad" and scheme.fp4 and scheme.gradient_sr)
 
 
-def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str) -> dict:
+def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str, *, k_major: bool = False) -> dict:
     """Quantize the high-precision ``x`` (2-D, or 3-D grouped weights) for GEMMs contracting along
     its last-two dims ``dims`` (subset of {0, 1}). ``role``: ``"input"``, ``"weight"`` or ``"grad"``
-    (``grad`` uses the backward dtype; ``weight`` uses 2-D tiles for BLOCKWISE/MX/FP4)."""
+    (``grad`` uses the backward dtype; ``weight`` uses 2-D tiles for BLOCKWISE/MX/FP4).
+    ``k_major`` (the dense op): a ROWWISE / BLOCKWISE 1-D copy along dim 0 is stored transposed
+    (:func:`_k_major`); the grouped ops keep the layouts their variable-K primitives take."""
     dtype = scheme.bwd_dtype if role == "grad" else scheme.fwd_dtype
     gran, bs = scheme.granularity, scheme.block_size
     if scheme.per_tensor(role):
@@ -141,6 +148,8 @@ def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str) -> dict:
         q, s = quant.quantize_fp8(x, dtype, gran, block_size=bs, scaling_recipe=recipe)
         return {None: Quantized(q, s, None, False)}
     recipe = _recipe(scheme, role)
+    if k_major and not scheme.mx and x.dim() == 2 and 0 in dims:
+        return _k_major(scheme, x, dims, dtype, recipe)
     both = dims == {0, 1} and (scheme.mx or (gran == G.BLOCKWISE and x.dim() == 2))
     if both:
         fn = quant.quantize_fp4_with_trans if scheme.fp4 else quant.quantize_fp8_with_trans
@@ -152,6 +161,20 @@ def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str) -> dict:
         fn = quant.quantize_fp4 if scheme.fp4 else quant.quantize_fp8
         q, s = fn(x, dtype, gran, axis=d - 2, block_size=bs, scaling_recipe=recipe)
         out[d] = Quantized(q, s, d, scheme.mx and d == 0)
+    return out
+
+
+def _k_major(scheme: Scheme, x: Tensor, dims: set[int], dtype: torch.dtype, recipe: ScalingRecipe) -> dict:
+    """ROWWISE / BLOCKWISE 1-D of a 2-D ``x`` with a copy along dim 0: that copy is quantized from
+    the transposed view (``quantize_fp8(x.t(), axis=-1)``: the same values and scales, stored
+    transposed), so the backward GEMM contracting along dim 0 gets it K-contiguous and no backend
+    has to re-lay it (cuBLASLt and Hopper's FP8 MMA take only K-major operands)."""
+    gran, bs = scheme.granularity, scheme.block_size
+    q, s = quant.quantize_fp8(x.t(), dtype, gran, axis=-1, block_size=bs, scaling_recipe=recipe)
+    out = {0: Quantized(q, s, 0, True)}
+    if 1 in dims:
+        q, s = quant.quantize_fp8(x, dtype, gran, axis=-1, block_size=bs, scaling_recipe=recipe)
+        out[1] = Quantized(q, s, 1, False)
     return out
 
 
@@ -276,7 +299,7 @@ def _operand_dirs(x: Tensor, x_t: QuantizedTensor | None, scheme: Scheme, fwd_di
                   role: str) -> dict:
     if isinstance(x, QuantizedTensor):
         return from_quantized(x, x_t, fwd_dim, need)
-    return quantize(scheme, x, need, role)
+    return quantize(scheme, x, need, role, k_major=True)
 
 
 class _LowpGemmFunction(torch.autograd.Function):
@@ -312,7 +335,7 @@ class _LowpGemmFunction(torch.autograd.Function):
         scheme = ctx.scheme
         grad_c = grad_c.contiguous()
         dims = ({1} if need_da else set()) | ({0} if need_db else set())
-        qg = quantize(scheme, grad_c, dims, "grad")
+        qg = quantize(scheme, grad_c, dims, "grad", k_major=True)
         grad_a = grad_b = None
         if need_da:
             yd = Operand(saved.pop(0), saved.pop(0), ctx.yd_t)

@@ -195,7 +195,7 @@ def _blockwise_rowwise(x, dtype, bs, tile):
     tile = _tile(tile, m, n, 1, bs)
     xa, x_bits = common.x_arg(x)
     kernels.quant_groups_kernel[common.grid(1, m, n, tile)](
-        xa, common.data_arg(q), s, m, n, 0, *x.stride(), 0, 1, m, common.eps(),
+        xa, common.data_arg(q), s, m, n, 0, *x.stride(), 0, 1, m, common.eps(), n, 1,
         BM=tile.block_m, BN=tile.block_n, GM=1, GN=bs, **common.fmt_constexprs(dtype), X_BITS=x_bits,
         num_warps=tile.num_warps)
     return q, s

@@ -3,7 +3,8 @@
 Every kernel sees its input as a strided 3-D view ``[B, M, N]`` (the launchers map each
 granularity and axis onto it without copying when the strides allow) and walks it in ``BM x BN``
 tiles, one program per tile on a 1-D grid (``numerics.tile_of``: no grid-dimension limits).
-Outputs are contiguous. Scales are shared by ``GM x GN`` groups of elements (powers of two that
+Outputs are contiguous (``quant_groups_kernel`` and ``cast_kernel`` may store ``q`` transposed: a
+transposed view of ``x`` quantized along its last dim, see ``quantize._transposed_view``). Scales are shared by ``GM x GN`` groups of elements (powers of two that
 divide the tile), so a tile holds whole groups and is read from memory once:
 
 * ``quant_groups_kernel``: FP32 scales of groups inside a tile (BLOCKWISE 1-D ``1 x bs`` or
@@ -58,15 +59,16 @@ def _fp32_groups(x, rows, cols, mask, tm, tn, M, N, q_ptr, q_offs, s_ptr, ss_m, 
 
 
 @triton.jit
-def quant_groups_kernel(x_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_m, ss_n, eps,
+def quant_groups_kernel(x_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_m, ss_n, eps, sq_m, sq_n,
                         BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr,
                         FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
                         SOFT: tl.constexpr, X_BITS: tl.constexpr, HW_SAT: tl.constexpr = False):
-    """``q [B, M, N]`` and ``scale_inv`` (group ``(b, i, j)`` at ``b*ss_b + i*ss_m + j*ss_n``)."""
+    """``q [B, M, N]`` (element ``(b, i, j)`` at ``b*M*N + i*sq_m + j*sq_n``: ``(N, 1)`` row-major,
+    ``(1, M)`` transposed) and ``scale_inv`` (group ``(b, i, j)`` at ``b*ss_b + i*ss_m + j*ss_n``)."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M, N, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
-    q_offs = b * M * N + rows[:, None] * N + cols[None, :]
+    q_offs = b * M * N + rows[:, None] * sq_m + cols[None, :] * sq_n
     _fp32_groups(x, rows, cols, mask, tm, tn, M, N, q_ptr, q_offs, s_ptr + b * ss_b, ss_m, ss_n,
                  eps, BM, BN, GM, GN, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
 
@@ -119,13 +121,14 @@ def scale_kernel(a_ptr, scale_ptr, s_ptr, n, eps, FMAX: tl.constexpr, BLOCK: tl.
 
 
 @triton.jit
-def cast_kernel(x_ptr, a_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, sa_n, eps,
+def cast_kernel(x_ptr, a_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, sa_n, eps, sq_m, sq_n,
                 BM: tl.constexpr, BN: tl.constexpr, RED_M: tl.constexpr, RED_N: tl.constexpr,
                 FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
                 SOFT: tl.constexpr, X_BITS: tl.constexpr, HW_SAT: tl.constexpr = False,
                 SCALED: tl.constexpr = False):
     """Quantize with the amax that ``amax_kernel`` left in ``a``; ``scale_inv`` has ``a``'s
-    layout and is written by the first tile along the reduced dims. SCALED (reductions over M):
+    layout and is written by the first tile along the reduced dims; q element ``(b, i, j)`` at
+    ``b*M*N + i*sq_m + j*sq_n`` (as ``quant_groups_kernel``). SCALED (reductions over M):
     ``a`` holds the fp32 scales that ``scale_kernel`` wrote (``scale_inv`` too): nothing to divide."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M, N, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
@@ -151,7 +154,7 @@ def cast_kernel(x_ptr, a_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, 
         q = x * scale[None, :]
         if tm == 0:
             tl.store(s_ptr + offs, s_inv, mask=cols < N)
-    tl.store(q_ptr + b * M * N + rows[:, None] * N + cols[None, :],
+    tl.store(q_ptr + b * M * N + rows[:, None] * sq_m + cols[None, :] * sq_n,
              to_fp8(q, q_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT), mask=mask)
 
 

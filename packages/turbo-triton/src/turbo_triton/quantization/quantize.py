@@ -48,7 +48,8 @@ def can_handle(args: QuantizeFp8Args) -> str | None:
 
 
 def _launch_groups(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, gm: int, gn: int, dtype: torch.dtype,
-                   tile: Tile | None) -> None:
+                   tile: Tile | None, q_transposed: bool = False) -> None:
+    """``q_transposed``: ``q`` (``[B, M, N]`` here) is stored as ``[B, N, M]`` row-major."""
     from turbo_triton.quantization import kernels
 
     b, m, n = x3.shape
@@ -56,13 +57,18 @@ def _launch_groups(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, gm: int,
     common.check_tile(tile, gm, gn)
     xa, x_bits = common.x_arg(x3)
     kernels.quant_groups_kernel[common.grid(b, m, n, tile)](
-        xa, common.data_arg(q), s3, m, n, *x3.stride(), *s3.stride(), common.eps(),
+        xa, common.data_arg(q), s3, m, n, *x3.stride(), *s3.stride(), common.eps(), *_q_strides(m, n, q_transposed),
         BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, **common.fmt_constexprs(dtype), X_BITS=x_bits,
         **common.hw_sat(), num_warps=tile.num_warps)
 
 
+def _q_strides(m: int, n: int, transposed: bool) -> tuple[int, int]:
+    """Strides of q's ``(M, N)`` dims: row-major, or row-major ``[N, M]`` (transposed)."""
+    return (1, m) if transposed else (n, 1)
+
+
 def _launch_amax_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, red_m: bool, red_n: bool,
-                      dtype: torch.dtype, tile: Tile | None) -> None:
+                      dtype: torch.dtype, tile: Tile | None, q_transposed: bool = False) -> None:
     """Two passes: amax of each reduced group into an int32 buffer shaped like ``s3``, then the
     cast. Reductions over M (columns, TENSORWISE): the amax programs each walk ``iters`` tiles
     down M (one atomic per column strip, not per tile), and ``scale_kernel`` turns the amax into
@@ -89,7 +95,8 @@ def _launch_amax_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, red_m
         kernels.scale_kernel[(triton.cdiv(amax.numel(), 1024),)](amax, a_arg, s3, amax.numel(), common.eps(),
                                                                 FMAX=fmt["FMAX"], BLOCK=1024, num_warps=4)
     kernels.cast_kernel[common.grid(b, m, n, c_tile)](
-        xa, a_arg, common.data_arg(q), s3, m, n, *x3.stride(), *sa, common.eps(), BM=c_tile.block_m,
+        xa, a_arg, common.data_arg(q), s3, m, n, *x3.stride(), *sa, common.eps(), *_q_strides(m, n, q_transposed),
+        BM=c_tile.block_m,
         BN=c_tile.block_n, **flags, **fmt, **common.hw_sat(), SCALED=scaled, num_warps=c_tile.num_warps)
 
 
@@ -107,8 +114,21 @@ def _tensorwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None):
     return q, s
 
 
+def _transposed_view(x: torch.Tensor, ax: int) -> bool:
+    """Whether ``x`` is a 2-D transposed view (``y.t()`` of a row-major ``y``: unit stride on dim 0)
+    quantized along its last dim: its rows are ``y``'s columns, so reading them row by row would be
+    strided; :func:`_along_axis` quantizes ``y``'s columns instead and stores ``q`` transposed."""
+    return (x.dim() == 2 and ax == 1 and x.shape[0] > 1 and x.shape[1] > 1 and x.stride(0) == 1
+            and x.stride(1) >= x.shape[0])
+
+
 def _along_axis(x: torch.Tensor, dtype: torch.dtype, ax: int, bs: int | None, tile: Tile | None):
-    """ROWWISE (``bs`` None) or BLOCKWISE 1-D along dim ``ax``."""
+    """ROWWISE (``bs`` None) or BLOCKWISE 1-D along dim ``ax``. A transposed view along its last
+    dim (e.g. ``quantize_fp8(a.t(), axis=-1)``: a's column-wise copy, laid out K-major for the
+    backward GEMMs) runs as the column-direction kernels on the row-major storage, with ``q`` and
+    the scales stored transposed: the same values, read coalesced."""
+    if _transposed_view(x, ax):
+        return _along_columns_transposed(x, dtype, bs, tile)
     shape3, along_n = common.around_axis(tuple(x.shape), ax)
     size = x.shape[ax]
     s_shape = list(x.shape)
@@ -133,6 +153,25 @@ def _along_axis(x: torch.Tensor, dtype: torch.dtype, ax: int, bs: int | None, ti
         _launch_groups(x3, q3, s3, triton.next_power_of_2(size), 1, dtype, tile)
     else:
         _launch_amax_cast(x3, q3, s3, not along_n, along_n, dtype, tile)
+    return q, s
+
+
+def _along_columns_transposed(x: torch.Tensor, dtype: torch.dtype, bs: int | None, tile: Tile | None):
+    """``x = y.t()`` (``y`` ``[C, R]`` with unit stride along R) quantized along its last dim (C):
+    ``y``'s columns as ``[1, C, R]``, q (``[R, C]`` row-major) and the scales written transposed."""
+    r, c = x.shape
+    y3 = x.t().unsqueeze(0)  # [1, C, R], strides (_, ld, 1)
+    q = torch.empty((r, c), dtype=dtype, device=x.device)
+    groups = 1 if bs is None else triton.cdiv(c, bs)
+    s = torch.empty((r, groups), dtype=torch.float32, device=x.device)
+    s3 = s.t().unsqueeze(0)  # group (g, j) of y's column j at s[j, g]
+    q3 = q.view(1, c, r)  # the kernels index it through the transposed strides
+    if bs is not None:
+        _launch_groups(y3, q3, s3, bs, 1, dtype, tile, q_transposed=True)
+    elif c <= COL_FUSED_MAX:
+        _launch_groups(y3, q3, s3, triton.next_power_of_2(c), 1, dtype, tile, q_transposed=True)
+    else:
+        _launch_amax_cast(y3, q3, s.view(1, 1, r), True, False, dtype, tile, q_transposed=True)
     return q, s
 
 
