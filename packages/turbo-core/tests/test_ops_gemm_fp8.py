@@ -549,3 +549,39 @@ def test_opcheck_custom_ops():
     fb, fsb = quantize_fp4(w, FP4, "MX_BLOCKWISE", axis=-1)
     _opcheck(ops.gemm_fp4.default, (fa, fsa, fb, fsb, False, True, torch.bfloat16, False))
     _opcheck(ops.gemm_fp4_accum.default, (fa, fsa, fb, fsb, False, True, True, torch.zeros(7, 5)))
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(False, True), (False, False), (True, False)])
+def test_rowwise_backward_gemms_get_k_major_operands(monkeypatch, trans_a, trans_b):
+    """ROWWISE: every GEMM of the forward and backward gets both operands contiguous along its
+    contraction dim (the column copies are quantized from the transposed view), and the result and
+    gradients are bit-identical to quantizing the column copies in the stored layout."""
+    import importlib
+
+    op = importlib.import_module("turbo_core.ops.gemm_fp8")
+    seen = []
+    real_launch, real_quantize = launch.gemm_fp8, op.quantize
+
+    def spy(a, sa, b, sb, *, trans_a, trans_b, **kw):
+        k_dim_a = a.stride(0) if trans_a else a.stride(1)  # op(a) [M, K]: unit stride along K
+        k_dim_b = b.stride(1) if trans_b else b.stride(0)  # op(b) [K, N]: unit stride along K
+        seen.append((k_dim_a == 1, k_dim_b == 1))
+        return real_launch(a, sa, b, sb, trans_a=trans_a, trans_b=trans_b, **kw)
+
+    def run():
+        g = torch.Generator().manual_seed(11)
+        a = torch.randn(*((48, 40) if trans_a else (40, 48)), generator=g).bfloat16().requires_grad_()
+        b = torch.randn(*((24, 48) if trans_b else (48, 24)), generator=g).bfloat16().requires_grad_()
+        cfg = Float8QuantConfig(granularity="ROWWISE")
+        out = gemm_fp8(a, b, trans_a=trans_a, trans_b=trans_b, config=cfg)
+        out.backward(torch.randn(out.shape, generator=g).bfloat16())
+        return out, a.grad, b.grad
+
+    monkeypatch.setattr(op.launch, "gemm_fp8", spy)
+    with use_backend("TORCH"):
+        got = run()
+        assert seen == [(True, True)] * 3, seen  # forward, dgrad, wgrad
+        monkeypatch.setattr(op, "quantize", lambda *a, **kw: real_quantize(*a, **{**kw, "k_major": False}))
+        want = run()
+    for x, y in zip(got, want, strict=True):
+        assert torch.equal(x, y)
