@@ -191,42 +191,29 @@ def _parts(rank, world, group, parts, out, dev, transports=("symm", "collective"
                 if isinstance(replay, str):
                     raise RuntimeError(f"round trip: {replay}")
                 cases["dispatch+combine worst bf16 graph"] = (replay, (n_send + n_recv) * H * 2)
-            # host time of one call (launches only, nothing waited for): the eager path's floor
-            for _ in range(3):
-                dispatch(x, worst=worst)
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(10):
-                dispatch(x, worst=worst)
-            res[f"{tr}: host_us_per_dispatch_worst"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(10):
-                launch.moe_combine(wx, wh)
-            res[f"{tr}: host_us_per_combine_worst"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            # the same through the opt-in lean launch path (the compiled kernel's launcher), for comparison
-            os.environ[lean.ENV] = "lean"
+            def host_us(fn, warm: int = 0) -> float:
+                """Host time of one call (launches only, nothing waited for): the eager path's floor."""
+                for _ in range(warm):
+                    fn()
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(10):
+                    fn()
+                us = round((time.perf_counter() - t0) / 10 * 1e6, 1)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                return us
+
+            # Triton's own launch path (the default), then the opt-in lean one (the compiled kernel's launcher)
+            for env, tag in ((None, ""), ("lean", " (lean launch)")):
+                if env:
+                    os.environ[lean.ENV] = env
+                lean.clear()
+                res[f"{tr}: host_us_per_dispatch_worst{tag}"] = host_us(lambda: dispatch(x, worst=worst), warm=3)
+                res[f"{tr}: host_us_per_combine_worst{tag}"] = host_us(lambda: launch.moe_combine(wx, wh))
+                os.environ.pop(lean.ENV, None)
             lean.clear()
-            for _ in range(3):
-                dispatch(x, worst=worst)
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(10):
-                dispatch(x, worst=worst)
-            res[f"{tr}: host_us_per_dispatch_worst (lean launch)"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
-            t0 = time.perf_counter()
-            for _ in range(10):
-                launch.moe_combine(wx, wh)
-            res[f"{tr}: host_us_per_combine_worst (lean launch)"] = round((time.perf_counter() - t0) / 10 * 1e6, 1)
-            os.environ.pop(lean.ENV)
-            lean.clear()
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
             for name, (fn, nbytes) in cases.items():
                 ms, spread = _time(fn, dev)
                 res[f"{tr}: {name}"] = {"ms": round(ms, 4), "spread_ms": round(spread, 4), "GB/s": round(nbytes / ms / 1e6, 1)}

@@ -181,20 +181,28 @@ def _fp4_input(m, n, dtype, seed=0):
     return x
 
 
-def check_fp4(name, m, n, dtype) -> None:
-    x = _fp4_input(m, n, dtype)
+def _quant_dequant_fails(x, outs, detail: bool = False) -> list[str]:
+    """quantize_fp4 both axes, 1-D and 2-D blocks, bit-compared with the reference, and each
+    reference quantization dequantized to every dtype of ``outs``: the failing calls' names."""
     fails = []
     for axis in (-1, -2):
         for two_d in (False, True):
             a = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis, recipe=ScalingRecipe(use_2d_block=two_d))
             got = _strict(fp4.quantize_fp4, a)
             want = ref_quant.quantize_fp4(a)
-            if any(_bits_differ(p, q) for p, q in zip(got, want, strict=True)):
-                fails.append(f"quantize axis={axis} 2d={two_d}")
-            for out in (torch.bfloat16, torch.float32):
+            differ = [_bits_differ(p, q) for p, q in zip(got, want, strict=True)]
+            if any(differ):
+                fails.append(f"quantize axis={axis} 2d={two_d}" + (f": {differ}" if detail else ""))
+            for out in outs:
                 d = DequantizeFp4Args(want[0], want[1], out, axis)
                 if not _same_values(_strict(fp4.dequantize_fp4, d), ref_quant.dequantize_fp4(d)):
                     fails.append(f"dequantize axis={axis} 2d={two_d} {out}")
+    return fails
+
+
+def check_fp4(name, m, n, dtype) -> None:
+    x = _fp4_input(m, n, dtype)
+    fails = _quant_dequant_fails(x, (torch.bfloat16, torch.float32))
     t = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2, recipe_for_trans=ScalingRecipe(use_2d_block=True))
     got = _strict(fp4.quantize_fp4_with_trans, t)
     if any(_bits_differ(p, q) for p, q in zip(got, ref_quant.quantize_fp4_with_trans(t), strict=True)):
@@ -233,18 +241,7 @@ def check_fp4_special(f32mul: bool) -> None:
     fp4.F32MUL = f32mul
     try:
         x = _special_input(torch.bfloat16)
-        fails = []
-        for axis in (-1, -2):
-            for two_d in (False, True):
-                a = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis, recipe=ScalingRecipe(use_2d_block=two_d))
-                got = _strict(fp4.quantize_fp4, a)
-                want = ref_quant.quantize_fp4(a)
-                if any(_bits_differ(p, q) for p, q in zip(got, want, strict=True)):
-                    fails.append(f"quantize axis={axis} 2d={two_d}: {[_bits_differ(p, q) for p, q in zip(got, want, strict=True)]}")
-                for out in (torch.bfloat16, torch.float32, torch.float16):
-                    d = DequantizeFp4Args(want[0], want[1], out, axis)
-                    if not _same_values(_strict(fp4.dequantize_fp4, d), ref_quant.dequantize_fp4(d)):
-                        fails.append(f"dequantize axis={axis} 2d={two_d} {out}")
+        fails = _quant_dequant_fails(x, (torch.bfloat16, torch.float32, torch.float16), detail=True)
         for two_d in (False, True):
             t = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2, recipe=ScalingRecipe(use_2d_block=two_d),
                                          recipe_for_trans=ScalingRecipe(use_2d_block=not two_d))
