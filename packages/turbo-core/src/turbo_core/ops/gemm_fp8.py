@@ -140,8 +140,16 @@ def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str, *, k_major: b
     """Quantize the high-precision ``x`` (2-D, or 3-D grouped weights) for GEMMs contracting along
     its last-two dims ``dims`` (subset of {0, 1}). ``role``: ``"input"``, ``"weight"`` or ``"grad"``
     (``grad`` uses the backward dtype; ``weight`` uses 2-D tiles for BLOCKWISE/MX/FP4).
-    ``k_major`` (the dense op): a ROWWISE copy along dim 0 is stored transposed (:func:`_k_major`);
-    the grouped ops keep the layouts their variable-K primitives take."""
+
+    ``k_major`` (the dense op): a ROWWISE copy of a 2-D ``x`` along dim 0 is quantized from the
+    transposed view (``quantize_fp8(x.t(), axis=-1)``: the same values and scales, stored
+    transposed), so the GEMM contracting along dim 0 gets it K-contiguous and no backend re-lays it
+    (cuBLASLt and Hopper's FP8 MMA take only K-major operands). On the H200 the Llama-3.1-8B
+    training step of the op gained 1.03-1.14x on TRITON and 1.09-1.13x on HIPBLASLT at three of
+    four layers (one measured 0.80x). BLOCKWISE, whose row and column copies come from one read
+    (``quantize_fp8_with_trans``), lost 11-17% on TRITON as two quantizations, so it keeps that
+    layout (benchmarks/gemm-fp8-h200-2026-11-30.md, session 10). The grouped ops keep the layouts
+    their variable-K primitives take."""
     dtype = scheme.bwd_dtype if role == "grad" else scheme.fwd_dtype
     gran, bs = scheme.granularity, scheme.block_size
     if scheme.per_tensor(role):
@@ -149,8 +157,6 @@ def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str, *, k_major: b
         q, s = quant.quantize_fp8(x, dtype, gran, block_size=bs, scaling_recipe=recipe)
         return {None: Quantized(q, s, None, False)}
     recipe = _recipe(scheme, role)
-    if k_major and gran == G.ROWWISE and x.dim() == 2 and 0 in dims:
-        return _k_major(scheme, x, dims, dtype, recipe)
     both = dims == {0, 1} and (scheme.mx or (gran == G.BLOCKWISE and x.dim() == 2))
     if both:
         fn = quant.quantize_fp4_with_trans if scheme.fp4 else quant.quantize_fp8_with_trans
@@ -158,28 +164,11 @@ def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str, *, k_major: b
                                         scaling_recipe_for_trans=recipe)
         return {1: Quantized(q_row, s_row, 1, False), 0: Quantized(q_col, s_col, 0, scheme.mx)}
     out = {}
+    fn = quant.quantize_fp4 if scheme.fp4 else quant.quantize_fp8
     for d in sorted(dims):
-        fn = quant.quantize_fp4 if scheme.fp4 else quant.quantize_fp8
-        q, s = fn(x, dtype, gran, axis=d - 2, block_size=bs, scaling_recipe=recipe)
-        out[d] = Quantized(q, s, d, scheme.mx and d == 0)
-    return out
-
-
-def _k_major(scheme: Scheme, x: Tensor, dims: set[int], dtype: torch.dtype, recipe: ScalingRecipe) -> dict:
-    """ROWWISE of a 2-D ``x`` with a copy along dim 0: that copy is quantized from the transposed
-    view (``quantize_fp8(x.t(), axis=-1)``: the same values and scales, stored transposed), so the
-    backward GEMM contracting along dim 0 gets it K-contiguous and no backend has to re-lay it
-    (cuBLASLt and Hopper's FP8 MMA take only K-major operands). On the H200 the Llama-3.1-8B
-    training step of the op gained 1.03-1.14x on TRITON and 1.09-1.13x on HIPBLASLT at three of
-    four layers (one measured 0.80x); BLOCKWISE, whose row and column copies come from one read
-    (``quantize_fp8_with_trans``), lost 11-17% on TRITON with two quantizations instead, so it
-    keeps that layout (benchmarks/gemm-fp8-h200-2026-11-30.md, session 10)."""
-    gran, bs = scheme.granularity, scheme.block_size
-    q, s = quant.quantize_fp8(x.t(), dtype, gran, axis=-1, block_size=bs, scaling_recipe=recipe)
-    out = {0: Quantized(q, s, 0, True)}
-    if 1 in dims:
-        q, s = quant.quantize_fp8(x, dtype, gran, axis=-1, block_size=bs, scaling_recipe=recipe)
-        out[1] = Quantized(q, s, 1, False)
+        flip = d == 0 and k_major and gran == G.ROWWISE and x.dim() == 2  # from the transposed view
+        q, s = fn(x.t() if flip else x, dtype, gran, axis=-1 if flip else d - 2, block_size=bs, scaling_recipe=recipe)
+        out[d] = Quantized(q, s, d, flip or (scheme.mx and d == 0))
     return out
 
 
