@@ -255,19 +255,19 @@ def unpack(buf: torch.Tensor, fmt: RowFormat, num_rows: int, recv_from: torch.Te
     dev = buf.device
     fx = fmt.fields["x"]
     fs = fmt.fields.get("scales")
-    if into is not None:
-        x, scales = into.x, into.scales
+    route_ = "idx" in fmt.fields
+    k = fmt.fields["idx"].cols if route_ else 1
+    if into is not None:  # counts zeroed by the packing kernel
+        x, scales, counts, recv_from = into.x, into.scales, into.counts, into.recv_from
+        world = into.offs.shape[0] - 1
+        slot = buf.shape[0] // max(1, world)
     else:
         x = torch.empty((num_rows, fx.cols), dtype=fx.dtype, device=dev)
         scales = None if fs is None else torch.empty((num_rows, fs.cols), dtype=fs.dtype, device=dev)
-    route_ = "idx" in fmt.fields
-    k = fmt.fields["idx"].cols if route_ else 1
+        counts = torch.zeros((num_local,), dtype=torch.int64, device=dev) if route_ else None
+        world, slot = 1, 0
     ids = torch.empty((num_rows, k), dtype=idx_dtype, device=dev) if route_ else None
     probs = torch.empty((num_rows, k), dtype=torch.float32, device=dev) if route_ else None
-    if into is not None:
-        counts = into.counts  # zeroed by the packing kernel
-    else:
-        counts = torch.zeros((num_local,), dtype=torch.int64, device=dev) if route_ else None
     if num_rows == 0:
         return x, scales, ids, probs, counts
     x_off, x_words = _word_offset(fmt, "x")
@@ -277,9 +277,6 @@ def unpack(buf: torch.Tensor, fmt: RowFormat, num_rows: int, recv_from: torch.Te
     words = buf.view(torch.int32)
     dummy = words
     grid = (num_rows, max(1, -(-x_words // _BLOCK)))
-    world, slot = (into.offs.shape[0] - 1, buf.shape[0] // max(1, into.offs.shape[0] - 1)) if into is not None else (1, 0)
-    if into is not None:
-        recv_from = into.recv_from
     launch(_k().unpack_kernel, grid, (
         words, recv_from if recv_from is not None else dummy, _words(x), _words(scales) if scales is not None else dummy,
         ids if route_ else dummy, probs if route_ else dummy, counts if route_ else dummy,
