@@ -144,7 +144,6 @@ def quantize_fp4_with_trans(args: QuantizeFp4WithTransArgs, tile: Tile | None = 
     x3 = x if nd == 3 else x.unsqueeze(0)
     b, m, n = x3.shape
     m_pad, n_pad = col_data[-1] * 2, row_data[-1] * 2
-    fast = False  # the FAST col-wise half pairs elements across threads (wrong codes on the H200, session 10)
     tile = tile or common.pick_mx(m_pad, n_pad, BS, BS)
     common.check_tile(tile, BS, BS)
     xa, x_bits = common.x_arg(x3)
@@ -152,7 +151,7 @@ def quantize_fp4_with_trans(args: QuantizeFp4WithTransArgs, tile: Tile | None = 
         xa, q_row.view(torch.uint8), s_row.view(torch.uint8), q_col.view(torch.uint8), s_col.view(torch.uint8),
         m, n, m_pad, n_pad, *x3.stride(), BM=tile.block_m, BN=tile.block_n,
         R_GM=BS if args.recipe.use_2d_block else 1, C_GN=BS if args.recipe_for_trans.use_2d_block else 1,
-        X_BITS=x_bits, FAST=fast, F32MUL=F32MUL, num_warps=tile.num_warps)
+        X_BITS=x_bits, num_warps=tile.num_warps)
     return q_row, s_row, q_col, s_col
 
 

@@ -138,7 +138,7 @@ def _fp4_fast_part(xb, rows, c0, lim_r, lim_c, q_ptr, sq_r, s_ptr, ss_r,
                    BR: tl.constexpr, BC: tl.constexpr, GR: tl.constexpr, F32MUL: tl.constexpr):
     """MXFP4 of a bf16 tile ``xb [BR, BC]`` whose groups (``GR x 32``) run along dim 1: bytes at
     ``q_ptr + r * sq_r + c // 2``, scales at ``s_ptr + r * ss_r + c // 32`` for ``r < lim_r``,
-    ``c < lim_c`` (``rows``: the tile's row indices, ``c0``: its first column). The col-wise direction passes the transposed tile (rows = columns of x)."""
+    ``c < lim_c`` (``rows``: the tile's row indices, ``c0``: its first column)."""
     a = xb.to(tl.int16, bitcast=True) & 0x7FFF  # |x| bits: ordered like the floats, NaN above +inf
     if GR == 1:
         amax = tl.max(tl.reshape(a, (BR, BC // 32, 32)), axis=2)
@@ -194,21 +194,17 @@ def quant_fp4_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, 
                      BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, ROW: tl.constexpr,
                      X_BITS: tl.constexpr, FAST: tl.constexpr = False, F32MUL: tl.constexpr = False):
     """MXFP4 of ``x [B, M, N]`` over the padded extent ``[M_EXT, N_EXT]`` (row-wise ``[M, N_pad]``,
-    col-wise ``[M_pad, N]``); elements outside ``[M, N]`` read as zero. FAST (bf16 ``x`` on NVIDIA):
-    ``_fp4_fast_part`` on the tile (col-wise: on its transpose). The encoder pairs register
-    neighbours (``pack=2``), so FAST is right only where each thread holds runs of consecutive
-    elements along the pairs' dim: the launcher takes it row-wise on vectorized loads only
-    (``fp4._fast``); the transposed tile did not keep pairs in a thread on the H200."""
+    col-wise ``[M_pad, N]``); elements outside ``[M, N]`` read as zero. FAST (row-wise bf16 ``x`` on
+    NVIDIA): ``_fp4_fast_part`` on the tile. The encoder pairs register neighbours (``pack=2``), so
+    FAST is right only where each thread holds runs of consecutive elements along the rows: the
+    launcher takes it on vectorized loads only (``fp4._fast``). A col-wise FAST form (the encoder on
+    the transposed tile) did not keep pairs in a thread on the H200 and was removed."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_EXT, N_EXT, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
-    if FAST:
+    if FAST and ROW:
         xb = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask=mask, other=0.0)
-        if ROW:
-            _fp4_fast_part(xb, rows, tn.to(tl.int64) * BN, M_EXT, N_EXT, q_ptr + b * sq_b, sq_r, s_ptr + b * ss_b,
-                           ss_r, BM, BN, GM, F32MUL)
-        else:
-            _fp4_fast_part(tl.trans(xb), cols, tm.to(tl.int64) * BM, N_EXT, M_EXT, q_ptr + b * sq_b, sq_r,
-                           s_ptr + b * ss_b, ss_r, BN, BM, GN, F32MUL)
+        _fp4_fast_part(xb, rows, tn.to(tl.int64) * BN, M_EXT, N_EXT, q_ptr + b * sq_b, sq_r, s_ptr + b * ss_b,
+                       ss_r, BM, BN, GM, F32MUL)
         return
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
     _fp4_part(x, abs_bits(x), b, tm, tn, rows, cols, M_EXT, N_EXT, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
@@ -218,19 +214,12 @@ def quant_fp4_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, 
 @triton.jit
 def fp4_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_PAD, sx_b, sx_m, sx_n,
                           BM: tl.constexpr, BN: tl.constexpr, R_GM: tl.constexpr, C_GN: tl.constexpr,
-                          X_BITS: tl.constexpr, FAST: tl.constexpr = False, F32MUL: tl.constexpr = False):
+                          X_BITS: tl.constexpr):
     """Row-wise (``[B, M, N_pad/2]``) and col-wise (``[B, N, M_pad/2]``) MXFP4 copies of
-    ``x [B, M, N]`` from one read of each tile of the padded ``[M_pad, N_pad]`` extent (FAST: as
-    ``quant_fp4_kernel``'s)."""
+    ``x [B, M, N]`` from one read of each tile of the padded ``[M_pad, N_pad]`` extent (the fp32
+    encoder: the FAST one's col-wise half gave wrong codes on the H200)."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_PAD, N_PAD, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
-    if FAST:
-        xb = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask=mask, other=0.0)
-        _fp4_fast_part(xb, rows, tn.to(tl.int64) * BN, M, N_PAD, qr_ptr + b * (M * (N_PAD // 2)), N_PAD // 2,
-                       sr_ptr + b * (M * (N_PAD // 32)), N_PAD // 32, BM, BN, R_GM, F32MUL)
-        _fp4_fast_part(tl.trans(xb), cols, tm.to(tl.int64) * BM, N, M_PAD, qc_ptr + b * (N * (M_PAD // 2)),
-                       M_PAD // 2, sc_ptr + b * (N * (M_PAD // 32)), M_PAD // 32, BN, BM, C_GN, F32MUL)
-        return
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
     bits = abs_bits(x)
     _fp4_part(x, bits, b, tm, tn, rows, cols, M, N_PAD, qr_ptr, M * (N_PAD // 2), N_PAD // 2, sr_ptr,
