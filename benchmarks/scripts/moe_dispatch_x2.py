@@ -16,6 +16,9 @@ check: at the DeepSeek-V3 shape, dispatch -> identity -> combine gives x * (rank
   (exact in bf16 for 1-2 ranks); the num_worst_tokens mode receives the same rows as the exact mode
   then zero padding; FP8 bytes and scales arrive equal to the bf16 run's rows' sources.
 hostprof: cProfile of 20 eager worst-mode dispatch calls and 20 combines (top 30 by own time).
+split: host microseconds per eager worst-mode call in each step (route, pack, unpack, the barriers,
+  the rest: turbo-core's dispatcher and glue), 20 back-to-back eager calls' time per call, and the
+  GPU kernels of 10 round trips (torch.profiler).
 graph: the num_worst_tokens dispatch + combine under torch.cuda.set_sync_debug_mode("error"), then
   captured in a CUDA graph, replayed on new inputs, compared with eager.
 speed: DeepSeek-V3 per rank (T=4096, H=7168, top-8 of 256 experts, uniform routing): bf16 and FP8
@@ -142,6 +145,8 @@ def _parts(rank, world, group, parts, out, dev, transports=("symm", "collective"
                 text = io.StringIO()
                 pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
                 res[f"host_profile_{name}"] = text.getvalue().splitlines()[:60]
+        if "split" in parts:  # per stage: host time of each step of an eager worst-mode call, GPU kernel times
+            res.update(_split(dispatch, launch, x, x8, s8, world * T, dev))
         for tr in (transports if "speed" in parts else []):
             os.environ["TURBO_DEEPEP_TRANSPORT"] = tr  # read per call: the same process measures both
             rx, _, _, _, _, h = dispatch(x)
@@ -219,6 +224,86 @@ def _parts(rank, world, group, parts, out, dev, transports=("symm", "collective"
                 res[f"{tr}: {name}"] = {"ms": round(ms, 4), "spread_ms": round(spread, 4), "GB/s": round(nbytes / ms / 1e6, 1)}
             res["rows_sent"], res["rows_received"] = n_send, n_recv
     out[rank] = res
+
+
+def _split(dispatch, launch, x, x8, s8, worst, dev) -> dict:
+    """Host microseconds per eager worst-mode call spent in each step (wrapping the symmetric path's
+    steps), the rest being turbo-core's dispatcher and the backend's glue; then the GPU kernels of
+    10 back-to-back dispatch + combine round trips (torch.profiler), and the time per call of 20
+    back-to-back eager calls (the host enqueuing ahead of the GPU, as in a training step)."""
+    from turbo_deepep.all_to_all import fused, symm, symm_path
+
+    spent: dict[str, float] = {}
+    saved = []
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    def wrap(mod, name, label):
+        orig = getattr(mod, name)
+
+        def timed(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return orig(*a, **kw)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - t0
+        saved.append((mod, name, orig))
+        setattr(mod, name, timed)
+
+    for name in ("route", "pack_compacted", "unpack", "pack", "reduce"):
+        wrap(fused, name, name)
+    wrap(symm._TorchSymmetric, "barrier", "barrier")
+    wrap(symm_path, "dispatch", "symm_path.dispatch (all steps)")
+    wrap(symm_path, "combine", "symm_path.combine (all steps)")
+    res = {}
+    try:
+        for case, fn in (("dispatch bf16", lambda: dispatch(x, worst=worst)),
+                         ("dispatch fp8", lambda: dispatch(x8, s8, worst=worst)) if x8 is not None else (None, None),
+                         ("combine bf16", None)):
+            if case is None:
+                continue
+            if fn is None:
+                wx, _, _, _, _, wh = dispatch(x, worst=worst)
+                fn = lambda: launch.moe_combine(wx, wh)  # noqa: E731
+            for _ in range(3):
+                fn()
+            sync()
+            spent.clear()
+            t0 = time.perf_counter()
+            for _ in range(20):
+                fn()
+            total = time.perf_counter() - t0
+            sync()
+            res[f"split {case}: host us per call"] = round(total / 20 * 1e6, 1)
+            for label, sec in sorted(spent.items()):
+                res[f"split {case}: {label} us"] = round(sec / 20 * 1e6, 1)
+            if dev.type != "cuda":
+                continue
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            a.record()
+            for _ in range(20):
+                fn()
+            b.record()
+            torch.cuda.synchronize()
+            res[f"split {case}: back-to-back eager ms per call"] = round(a.elapsed_time(b) / 20, 4)
+    finally:
+        for mod, name, orig in saved:
+            setattr(mod, name, orig)
+    if dev.type != "cuda":
+        return res
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            gx, _, _, _, _, gh = dispatch(x, worst=worst)
+            launch.moe_combine(gx, gh)
+        torch.cuda.synchronize()
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=60)
+    res["split gpu kernels (10 round trips)"] = table.splitlines()
+    return res
 
 
 def _small() -> None:
