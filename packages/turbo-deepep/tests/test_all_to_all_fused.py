@@ -46,6 +46,25 @@ def test_route_matches_the_torch_layout(t, k, world, slot):
         assert torch.equal(pos[:, d], want)
 
 
+def test_route_carries_counts_across_steps(monkeypatch):
+    """Tokens walked in several steps (a step of 8 tokens here; 2048 on a GPU): each step's rows
+    continue the previous steps' count, and a slot shorter than the count stops the list."""
+    monkeypatch.setattr(fused, "_SCAN", 8)
+    t, k, world = 37, 3, 2
+    e = 4 * world
+    idx = _routing(t, k, e, seed=5)
+    in_rank = layout.token_in_rank(idx, e, world)
+    for slot in (t, 11):
+        slot_tok, pos, counts = fused.route(idx, e, world, slot)
+        assert torch.equal(counts, in_rank.sum(dim=0))
+        assert torch.equal(slot_tok.view(-1), layout.slot_rows(in_rank, slot))
+        for d in range(world):
+            sent = slot_tok[d][slot_tok[d] >= 0]
+            want = torch.full((t,), -1, dtype=torch.int32)
+            want[sent] = torch.arange(sent.shape[0], dtype=torch.int32)
+            assert torch.equal(pos[:, d], want)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32] + ([FP8] if FP8 is not None else []))
 def test_pack_matches_the_torch_gather(dtype):
     t, k, e, world, h = 11, 3, 8, 2, 16

@@ -27,7 +27,8 @@ __all__ = ["Compacted", "Put", "compact", "enabled", "pack", "pack_compacted", "
 
 ENV = "TURBO_DEEPEP_FUSED"
 _BLOCK = 1024
-_SCAN = 1024
+_SCAN = 2048  # the routing kernel's tokens a step (at most)
+_COMPACT = 1024  # the compaction kernel's rows a step
 
 
 class Put(NamedTuple):
@@ -114,14 +115,21 @@ def route(idx: torch.Tensor, num_experts: int, world: int, slot: int, *, put_cou
         none = torch.full((max(t, 1), 1), -1, dtype=torch.int64, device=dev)
         slot_tok, pos, counts = route(none, num_experts, world, max(slot, 1), put_counts=put_counts)
         return slot_tok[:, :slot], pos[:t], counts
-    # the kernel writes every element of all three (program d: column d of pos, row d of slot_tok)
-    slot_tok = torch.empty((world, slot), dtype=torch.int64, device=dev)
-    pos = torch.empty((t, world), dtype=torch.int32, device=dev)
-    counts = torch.empty((world,), dtype=torch.int64, device=dev)
+    # the kernel writes every element of all three (program d: column d of pos, row d of slot_tok);
+    # one allocation holds them (an eager call is host-bound: one allocation, not three)
+    n = world * slot + world
+    block = torch.empty((n + -(-t * world // 2),), dtype=torch.int64, device=dev)
+    slot_tok, counts = block[: world * slot].view(world, slot), block[world * slot: n]
+    pos = block[n:].view(torch.int32)[: t * world].view(t, world)
     peers, rank = put_counts if put_counts is not None else (counts, 0)
+    block_t = min(_SCAN, _pow2(t))
+    block_k = _pow2(k)
+    # one program a rank walks all T tokens: a whole block in one step on 16 warps, so the scan's
+    # latency (on the critical path of every dispatch) is a couple of steps, not T / 1024
     launch(_k().route_kernel, (world,),
            (idx.contiguous(), slot_tok, pos, counts, peers, t, k, num_experts // world, world, slot, rank),
-           {"BLOCK_T": _SCAN, "BLOCK_K": _pow2(k), "PUT_COUNTS": put_counts is not None})
+           {"BLOCK_T": block_t, "BLOCK_K": block_k, "PUT_COUNTS": put_counts is not None},
+           num_warps=16 if block_t * block_k >= 8192 else 4)
     return slot_tok, pos, counts
 
 
@@ -239,7 +247,7 @@ def compact(buf: torch.Tensor, fmt: RowFormat, rank: int, num_local: int, num_ro
     k = fmt.fields["idx"].cols
     launch(_k().compact_kernel, (1,), (buf.view(torch.int32), recv_from, to_recv, n, num_rows, fmt.row_bytes // 4,
                                        i_off, k, rank * num_local, num_local),
-           {"BLOCK": _SCAN, "BLOCK_K": _pow2(k)})
+           {"BLOCK": _COMPACT, "BLOCK_K": _pow2(k)})
     return recv_from, to_recv
 
 
