@@ -38,30 +38,13 @@ def _source(tok, n_src, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _copy_words(dst, src, n, ok, BLOCK: tl.constexpr):
-    """``dst[:n] = src[:n]`` where ``ok`` (a ``BLOCK`` vector), else zeros, in ``BLOCK``-word steps."""
-    for s0 in range(0, n, BLOCK):
-        ss = s0 + tl.arange(0, BLOCK)
-        sm = ss < n
-        tl.store(dst + ss, tl.load(src + ss, mask=sm & ok, other=0), mask=sm)
-
-
-@triton.jit
-def _copy_words_w(dst, src, n, ok, write, BLOCK: tl.constexpr):
-    """``dst[:n] = src[:n]`` where ``ok``, zeros where not; only where ``write`` (``BLOCK`` vectors)."""
+def _copy_words(dst, src, n, ok, write, BLOCK: tl.constexpr):
+    """``dst[:n] = src[:n]`` where ``ok``, zeros where not, stored only where ``write`` (``ok`` and
+    ``write``: ``BLOCK`` vectors), in ``BLOCK``-word steps."""
     for s0 in range(0, n, BLOCK):
         ss = s0 + tl.arange(0, BLOCK)
         sm = ss < n
         tl.store(dst + ss, tl.load(src + ss, mask=sm & ok, other=0), mask=sm & write)
-
-
-@triton.jit
-def _copy_words_if(dst, src, n, ok, BLOCK: tl.constexpr):
-    """``dst[:n] = src[:n]`` where ``ok``; nothing written elsewhere."""
-    for s0 in range(0, n, BLOCK):
-        ss = s0 + tl.arange(0, BLOCK)
-        sm = ss < n
-        tl.store(dst + ss, tl.load(src + ss, mask=sm & ok, other=0), mask=sm & ok)
 
 
 @triton.jit
@@ -126,7 +109,7 @@ def _pack_compacted(out_ptr, row_ptr, to_recv_ptr, x_ptr, s_ptr, p_ptr, idx_ptr,
     tl.store(dst_x + cols, tl.load(x_ptr + src * X_WORDS + cols, mask=cm & ok, other=0), mask=cm & ok)
     if c == 0:
         if HAS_S:
-            _copy_words_if(dst_s, s_ptr + src * S_WORDS, S_WORDS, ok, BLOCK)
+            _copy_words(dst_s, s_ptr + src * S_WORDS, S_WORDS, ok, ok, BLOCK)
         ks = tl.arange(0, BLOCK_K)
         km = ks < K
         src_k, ok_k = _source(tok, n_src, BLOCK_K)
@@ -212,9 +195,9 @@ def pack_kernel(out_ptr, row_ptr, offs_ptr, tok_out_ptr, x_ptr, s_ptr, p_ptr, id
     if c == 0:
         if HAS_S:
             if IDS_ONLY_PAD:
-                _copy_words_if(dst + S_OFF, s_ptr + src * S_WORDS, S_WORDS, ok, BLOCK)
+                _copy_words(dst + S_OFF, s_ptr + src * S_WORDS, S_WORDS, ok, ok, BLOCK)
             else:
-                _copy_words(dst + S_OFF, s_ptr + src * S_WORDS, S_WORDS, ok, BLOCK)
+                _copy_words(dst + S_OFF, s_ptr + src * S_WORDS, S_WORDS, ok, tl.full([BLOCK], 1, tl.int1), BLOCK)
         ks = tl.arange(0, BLOCK_K)
         km = ks < K
         src_k, ok_k = _source(tok, n_src, BLOCK_K)
@@ -284,7 +267,7 @@ def unpack_kernel(buf_ptr, recv_from_ptr, x_ptr, s_ptr, i_ptr, p_ptr, count_ptr,
     tl.store(x_ptr + r * X_WORDS + cols, tl.load(row + X_OFF + cols, mask=cm & ok, other=0), mask=cm & write)
     if c == 0:
         if HAS_S:
-            _copy_words_w(s_ptr + r * S_WORDS, row + S_OFF, S_WORDS, ok, write, BLOCK)
+            _copy_words(s_ptr + r * S_WORDS, row + S_OFF, S_WORDS, ok, write, BLOCK)
         if HAS_ROUTE:
             ks = tl.arange(0, BLOCK_K)
             km = ks < K
