@@ -237,8 +237,9 @@ def _special_input(dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
-def check_fp4_special(f32mul: bool) -> None:
+def check_fp4_special(f32mul: bool, row_pairs: bool = False) -> None:
     fp4.F32MUL = f32mul
+    fp4.ROW_PAIRS = row_pairs
     try:
         x = _special_input(torch.bfloat16)
         fails = _quant_dequant_fails(x, (torch.bfloat16, torch.float32, torch.float16), detail=True)
@@ -248,50 +249,75 @@ def check_fp4_special(f32mul: bool) -> None:
             got = _strict(fp4.quantize_fp4_with_trans, t)
             if any(_bits_differ(p, q) for p, q in zip(got, ref_quant.quantize_fp4_with_trans(t), strict=True)):
                 fails.append(f"quantize_with_trans 2d={two_d}")
-        _row("fp4", shape="special 64x256", f32mul=f32mul, ok=not fails, fails=fails)
+        _row("fp4", shape="special 64x256", f32mul=f32mul, row_pairs=row_pairs, ok=not fails, fails=fails)
     finally:
         fp4.F32MUL = False
+        fp4.ROW_PAIRS = False
 
 
-def sweep_fp4(m, n) -> None:
-    """Tiles of the FAST kernels at one shape: each output bit-compared with the default's, timed."""
-    x = _fp4_input(m, n, torch.bfloat16, seed=4)
-    q_bytes = m * n // 2 + m * n // 32
-    cases = []
-    for axis, tiles in ((-1, [(32, 256, 4), (16, 512, 8), (8, 1024, 8), (64, 256, 8)]),
-                        (-2, [(64, 128, 4), (32, 128, 4), (128, 64, 4), (64, 64, 2)])):
-        a = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis)
-        cases += [(f"quantize_fp4 axis{axis}", m * n * 2 + q_bytes, lambda t, a=a: fp4.quantize_fp4(a, t), t)
-                  for t in tiles]
-    w = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2)
-    cases += [("quantize_fp4_with_trans", m * n * 2 + 2 * q_bytes, lambda t: fp4.quantize_fp4_with_trans(w, t), t)
-              for t in [(64, 128, 4), (32, 128, 4), (64, 64, 4)]]
-    q, s = ref_quant.quantize_fp4(QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, -2))
-    d = DequantizeFp4Args(q, s, torch.bfloat16, -2)
-    cases += [("dequantize_fp4 axis-2", q_bytes + m * n * 2, lambda t: fp4.dequantize_fp4(d, t), t)
-              for t in [(128, 32, 8), (64, 32, 4), (64, 64, 8)]]
-    q, s = ref_quant.quantize_fp4(QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, -1))
-    d1 = DequantizeFp4Args(q, s, torch.bfloat16, -1)
-    cases += [("dequantize_fp4 axis-1", q_bytes + m * n * 2, lambda t: fp4.dequantize_fp4(d1, t), t)
-              for t in [(16, 128, 4), (8, 512, 8)]]
-    def f32mul(fn):
+def check_fp4_row_pairs(name, m, n) -> None:
+    """Row-wise bf16 quantize through the pair kernel (``fp4.ROW_PAIRS``) against the reference."""
+    fp4.ROW_PAIRS = True
+    try:
+        x = _fp4_input(m, n, torch.bfloat16)
+        fails = []
+        for two_d in (False, True):
+            a = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, -1, recipe=ScalingRecipe(use_2d_block=two_d))
+            got = _strict(fp4.quantize_fp4, a)
+            if any(_bits_differ(p, q) for p, q in zip(got, ref_quant.quantize_fp4(a), strict=True)):
+                fails.append(f"quantize axis=-1 2d={two_d} row_pairs")
+        _row("fp4", shape=name, M=m, N=n, row_pairs=True, ok=not fails, fails=fails)
+    finally:
+        fp4.ROW_PAIRS = False
+
+
+def _flags(**kw):
+    """``fn(tile)`` run with the ``fp4`` module settings ``kw`` (then restored)."""
+    def wrap(fn):
         def run(t):
-            fp4.F32MUL = True
+            old = {k: getattr(fp4, k) for k in kw}
+            for k, v in kw.items():
+                setattr(fp4, k, v)
             try:
                 return fn(t)
             finally:
-                fp4.F32MUL = False
+                for k, v in old.items():
+                    setattr(fp4, k, v)
         return run
+    return wrap
 
-    cases += [(op + " f32mul", nbytes, f32mul(fn), t) for op, nbytes, fn, t in
-              (cases[0], cases[4], cases[8])]  # the default tiles, fp32 multiply in the encoder
+
+def sweep_fp4(m, n) -> None:
+    """Tiles of the FAST and pair kernels at one shape: each output bit-compared with the first of its
+    op (the default tile), timed."""
+    x = _fp4_input(m, n, torch.bfloat16, seed=4)
+    q_bytes = m * n // 2 + m * n // 32
+    qb = m * n * 2 + q_bytes
+    a1 = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, -1)
+    a2 = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, -2)
+    w = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2)
+    q1 = lambda t: fp4.quantize_fp4(a1, t)  # noqa: E731
+    q2 = lambda t: fp4.quantize_fp4(a2, t)  # noqa: E731
+    qw = lambda t: fp4.quantize_fp4_with_trans(w, t)  # noqa: E731
+    rp = _flags(ROW_PAIRS=True)
+    f32 = _flags(F32MUL=True)
+    cases = [("quantize_fp4 axis-1", qb, q1, t) for t in [(32, 256, 4), (64, 256, 8)]]
+    cases += [("quantize_fp4 axis-1 rowpairs", qb, rp(q1), t) for t in [(32, 256, 4), (16, 512, 4), (32, 512, 4),
+                                                                          (64, 256, 8), (16, 256, 2)]]
+    cases += [("quantize_fp4 axis-2", qb, q2, t) for t in [(32, 512, 2), (32, 1024, 4), (32, 256, 1), (64, 256, 4),
+                                                           (32, 256, 4), (64, 128, 4), (64, 512, 4)]]
+    cases += [("quantize_fp4_with_trans", m * n * 2 + 2 * q_bytes, qw, t)
+              for t in [(32, 256, 4), (32, 512, 4), (64, 128, 4), (32, 256, 2), (64, 256, 4), (32, 512, 2),
+                        (32, 128, 2), (64, 128, 2)]]
+    cases += [("quantize_fp4 axis-2 f32mul", qb, f32(q2), (32, 512, 2)),
+              ("quantize_fp4_with_trans f32mul", m * n * 2 + 2 * q_bytes, f32(qw), (32, 256, 4))]
     refs = {}
     for op, nbytes, fn, (bm, bn, wp) in cases:
         try:
             tile = Tile(bm, bn, wp)
             out = fn(tile)
             outs = out if isinstance(out, tuple) else (out,)
-            key = op.removesuffix(" f32mul")
+            key = op.removesuffix(" f32mul").removesuffix(" rowpairs")
             if key not in refs:
                 refs[key] = [o.clone() for o in outs]
             same = all(_bits_differ(p, q) == 0 for p, q in zip(outs, refs[key], strict=True))
@@ -337,7 +363,7 @@ def bench_router(name, e, topk, groups, sel, fn, t) -> None:
 
 
 def bench_fp4(name, m, n, with_torch: bool = True, generic: bool = False) -> None:
-    """``generic``: also the fp32 kernels the FAST path replaced (``fp4.FAST_ENABLED = False``),
+    """``generic``: also the fp32 kernels the FAST and pair paths replaced (``fp4.FAST_ENABLED = False``),
     as impl ``triton-generic``."""
     x = _fp4_input(m, n, torch.bfloat16, seed=4)
     shape = f"{name} {m}x{n} bf16"
@@ -392,8 +418,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="correctness only (no timing)")
     ap.add_argument("--parts", default="router,fp4,bench",
                     help="comma list of router (router checks and bench), fp4 (FP4 checks, special blocks "
-                         "for both encoder variants), bench (FP4 bench and copy), sweep (FAST tiles at "
-                         "16384x7168), generic (the bench also times the generic fp32 FP4 kernels), notorch "
+                         "for both encoder variants), bench (FP4 bench and copy), sweep (FAST and pair-kernel "
+                         "tiles at 16384x7168), generic (the bench also times the generic fp32 FP4 kernels), notorch "
                          "(no torch reference rows in the FP4 bench)")
     opts = ap.parse_args()
     parts = set(opts.parts.split(","))
@@ -414,6 +440,9 @@ def main() -> int:
         _guard("fp4", check_fp4, "odd-fp16", 300, 100, torch.float16)
         for f32mul in (False, True):
             _guard("fp4", check_fp4_special, f32mul)
+        _guard("fp4", check_fp4_special, False, True)
+        for name, m, n in FP4_SHAPES:
+            _guard("fp4", check_fp4_row_pairs, name, m, n)
     if not opts.quick:
         copy_bandwidth()
         if "router" in parts:

@@ -242,6 +242,70 @@ def test_with_trans_equals_both_directions(shape, two_d):
         assert _same_bits(got, want)
 
 
+# -- the pair kernels (bf16: col-wise quantize, with_trans, row-wise with ROW_PAIRS) -----------------
+# Under the interpreter they run their fp32 encoder (the inline PTX is checked on the GPU by
+# benchmarks/scripts/router_fp4_gpu_check.py); these tests check their tiling, pairing and stores.
+
+def _pairs_taken(monkeypatch) -> list:
+    seen = []
+    real = fp4._pairs
+
+    def spy(x3):
+        seen.append(real(x3))
+        return seen[-1]
+    monkeypatch.setattr(fp4, "_pairs", spy)
+    return seen
+
+
+@pytest.mark.parametrize("tile", [None, Tile(32, 32, 4), Tile(64, 32, 1), Tile(32, 64, 2)], ids=str)
+@pytest.mark.parametrize("axis,row_pairs", [(-2, False), (-1, True)], ids=["col", "row-pairs"])
+@pytest.mark.parametrize("shape", [(45, 70), (2, 37, 20), (64, 32)], ids=str)
+def test_pair_kernels_quantize(shape, axis, row_pairs, tile, monkeypatch):
+    monkeypatch.setattr(fp4, "ROW_PAIRS", row_pairs)
+    seen = _pairs_taken(monkeypatch)
+    x = _inputs(shape, torch.bfloat16, seed=shape[-2] + 7)
+    x.view(-1)[3] = math.nan
+    x.view(-1)[-2] = -math.inf
+    x.view(-1)[-5] = -0.0
+    for two_d in (False, True):
+        args = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis, recipe=ScalingRecipe(use_2d_block=two_d))
+        q, s = fp4.quantize_fp4(args, tile=tile)
+        want_q, want_s = _expect_quant(x, axis, two_d)
+        assert torch.equal(s.view(torch.uint8), want_s) and torch.equal(q.view(torch.uint8), want_q)
+        rq, rs = ref.quantize_fp4(args)
+        assert _same_bits(q, rq) and _same_bits(s, rs)
+    assert seen and all(seen), "the pair kernels were not taken"
+
+
+@pytest.mark.parametrize("tile", [None, Tile(32, 32, 4), Tile(64, 64, 2)], ids=str)
+@pytest.mark.parametrize("shape", [(45, 70), (2, 33, 40)], ids=str)
+def test_pair_kernels_with_trans(shape, tile, monkeypatch):
+    seen = _pairs_taken(monkeypatch)
+    x = _inputs(shape, torch.bfloat16, seed=13)
+    x.view(-1)[40] = math.nan
+    for r2, c2 in ((False, False), (True, True), (True, False)):
+        args = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2, recipe=ScalingRecipe(use_2d_block=r2),
+                                        recipe_for_trans=ScalingRecipe(use_2d_block=c2))
+        got = fp4.quantize_fp4_with_trans(args, tile=tile)
+        wq, ws = _expect_quant(x, -1, r2)
+        assert torch.equal(got[0].view(torch.uint8), wq) and torch.equal(got[1].view(torch.uint8), ws)
+        wq, ws = _expect_quant(x, -2, c2)
+        assert torch.equal(got[2].view(torch.uint8), wq) and torch.equal(got[3].view(torch.uint8), ws)
+        for a, b in zip(got, ref.quantize_fp4_with_trans(args), strict=True):
+            assert _same_bits(a, b)
+    assert seen and all(seen), "the pair kernels were not taken"
+
+
+def test_pair_asm_keeps_lanes_apart():
+    """The pair encoder's PTX: two independent lane computations, nibbles combined lane-wise."""
+    from turbo_triton.quantization import fp4_kernels as kern
+
+    for asm in (kern._PAIR_ASM16.value, kern._PAIR_ASM32.value):
+        assert asm.count("or.b32 ce, c, sg;") == 1 and asm.count("or.b32 co, c, sg;") == 1
+        assert asm.rstrip().endswith("shl.b32 co, co, 4;\nor.b32 $0, ce, co;\n}")
+        assert "$2, 12" in asm and "$1, 12" in asm and "0xF0" not in asm  # no cross-lane nibble packing
+
+
 # -- dequantize -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)

@@ -38,6 +38,13 @@ _OUT = (torch.float32, torch.float16, torch.bfloat16)
 F32MUL = False
 #: False: every call takes the generic fp32 kernels (the GPU check times both side by side).
 FAST_ENABLED = True
+#: Row-wise bf16 quantize through the pair kernels (``fp4_kernels._pairs_row``) instead of the FAST
+#: row kernel (timed side by side on the GPU).
+ROW_PAIRS = False
+#: Pair-kernel tiles ``(block_n cap, elements a program, warps)`` of the col-wise quantize and of
+#: with_trans (``_pairs_tile``).
+COL_TILE = (512, 16384, 2)
+TRANS_TILE = (256, 8192, 4)
 
 
 def _fast(x3: torch.Tensor, row: bool, m: int) -> bool:
@@ -52,6 +59,24 @@ def _fast(x3: torch.Tensor, row: bool, m: int) -> bool:
     return (FAST_ENABLED and row and x3.dtype == torch.bfloat16 and not common.soft() and torch.version.hip is None
             and m >= 32 and x3.stride(2) == 1 and x3.stride(1) % 16 == 0
             and (x3.shape[0] == 1 or x3.stride(0) % 16 == 0) and x3.data_ptr() % 16 == 0)
+
+
+def _pairs(x3: torch.Tensor) -> bool:
+    """The pair kernels (``fp4_kernels._pairs_col`` / ``_pairs_row``): bf16 input, on NVIDIA GPUs with
+    the inline-PTX encoder, under the interpreter with the fp32 one (not on ROCm). The pairs are
+    formed as separate tensors (two loads of the even and odd rows, or a split of the last dim)
+    before the encoder, so no stride or alignment condition applies."""
+    return FAST_ENABLED and x3.dtype == torch.bfloat16 and torch.version.hip is None
+
+
+def _pairs_tile(m: int, n: int, gn: int, cfg: tuple[int, int, int]) -> Tile:
+    cap_n, target, warps = cfg
+    return common.pick(m, n, BS, gn, cap_n=cap_n, target=target, warps=warps)
+
+
+def _pairs_ok(tile: Tile) -> bool:
+    """Tiles the pair kernels take: 32-row groups split in halves, two pairs an encoder instance."""
+    return tile.block_m >= BS and tile.block_m * tile.block_n >= 256 * tile.num_warps
 
 
 def _fast_tile(m: int, n: int, gm: int, gn: int, row: bool) -> Tile:
@@ -115,16 +140,21 @@ def quantize_fp4(args: QuantizeFp4Args, tile: Tile | None = None):
     m_ext, n_ext = (m, pad) if row else (pad, n)
     two_d = args.recipe.use_2d_block
     gm, gn = ((BS if two_d else 1), BS) if row else (BS, (BS if two_d else 1))
-    fast = _fast(x3, row, m) and (tile is None or tile.block_m * tile.block_n >= 256 * tile.num_warps)
-    tile = tile or (_fast_tile(m_ext, n_ext, gm, gn, row) if fast else common.pick_mx(m_ext, n_ext, gm, gn))
+    pairs = _pairs(x3) and (not row or ROW_PAIRS) and (tile is None or _pairs_ok(tile))
+    fast = not pairs and _fast(x3, row, m) and (tile is None or tile.block_m * tile.block_n >= 256 * tile.num_warps)
+    if tile is None:
+        if pairs:
+            tile = _pairs_tile(m_ext, n_ext, gn, COL_TILE) if not row else _fast_tile(m_ext, n_ext, gm, gn, row)
+        else:
+            tile = _fast_tile(m_ext, n_ext, gm, gn, row) if fast else common.pick_mx(m_ext, n_ext, gm, gn)
     common.check_tile(tile, gm, gn)
     rows_out = data_shape[-2]
-    xa, x_bits = common.x_arg(x3)
+    xa, x_bits = (x3.view(torch.int16), True) if pairs else common.x_arg(x3)
     kern.quant_fp4_kernel[common.grid(b, m_ext, n_ext, tile)](
         xa, q.view(torch.uint8), s.view(torch.uint8), m, n, m_ext, n_ext, *x3.stride(),
         rows_out * (pad // 2), pad // 2, rows_out * (pad // BS), pad // BS,
         BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, ROW=row, X_BITS=x_bits, FAST=fast, F32MUL=F32MUL,
-        num_warps=tile.num_warps)
+        PAIRS=pairs, ASM=pairs and not common.soft(), num_warps=tile.num_warps)
     return q, s
 
 
@@ -144,14 +174,15 @@ def quantize_fp4_with_trans(args: QuantizeFp4WithTransArgs, tile: Tile | None = 
     x3 = x if nd == 3 else x.unsqueeze(0)
     b, m, n = x3.shape
     m_pad, n_pad = col_data[-1] * 2, row_data[-1] * 2
-    tile = tile or common.pick_mx(m_pad, n_pad, BS, BS)
+    pairs = _pairs(x3) and (tile is None or _pairs_ok(tile))
+    tile = tile or (_pairs_tile(m_pad, n_pad, BS, TRANS_TILE) if pairs else common.pick_mx(m_pad, n_pad, BS, BS))
     common.check_tile(tile, BS, BS)
-    xa, x_bits = common.x_arg(x3)
+    xa, x_bits = (x3.view(torch.int16), True) if pairs else common.x_arg(x3)
     kern.fp4_with_trans_kernel[common.grid(b, m_pad, n_pad, tile)](
         xa, q_row.view(torch.uint8), s_row.view(torch.uint8), q_col.view(torch.uint8), s_col.view(torch.uint8),
         m, n, m_pad, n_pad, *x3.stride(), BM=tile.block_m, BN=tile.block_n,
         R_GM=BS if args.recipe.use_2d_block else 1, C_GN=BS if args.recipe_for_trans.use_2d_block else 1,
-        X_BITS=x_bits, num_warps=tile.num_warps)
+        X_BITS=x_bits, PAIRS=pairs, ASM=pairs and not common.soft(), F32MUL=F32MUL, num_warps=tile.num_warps)
     return q_row, s_row, q_col, s_col
 
 

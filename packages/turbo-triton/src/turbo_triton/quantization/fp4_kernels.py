@@ -14,12 +14,19 @@ NaN -> +0; sign bit 3
 blocked dim in the low nibble, the odd one in the high nibble; col-wise tiles are transposed in
 registers first so the packed pairs lie along the stored (contiguous) dim.
 
+bf16 inputs on NVIDIA GPUs take inline-PTX encoders on bf16x2 registers: ``encode_pairs_bf16``
+(row-wise, pairs in register neighbours) and ``encode_pair_bits`` (the pair's two elements from two
+tensors of one layout: the col-wise quantize, loading a tile as its even and odd rows, and
+with_trans); ``encode_pair_bits`` falls back to ``encode_e2m1`` in fp32 under the interpreter.
+
 Dequantization: both nibbles of a byte decoded by bit arithmetic, times ``2**(byte - 127)``
 (exact in fp32; NaN for the scale byte 0xFF), rounded once to the output type, written through
 strides (col-wise data comes back transposed).
 """
 
 from __future__ import annotations
+
+import re
 
 import triton
 import triton.language as tl
@@ -88,6 +95,30 @@ _ENC_ASM16 = tl.constexpr(_ENC_HEAD.value + _ENC_MUL16.value + _ENC_TAIL.value)
 _ENC_ASM32 = tl.constexpr(_ENC_HEAD.value + _ENC_MUL32.value + _ENC_TAIL.value)
 
 
+def _pair_reg(x: str, dst: str, f32mul: bool) -> str:
+    """PTX: the codes of the two bf16 lanes of register ``x`` scaled by ``$3`` (the lanes' ``2**-X``),
+    each lane's code (0..15, sign bit 3) in the low bits of that lane of ``dst``: the arithmetic of
+    ``_ENC_HEAD`` .. ``_ENC_TAIL`` up to the sign, the lanes kept apart."""
+    sub = {"$1": x, "$2": "$3"}
+    mul = _ENC_MUL32.value if f32mul else _ENC_MUL16.value
+    tail = _ENC_TAIL.value.split("shr.u32 q, c, 12;")[0].replace("or.b32 c, c, sg;", f"or.b32 {dst}, c, sg;")
+    text = _ENC_HEAD.value + mul + tail + "}\n"
+    return re.sub(r"\$[12]", lambda t: sub[t.group(0)], text)
+
+
+def _pair_asm(f32mul: bool) -> str:
+    """PTX of ``encode_pair_bits``: ``$1`` the even elements, ``$2`` the odd ones of two pairs
+    (one pair per 16-bit lane), ``$3`` their ``2**-X``; lane ``i`` of ``$0``: the byte
+    ``code($1.i) | code($2.i) << 4``. No lane mixes with the other, so the pairs are right in any
+    register layout (``pack=2`` only puts two pairs in one instance)."""
+    return ("{\n.reg .b32 ce, co;\n" + _pair_reg("$1", "ce", f32mul) + _pair_reg("$2", "co", f32mul)
+            + "shl.b32 co, co, 4;\nor.b32 $0, ce, co;\n}")
+
+
+_PAIR_ASM16 = tl.constexpr(_pair_asm(False))
+_PAIR_ASM32 = tl.constexpr(_pair_asm(True))
+
+
 @triton.jit
 def encode_e2m1(v):
     """E2M1 codes (int32 0..15) of fp32 ``v`` already scaled into range (see the module doc).
@@ -131,6 +162,96 @@ def encode_pairs_bf16(x, m, F32MUL: tl.constexpr = False):
     if F32MUL:
         return tl.inline_asm_elementwise(_ENC_ASM32, "=r,r,r", [x, m], dtype=tl.int16, is_pure=True, pack=2)
     return tl.inline_asm_elementwise(_ENC_ASM16, "=r,r,r", [x, m], dtype=tl.int16, is_pure=True, pack=2)
+
+
+@triton.jit
+def encode_pair_bits(x0, x1, m, ASM: tl.constexpr, F32MUL: tl.constexpr = False):
+    """Packed MXFP4 bytes (int16, ``code(x0) | code(x1) << 4``) of pairs given as two tensors of bf16
+    bits (int16) of one shape: ``x0`` the even elements, ``x1`` the odd ones, ``m`` the bf16 bits of
+    their ``2**-X``. ASM (NVIDIA sm90): ``encode_pairs_bf16``'s bf16x2 arithmetic on two pairs an
+    instance, each 16-bit lane a pair of its own, so it holds in any register layout (the pair is
+    formed by the caller: a split of the tile, or two loads). Else ``encode_e2m1`` in fp32 (the same
+    bits: ``x * 2**-X`` is exact in fp32, and where bf16 would round it, below ``2**-126``, the code
+    is 0 either way)."""
+    if ASM:
+        if F32MUL:
+            return tl.inline_asm_elementwise(_PAIR_ASM32, "=r,r,r,r", [x0, x1, m], dtype=tl.int16, is_pure=True,
+                                             pack=2)
+        return tl.inline_asm_elementwise(_PAIR_ASM16, "=r,r,r,r", [x0, x1, m], dtype=tl.int16, is_pure=True, pack=2)
+    mf = (m.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    c0 = encode_e2m1((x0.to(tl.int32) << 16).to(tl.float32, bitcast=True) * mf)
+    c1 = encode_e2m1((x1.to(tl.int32) << 16).to(tl.float32, bitcast=True) * mf)
+    return (c0 | (c1 << 4)).to(tl.int16)
+
+
+@triton.jit
+def _bf16_scale(amax):
+    """``(2**-X as bf16 bits (int16), E8M0 byte (int32))`` of groups whose max ``|x|`` has the bf16
+    bits ``amax`` (``numerics.mx_scale`` on the bf16 exponent)."""
+    e = amax.to(tl.int32) >> 7  # NaN/Inf: 255
+    finite = e < 255
+    xe = tl.maximum(e - (127 + E2M1_EMAX), -127)
+    byte = tl.where(finite, xe + 127, 255)
+    xe = tl.where(finite, xe, 0)
+    return ((127 - xe) << 7).to(tl.int16), byte
+
+
+@triton.jit
+def _pair_rows_amax(xe, xo, BH: tl.constexpr, BN: tl.constexpr):
+    """``[BH // 16, BN]``: the max ``|x|`` bits of each 32-row group of a tile given as its even rows
+    ``xe`` and odd rows ``xo`` (``[BH, BN]`` bf16 bits each)."""
+    a = tl.maximum(xe & 0x7FFF, xo & 0x7FFF)
+    return tl.max(tl.reshape(a, (BH // 16, 16, BN)), axis=1)
+
+
+@triton.jit
+def _pairs_col(xe, xo, amax, p0, cols, lim_m, lim_n, q_ptr, sq_r, s_ptr, ss_r,
+               BH: tl.constexpr, BN: tl.constexpr, GN: tl.constexpr, ASM: tl.constexpr, F32MUL: tl.constexpr):
+    """Col-wise MXFP4 of a tile given as its even rows ``xe`` and odd rows ``xo`` (``[BH, BN]`` bf16
+    bits; pair-rows ``pr = p0 + arange(BH)``, columns ``cols``), groups of 32 rows x ``GN``
+    columns with the row-group amax ``amax`` (``_pair_rows_amax``): bytes at
+    ``q_ptr + col * sq_r + pr``, scales at ``s_ptr + col * ss_r + pr // 16``, inside
+    ``2 pr < lim_m``, ``col < lim_n``. Only the packed bytes are transposed for the store."""
+    if GN > 1:
+        amax = expand(tl.max(tl.reshape(amax, (BH // 16, BN // GN, GN)), axis=2), BH // 16, BN, 1, GN)
+    m, byte = _bf16_scale(amax)
+    mm = tl.reshape(tl.broadcast_to(m[:, None, :], (BH // 16, 16, BN)), (BH, BN))
+    packed = encode_pair_bits(xe, xo, mm, ASM, F32MUL)  # [BH, BN]: the byte of rows (2 pr, 2 pr + 1)
+    pr = p0 + tl.arange(0, BH)
+    mask = (cols < lim_n)[:, None] & (pr < lim_m // 2)[None, :]
+    tl.store(q_ptr + cols[:, None] * sq_r + pr[None, :], tl.trans(packed).to(tl.uint8), mask=mask)
+    blk = p0 // 16 + tl.arange(0, BH // 16)
+    s_mask = (blk < tl.cdiv(lim_m, 32))[:, None] & (cols < lim_n)[None, :]
+    tl.store(s_ptr + cols[None, :] * ss_r + blk[:, None], byte.to(tl.uint8), mask=s_mask)
+
+
+@triton.jit
+def _pairs_row(x, amax, rows, c0, lim_m, lim_n, q_ptr, sq_r, s_ptr, ss_r,
+               BR: tl.constexpr, BN: tl.constexpr, ASM: tl.constexpr, F32MUL: tl.constexpr):
+    """Row-wise MXFP4 of ``x`` (``[BR, BN]`` bf16 bits at global ``rows``, columns from ``c0``) with
+    the per-row block amax ``amax`` (``[BR, BN // 32]``): the pairs split off the last dim, bytes at
+    ``q_ptr + row * sq_r + c // 2``, scales at ``s_ptr + row * ss_r + c // 32``, inside
+    ``row < lim_m``, ``c < lim_n``."""
+    m, byte = _bf16_scale(amax)
+    mm = tl.reshape(tl.broadcast_to(m[:, :, None], (BR, BN // 32, 16)), (BR, BN // 2))
+    x0, x1 = tl.split(tl.reshape(x, (BR, BN // 2, 2)))
+    packed = encode_pair_bits(x0, x1, mm, ASM, F32MUL)
+    # Byte columns written as runs of 4 (what the split leaves a thread of a 16-byte load), so the
+    # store takes the encoder's layout: a 16-byte run would cost a layout conversion through shared
+    # memory of each half tile.
+    j = tl.arange(0, BN // 2)
+    pc = c0 // 2 + (j // 4) * 4 + j % 4
+    mask = (rows < lim_m)[:, None] & (pc < lim_n // 2)[None, :]
+    tl.store(q_ptr + rows[:, None] * sq_r + pc[None, :], packed.to(tl.uint8), mask=mask)
+    blk = c0 // 32 + tl.arange(0, BN // 32)
+    s_mask = (rows < lim_m)[:, None] & (blk < tl.cdiv(lim_n, 32))[None, :]
+    tl.store(s_ptr + rows[:, None] * ss_r + blk[None, :], byte.to(tl.uint8), mask=s_mask)
+
+
+@triton.jit
+def _row_amax(x, BR: tl.constexpr, BN: tl.constexpr):
+    """``[BR, BN // 32]``: the max ``|x|`` bits of each 32-wide block of each row (bf16 bits)."""
+    return tl.max(tl.reshape(x & 0x7FFF, (BR, BN // 32, 32)), axis=2)
 
 
 @triton.jit
@@ -192,15 +313,35 @@ def _fp4_part(x, bits, b, tm, tn, rows, cols, lim_m, lim_n, q_ptr, sq_b, sq_r, s
 @triton.jit
 def quant_fp4_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, sq_b, sq_r, ss_b, ss_r,
                      BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, ROW: tl.constexpr,
-                     X_BITS: tl.constexpr, FAST: tl.constexpr = False, F32MUL: tl.constexpr = False):
+                     X_BITS: tl.constexpr, FAST: tl.constexpr = False, F32MUL: tl.constexpr = False,
+                     PAIRS: tl.constexpr = False, ASM: tl.constexpr = False):
     """MXFP4 of ``x [B, M, N]`` over the padded extent ``[M_EXT, N_EXT]`` (row-wise ``[M, N_pad]``,
     col-wise ``[M_pad, N]``); elements outside ``[M, N]`` read as zero. FAST (row-wise bf16 ``x`` on
     NVIDIA): ``_fp4_fast_part`` on the tile. The encoder pairs register neighbours (``pack=2``), so
     FAST is right only where each thread holds runs of consecutive elements along the rows: the
-    launcher takes it on vectorized loads only (``fp4._fast``). A col-wise FAST form (the encoder on
-    the transposed tile) did not keep pairs in a thread on the H200 and was removed."""
+    launcher takes it on vectorized loads only (``fp4._fast``). PAIRS (bf16 ``x`` as int16 bits):
+    the pair kernels, whose encoder (``encode_pair_bits``) takes the two elements of each pair as
+    two tensors, right in any layout: col-wise the tile is loaded as its even and odd rows
+    (``_pairs_col``), row-wise the pairs are split off the last dim (``_pairs_row``)."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_EXT, N_EXT, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
+    if PAIRS:
+        if ROW:
+            xb = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask=mask, other=0)
+            amax = _row_amax(xb, BM, BN)
+            if GM > 1:
+                amax = expand(tl.max(tl.reshape(amax, (BM // GM, GM, BN // 32)), axis=1), BM, BN // 32, GM, 1)
+            _pairs_row(xb, amax, rows, tn.to(tl.int64) * BN, M_EXT, N_EXT, q_ptr + b * sq_b, sq_r, s_ptr + b * ss_b,
+                       ss_r, BM, BN, ASM, F32MUL)
+        else:
+            p0 = tm.to(tl.int64) * (BM // 2)
+            r0 = 2 * (p0 + tl.arange(0, BM // 2))
+            ptrs = x_ptr + b * sx_b + r0[:, None] * sx_m + cols[None, :] * sx_n
+            xe = tl.load(ptrs, mask=(r0 < M)[:, None] & (cols < N)[None, :], other=0)
+            xo = tl.load(ptrs + sx_m, mask=(r0 + 1 < M)[:, None] & (cols < N)[None, :], other=0)
+            _pairs_col(xe, xo, _pair_rows_amax(xe, xo, BM // 2, BN), p0, cols, M_EXT, N_EXT, q_ptr + b * sq_b, sq_r,
+                       s_ptr + b * ss_b, ss_r, BM // 2, BN, GN, ASM, F32MUL)
+        return
     if FAST and ROW:
         xb = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask=mask, other=0.0)
         _fp4_fast_part(xb, rows, tn.to(tl.int64) * BN, M_EXT, N_EXT, q_ptr + b * sq_b, sq_r, s_ptr + b * ss_b,
@@ -214,11 +355,34 @@ def quant_fp4_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, 
 @triton.jit
 def fp4_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_PAD, sx_b, sx_m, sx_n,
                           BM: tl.constexpr, BN: tl.constexpr, R_GM: tl.constexpr, C_GN: tl.constexpr,
-                          X_BITS: tl.constexpr):
+                          X_BITS: tl.constexpr, PAIRS: tl.constexpr = False, ASM: tl.constexpr = False,
+                          F32MUL: tl.constexpr = False):
     """Row-wise (``[B, M, N_pad/2]``) and col-wise (``[B, N, M_pad/2]``) MXFP4 copies of
-    ``x [B, M, N]`` from one read of each tile of the padded ``[M_pad, N_pad]`` extent (the fp32
-    encoder: the FAST one's col-wise half gave wrong codes on the H200)."""
+    ``x [B, M, N]`` from one read of each tile of the padded ``[M_pad, N_pad]`` extent. PAIRS (bf16
+    ``x`` as int16 bits): the tile loaded as its even and odd rows, which are the col-wise pairs;
+    the row-wise pairs split off each half's last dim (``_pairs_row``, ``_pairs_col``). Else the
+    fp32 encoder (``_fp4_part``)."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_PAD, N_PAD, BM, BN)
+    if PAIRS:
+        p0 = tm.to(tl.int64) * (BM // 2)
+        r0 = 2 * (p0 + tl.arange(0, BM // 2))
+        ptrs = x_ptr + b * sx_b + r0[:, None] * sx_m + cols[None, :] * sx_n
+        xe = tl.load(ptrs, mask=(r0 < M)[:, None] & (cols < N)[None, :], other=0)
+        xo = tl.load(ptrs + sx_m, mask=(r0 + 1 < M)[:, None] & (cols < N)[None, :], other=0)
+        ae = _row_amax(xe, BM // 2, BN)
+        ao = _row_amax(xo, BM // 2, BN)
+        if R_GM > 1:
+            g = tl.max(tl.reshape(tl.maximum(ae, ao), (BM // 32, 16, BN // 32)), axis=1)  # 32 x 32 blocks
+            ae = expand(g, BM // 2, BN // 32, 16, 1)
+            ao = ae
+        c0 = tn.to(tl.int64) * BN
+        qr = qr_ptr + b * (M * (N_PAD // 2))
+        sr = sr_ptr + b * (M * (N_PAD // 32))
+        _pairs_row(xe, ae, r0, c0, M, N_PAD, qr, N_PAD // 2, sr, N_PAD // 32, BM // 2, BN, ASM, F32MUL)
+        _pairs_row(xo, ao, r0 + 1, c0, M, N_PAD, qr, N_PAD // 2, sr, N_PAD // 32, BM // 2, BN, ASM, F32MUL)
+        _pairs_col(xe, xo, _pair_rows_amax(xe, xo, BM // 2, BN), p0, cols, M_PAD, N, qc_ptr + b * (N * (M_PAD // 2)),
+                   M_PAD // 2, sc_ptr + b * (N * (M_PAD // 32)), M_PAD // 32, BM // 2, BN, C_GN, ASM, F32MUL)
+        return
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
     bits = abs_bits(x)
