@@ -302,15 +302,27 @@ def sweep_fp4(m, n) -> None:
     rp = _flags(ROW_PAIRS=True)
     f32 = _flags(F32MUL=True)
     cases = [("quantize_fp4 axis-1", qb, q1, t) for t in [(32, 256, 4), (64, 256, 8)]]
-    cases += [("quantize_fp4 axis-1 rowpairs", qb, rp(q1), t) for t in [(32, 256, 4), (16, 512, 4), (32, 512, 4),
-                                                                          (64, 256, 8), (16, 256, 2)]]
-    cases += [("quantize_fp4 axis-2", qb, q2, t) for t in [(32, 512, 2), (32, 1024, 4), (32, 256, 1), (64, 256, 4),
-                                                           (32, 256, 4), (64, 128, 4), (64, 512, 4)]]
-    cases += [("quantize_fp4_with_trans", m * n * 2 + 2 * q_bytes, qw, t)
-              for t in [(32, 256, 4), (32, 512, 4), (64, 128, 4), (32, 256, 2), (64, 256, 4), (32, 512, 2),
-                        (32, 128, 2), (64, 128, 2)]]
+    cases += [("quantize_fp4 axis-1 rowpairs", qb, rp(q1), t)
+              for t in [(16, 256, 2), (16, 512, 4), (8, 256, 1), (8, 512, 2), (16, 128, 1), (32, 256, 2), (16, 256, 4),
+                        (32, 128, 2)]]
+    cases += [("quantize_fp4 axis-2", qb, q2, t)
+              for t in [(32, 512, 2), (64, 64, 2), (64, 64, 4), (32, 64, 1), (32, 128, 2), (64, 128, 2), (128, 64, 4),
+                        (128, 128, 4), (128, 128, 8), (256, 64, 8), (64, 512, 4), (64, 512, 8), (128, 256, 8),
+                        (64, 1024, 8), (128, 32, 2), (256, 32, 4), (128, 64, 2), (64, 256, 2)]]
+    wb = m * n * 2 + 2 * q_bytes
+    cases += [("quantize_fp4_with_trans", wb, qw, t)
+              for t in [(32, 256, 4), (32, 128, 2), (32, 64, 1), (64, 64, 2), (32, 128, 1), (64, 32, 1), (64, 64, 4),
+                        (128, 64, 4), (64, 128, 4), (32, 128, 4), (64, 128, 2), (128, 32, 2), (128, 64, 8),
+                        (32, 256, 2)]]
     cases += [("quantize_fp4 axis-2 f32mul", qb, f32(q2), (32, 512, 2)),
-              ("quantize_fp4_with_trans f32mul", m * n * 2 + 2 * q_bytes, f32(qw), (32, 256, 4))]
+              ("quantize_fp4_with_trans f32mul", wb, f32(qw), (32, 256, 4))]
+    for axis, tiles in ((-2, [(128, 32, 8), (64, 32, 4), (64, 64, 8), (128, 64, 8), (256, 32, 8), (32, 64, 4),
+                              (64, 64, 4)]),
+                        (-1, [(16, 128, 4), (8, 512, 8), (32, 128, 4), (16, 256, 8), (8, 256, 4), (16, 64, 2)])):
+        q, s = ref_quant.quantize_fp4(QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis))
+        d = DequantizeFp4Args(q, s, torch.bfloat16, axis)
+        cases += [(f"dequantize_fp4 axis{axis}", q_bytes + m * n * 2, lambda t, d=d: fp4.dequantize_fp4(d, t), t)
+                  for t in tiles]
     refs = {}
     for op, nbytes, fn, (bm, bn, wp) in cases:
         try:

@@ -38,6 +38,8 @@ _OUT = (torch.float32, torch.float16, torch.bfloat16)
 F32MUL = False
 #: False: every call takes the generic fp32 kernels (the GPU check times both side by side).
 FAST_ENABLED = True
+#: bf16 dequantize decodes each byte by inline PTX (``fp4_kernels._DEC_ASM``) on NVIDIA GPUs.
+DEQ_ASM = True
 #: Row-wise bf16 quantize through the pair kernels (``fp4_kernels._pairs_row``) instead of the FAST
 #: row kernel (timed side by side on the GPU).
 ROW_PAIRS = False
@@ -209,8 +211,10 @@ def dequantize_fp4(args: DequantizeFp4Args, tile: Tile | None = None) -> torch.T
                                                                           warps=8))
     common.check_tile(tile, 1, BS // 2)
     bf16_bits = common.soft() and args.out_dtype == torch.bfloat16
+    asm = (DEQ_ASM and FAST_ENABLED and args.out_dtype == torch.bfloat16 and not common.soft()
+           and torch.version.hip is None and tile.block_n >= BS // 2)
     kern.fp4_dequant_kernel[common.grid(b, r, h, tile)](
-        x3, s3, out.view(torch.int16) if bf16_bits else out, r, h, x3.stride(0), x3.stride(1), s3.stride(0),
-        s3.stride(1), *so, BM=tile.block_m, BH=tile.block_n, ROUND_BF16=bf16_bits, TRANS=not row,
+        x3, s3, out.view(torch.int16) if bf16_bits or asm else out, r, h, x3.stride(0), x3.stride(1), s3.stride(0),
+        s3.stride(1), *so, BM=tile.block_m, BH=tile.block_n, ROUND_BF16=bf16_bits, TRANS=not row, ASM=asm,
         num_warps=tile.num_warps)
     return out
