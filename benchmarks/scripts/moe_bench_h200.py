@@ -32,6 +32,12 @@ Usage (repository root, no install needed; torch 2.11 + triton 3.6 there):
   TURBO_PLUGINS=turbo_core.reference.plugin,turbo_triton.plugin \\
   python3 benchmarks/scripts/moe_bench_h200.py --out $OUT/moe_bench.json
 
+MoE options: ``--models`` (run in the order given) / ``--ops`` (``op:pass``) pick cases; ``--variants MODELS`` adds rows for the
+TRITON launch variants in ``VARIANTS`` (tile, unroll, warps) on those models' cases; ``--baseline PKG``
+adds rows for an earlier copy of ``turbo_triton.moe`` importable as ``PKG.moe`` (its imports renamed,
+e.g. ``turbo_triton_s10``), so before and after are timed in one run on the same inputs. Both kinds
+call the launchers directly (no dispatcher; device time, so the same figure).
+
 Expected: about 5 minutes (torch.compile compiles every case: seconds each). If one 10-minute command
 is not enough, run ``--parts moe`` and ``--parts norm,activation`` as two commands. ``--smoke`` runs
 the tiny ``--quick`` cases on the CPU with the Triton interpreter (TRITON_INTERPRET=1), one timed
@@ -61,6 +67,13 @@ def _parse():
     p.add_argument("--budget-s", type=float, default=540.0, help="start no case after this many seconds")
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     p.add_argument("--smoke", action="store_true", help="tiny cases on the CPU interpreter")
+    p.add_argument("--models", help="comma list of MoE models (default: all)")
+    p.add_argument("--ops", help="comma list of op:pass, e.g. moe_routing:bwd,moe_permute:fwd (default: all)")
+    p.add_argument("--variants", help="comma list of MoE models whose TRITON launch variants (tile, unroll, "
+                   "warps: VARIANTS) are timed too, as extra providers of the same case; 'router': the router "
+                   "backward's variants on every model")
+    p.add_argument("--baseline", help="a package holding an earlier copy of turbo_triton.moe (e.g. "
+                   "turbo_triton_s10, its imports renamed): timed too, as provider 'TRITON@<package>'")
     return p.parse_args()
 
 
@@ -112,8 +125,69 @@ def write():
         json.dump(RESULTS, fh, indent=1, default=str)
 
 
+#: TRITON launch variants of the MoE ops (keyword overrides of the turbo_triton.moe launchers), per
+#: (op, pass); the router's backward per expert count. The default launch is the 'turbo:TRITON' row.
+VARIANTS = {
+    ("moe_routing", "bwd"): {8: [dict(block_t=32, num_warps=4), dict(block_t=16, num_warps=2),
+                                 dict(block_t=64, num_warps=8)],
+                             128: [dict(block_t=2, num_warps=4), dict(block_t=1, num_warps=2)],
+                             256: [dict(block_t=1, num_warps=4), dict(block_t=2, num_warps=4),
+                                   dict(block_t=1, num_warps=2)]},
+    ("moe_permute", "fwd"): [dict(unroll=1), dict(unroll=4), dict(block_h=4096, num_warps=8)],
+    ("moe_permute", "bwd"): [dict(unroll=1), dict(block_h=4096, num_warps=8)],
+    ("moe_unpermute", "fwd"): [dict(unroll=1), dict(block_h=4096, num_warps=8)],
+    ("moe_unpermute", "bwd"): [dict(block_h=4096, num_warps=8), dict(block_h=1024, num_warps=4)],
+}
+
+
+def _launcher(pkg: str, prim: str):
+    import importlib
+
+    mod, fn = {"moe_routing_bwd": ("routing", "moe_routing_bwd"), "moe_routing_fwd": ("routing", "moe_routing_fwd"),
+               "moe_permute": ("permute", "moe_permute"), "moe_unpermute": ("unpermute", "moe_unpermute"),
+               "moe_unpermute_bwd": ("unpermute", "moe_unpermute_bwd")}[prim]
+    return getattr(importlib.import_module(f"{pkg}.moe.{mod}"), fn)
+
+
+def moe_peers(case) -> list:
+    """Extra providers of a MoE case: the baseline package's TRITON launchers and the launch variants,
+    each called directly (no dispatcher) on the case's arguments."""
+    from turbo_core.bench.suites import moe as moe_suite
+    from turbo_core.bench.suites.norm import Peer
+
+    peers = []
+
+    def peer(name, pkg, kw):
+        def prepare(inputs):
+            prim, args = moe_suite.turbo_args(case, inputs)
+            fn = _launcher(pkg, prim)
+            return lambda: moe_suite._outputs(case, fn(args, **kw))
+
+        return Peer(name, prepare)
+
+    if ARGS.baseline:
+        peers.append(peer(f"TRITON@{ARGS.baseline}", ARGS.baseline, {}))
+    table = VARIANTS.get((case.op, case.pass_), []) if ARGS.variants else []
+    if isinstance(table, dict):  # the router's: on every model given 'router' in --variants
+        table = table.get(case.extra["model"].experts, []) if "router" in ARGS.variants.split(",") else []
+    elif case.model not in (ARGS.variants or "").split(","):
+        table = []
+    if table:
+        for kw in table:
+            peers.append(peer("TRITON[" + ",".join(f"{k}={v}" for k, v in kw.items()) + "]", "turbo_triton", kw))
+    return peers
+
+
 def run_part(suite, token_counts: list[int], copy_gbps: float) -> list[dict]:
     cases = [c for t in token_counts for c in suite.cases(t if not ARGS.smoke else None, ARGS.smoke, None)]
+    if suite is moe:
+        if ARGS.models:  # in the order given (a time budget then cuts the last ones)
+            order = ARGS.models.split(",")
+            cases = sorted((c for c in cases if c.model in order), key=lambda c: order.index(c.model))
+        if ARGS.ops:
+            cases = [c for c in cases if f"{c.op}:{c.pass_}" in ARGS.ops.split(",")]
+        if ARGS.baseline or ARGS.variants:
+            moe.peer_providers = moe_peers
     if ARGS.smoke:
         cases = list({c.label: c for c in cases}.values())
     rows: list[dict] = []

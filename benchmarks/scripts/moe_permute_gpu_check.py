@@ -2,8 +2,8 @@
 
 What it does, each result one JSON row (``ok`` plus the numbers or the error):
 
-1. ``correct``: at DeepSeek-V3 (H 7168, 256 experts, top-8; also 32 local experts = EP 8) and
-   Qwen3 (H 4096 / 2048, 128 experts, top-8) shapes: ``moe_permute_preprocess`` (pad 0 / 16,
+1. ``correct``: at DeepSeek-V3 (H 7168, 256 experts, top-8; also 32 local experts = EP 8),
+   Qwen3 (H 4096 / 2048, 128 experts, top-8) and Mixtral (H 4096, 8 experts, top-2) shapes: ``moe_permute_preprocess`` (pad 0 / 16,
    no cap / a tight cap that overflows / Megatron capacity), ``moe_permute`` (bf16 with probs; fp8
    with per-128 scales), ``moe_unpermute`` (merging probs; permuted probs scattered back),
    ``moe_unpermute_bwd``, ``indices_to_multihot(_bwd)``, ``tokens_per_expert_to_mask``, each against
@@ -56,6 +56,7 @@ SHAPES = [
     ("qwen3-235b", 8192, 4096, 128, 8),
     ("qwen3-235b", 32768, 4096, 128, 8),
     ("qwen3-30b", 16384, 2048, 128, 8),
+    ("mixtral", 4096, 4096, 8, 2),
     ("odd", 777, 1000, 7, 3),
 ]
 ROWS: list[dict] = []

@@ -298,3 +298,46 @@ def test_rows_wider_than_one_tile():
     want_gx, want_gm = ref.moe_unpermute_bwd(MoeUnpermuteBwdArgs(x, y, rmap, merging))
     assert torch.equal(gx, want_gx)
     torch.testing.assert_close(gm, want_gm, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("unroll,block_h", [(1, 16), (3, 16), (4, 32), (8, 16)])
+@pytest.mark.parametrize("layout,pad,cap", [("topk", 4, -1), ("routing_map", 4, 9), ("topk", 0, -1)])
+def test_launch_variants(unroll, block_h, layout, pad, cap):
+    """The launchers' tile overrides: copies a step (1 to 8, more than a token has: the masked
+    copies past n), hidden tiles of 16 / 32 (H = 24: two tiles, the scales / probs / unpermuted probs
+    moved only by the tile-0 program), padding rows and a tight cap; fp8 tokens with scales."""
+    x, rmap, n, scales, probs, width = _permute_inputs(FP8 or torch.float32, layout, pad, cap)
+    args = MoePermuteArgs(x, rmap, n, scales, probs)
+    got = permute.moe_permute(args, block_h=block_h, unroll=unroll, num_warps=1)
+    for name, a, b in zip(("permuted", "scales", "probs"), got, ref.moe_permute(args), strict=True):
+        assert _bits_equal(a, b), f"{name} differs"
+    g = torch.Generator().manual_seed(17)
+    y = torch.randn((n, H), generator=g)
+    pp = torch.rand((n,), generator=g)
+    merging = torch.rand((T, width), generator=g)
+    for merge in (None, merging):
+        ua = MoeUnpermuteArgs(y, rmap, pp, width, merge)
+        out, up = unpermute.moe_unpermute(ua, block_h=block_h, unroll=unroll, num_warps=2)
+        want, want_up = _unpermute_oracle(y, rmap, merge, pp, width)
+        torch.testing.assert_close(out.double(), want, **_TOL[torch.float32])
+        assert _bits_equal(up, ref.moe_unpermute(ua)[1])
+    gt = torch.randn((T, H), generator=g)
+    ba = MoeUnpermuteBwdArgs(gt, y, rmap, merging)
+    gx, gm = unpermute.moe_unpermute_bwd(ba, block_h=block_h, num_warps=1)
+    want_gx, want_gm = ref.moe_unpermute_bwd(ba)
+    assert torch.equal(gx, want_gx)  # one product rounded once; padding rows zero
+    torch.testing.assert_close(gm, want_gm, rtol=1e-5, atol=1e-5)
+
+
+def test_zero_width_probs_and_no_tokens():
+    """probs of width 0: every permuted probs entry is 0 (no extra fill); T = 0 with padding-only rows."""
+    x, rmap, n, _, _, _ = _permute_inputs(torch.float32, "topk", 4, -1)
+    got = permute.moe_permute(MoePermuteArgs(x, rmap, n, None, torch.zeros((T, 0))))
+    assert got[2].shape == (n,) and not got[2].any()
+    empty = torch.zeros((0, 2 * E + 1), dtype=torch.int32)
+    out, sc, pr = permute.moe_permute(MoePermuteArgs(torch.zeros((0, H)), empty, 5, torch.zeros((0, 2)),
+                                                     torch.zeros((0, E))))
+    assert out.shape == (5, H) and not out.any() and not sc.any() and not pr.any()
+    gx, gm = unpermute.moe_unpermute_bwd(MoeUnpermuteBwdArgs(torch.zeros((0, H)), torch.ones((5, H)), empty,
+                                                              torch.zeros((0, E))))
+    assert gx.shape == (5, H) and not gx.any() and gm.shape == (0, E)

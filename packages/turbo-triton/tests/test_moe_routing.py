@@ -274,12 +274,13 @@ def test_backward_matches_float64_autograd(grads, fn, dtype, wide):
     assert_close_to_reference(got, want, dtype=dtype, what="grad_logits")
 
 
-@pytest.mark.parametrize("block_t", [1, 4])
-def test_backward_many_programs(block_t):
+@pytest.mark.parametrize("block_t,num_warps", [(1, None), (4, None), (2, 1), (8, 2)])
+def test_backward_many_programs(block_t, num_warps):
     logits = _logits(13, 10, torch.float32, seed=9)
     mask, _, _ = _expect(logits, 3, 1, 1, "sigmoid", True)
     gp = torch.randn((13, 10), generator=torch.Generator().manual_seed(1))
-    got = routing.moe_routing_bwd(MoeRoutingBwdArgs(logits, mask, None, gp, "sigmoid", SCALE), block_t=block_t)
+    got = routing.moe_routing_bwd(MoeRoutingBwdArgs(logits, mask, None, gp, "sigmoid", SCALE), block_t=block_t,
+                                  num_warps=num_warps)
     l64 = logits.double().requires_grad_()
     want = torch.autograd.grad(_formula(l64, mask, "sigmoid")[1], l64, gp.double())[0]
     assert_close_to_reference(got, want, dtype=torch.float32, what="grad_logits")

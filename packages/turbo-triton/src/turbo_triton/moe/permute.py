@@ -1,8 +1,11 @@
 """``moe_permute`` on Triton: tokens (any float or fp8 dtype), per-token FP8 scales and probs
 copied bit-exactly into their permuted rows; rows no token maps to are zero. No host sync.
 
-Bytes: each token row is read once and written once per kept copy; padding rows are written once
-(zeros); the inverse row map costs ``8 * num_out`` bytes written twice.
+Three launches: a fill of the inverse row map with -1, ``sources_kernel`` (the inverse map), and
+``permute_kernel`` (the scatter of tokens, scales and probs plus the zeroing of padding rows; see
+``permute_kernels``). Bytes: each token row is read once and written once per kept copy; padding
+rows are written once (zeros); the inverse row map costs ``4 * num_out`` bytes written twice and
+read once.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import triton
 from turbo_core.dispatch.specs.moe import MoePermuteArgs
 from turbo_triton.moe import common
 
-__all__ = ["can_handle", "moe_permute", "row_sources", "zero_rows_block"]
+__all__ = ["can_handle", "moe_permute", "row_sources"]
 
+#: Rows of a padding-row block; copies of a token a step (their row ids load together).
 _BLOCK_R = 16
+_UNROLL = 2
 
 
 def can_handle(args: MoePermuteArgs) -> str | None:
@@ -25,30 +30,37 @@ def can_handle(args: MoePermuteArgs) -> str | None:
             or common.experts_reason("moe_permute", e))
 
 
-def row_sources(row_id_map: torch.Tensor, num_out: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(src int32 [num_out], col int32 [num_out])``: token and probs column of each permuted row
-    (-1: no token, a padding row), from the row map by a race-free scatter on the device."""
+def row_sources(row_id_map: torch.Tensor, num_out: int, *, cols: bool = True,
+                zero_rows_of: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(src int32 [num_out], col int32 [num_out] or None)``: token and probs column of each
+    permuted row (-1: no token, a padding row), from the row map by a race-free scatter on the
+    device, in one buffer (one fill). ``zero_rows_of`` ``[T, W]`` (contiguous): zeroed by the same
+    programs (``moe_unpermute_bwd``'s ``grad_merging_probs``, which then gets only the entries a
+    copy reaches)."""
     from turbo_triton.moe import permute_kernels as kern
 
     t, e = row_id_map.shape[0], (row_id_map.shape[1] - 1) // 2
-    src = torch.full((num_out,), -1, dtype=torch.int32, device=row_id_map.device)
-    col = torch.full((num_out,), -1, dtype=torch.int32, device=row_id_map.device)
-    if t and num_out:
+    inv = torch.full((2 if cols else 1, num_out), -1, dtype=torch.int32, device=row_id_map.device)
+    src, col = inv[0], (inv[1] if cols else None)
+    gm = zero_rows_of
+    width = 0 if gm is None else gm.shape[1]
+    zero_gm = gm is not None and gm.numel() > 0
+    if t and (num_out or zero_gm):
         block_e = triton.next_power_of_2(e)
         block_t = max(1, min(128, 4096 // block_e))
-        kern.sources_kernel[(triton.cdiv(t, block_t),)](row_id_map, src, col, t, e, num_out,
-                                                        BLOCK_T=block_t, BLOCK_E=block_e,
-                                                        num_warps=common.warps(block_t * block_e))
+        block_w = max(2, min(triton.next_power_of_2(max(width, 1)), 4096 // block_t))
+        kern.sources_kernel[(triton.cdiv(t, block_t),)](
+            row_id_map, src, col if cols else src, gm if zero_gm else src, t, e, num_out, width,
+            HAS_COL=cols, ZERO_GM=zero_gm, BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_W=block_w,
+            num_warps=common.warps(block_t * block_e))
     return src, col
 
 
-def zero_rows_block(hidden: int) -> int:
-    return common.block_h(hidden) if hidden <= 1024 else 1024
-
-
-def moe_permute(args: MoePermuteArgs):
+def moe_permute(args: MoePermuteArgs, *, block_h: int | None = None, unroll: int | None = None,
+                num_warps: int | None = None):
     """``(permuted [num_out, H] tokens' dtype, scales [num_out, S] fp32 or None, probs [num_out]
-    probs' dtype or None)``, equal to the reference bit for bit."""
+    probs' dtype or None)``, equal to the reference bit for bit. ``block_h`` (a power of two),
+    ``unroll`` (copies a step) and ``num_warps`` override the tile heuristics (tests, tuning)."""
     from turbo_triton.moe import permute_kernels as kern
 
     x, rmap, n = args.tokens, args.row_id_map, args.num_out
@@ -61,24 +73,18 @@ def moe_permute(args: MoePermuteArgs):
     probs = None if pr is None else torch.empty((n,), dtype=pr.dtype, device=dev)
     if n == 0:
         return out, scales, probs
-    src, col = row_sources(rmap, n)
-    if t and h:
-        bh = common.block_h(h)
-        kern.scatter_rows_kernel[(t, triton.cdiv(h, bh))](common.bits(x), rmap, common.bits(out), h, e, n,
-                                                         BLOCK_H=bh, num_warps=common.warps(bh))
+    src, _ = row_sources(rmap, n, cols=False)
     has_scales = scales is not None and scales.shape[1] > 0
+    has_probs = probs is not None
     width = 0 if pr is None else pr.shape[1]
-    has_probs = probs is not None and width > 0
-    if probs is not None and not has_probs:
-        probs.zero_()
-    bh = zero_rows_block(h)
+    bh = block_h or common.block_h(h)
+    s = sf.shape[1] if has_scales else 0
     dummy = src
-    kern.fill_rows_kernel[(triton.cdiv(n, _BLOCK_R),)](
-        common.bits(out), src, col,
+    kern.permute_kernel[(t + triton.cdiv(n, _BLOCK_R), max(1, triton.cdiv(h, bh)))](
+        common.bits(x), rmap, src, common.bits(out),
         sf.view(torch.int32) if has_scales else dummy, scales.view(torch.int32) if has_scales else dummy,
-        common.bits(pr) if has_probs else dummy, common.bits(probs) if has_probs else dummy,
-        n, h, sf.shape[1] if has_scales else 1, max(width, 1),
-        ZERO_ROWS=h > 0, HAS_SCALES=has_scales, HAS_PROBS=has_probs, BLOCK_R=_BLOCK_R, BLOCK_H=bh,
-        BLOCK_S=triton.next_power_of_2(sf.shape[1]) if has_scales else 1,
-        num_warps=common.warps(_BLOCK_R * bh))
+        common.bits(pr) if has_probs and pr.numel() else dummy, common.bits(probs) if has_probs else dummy,
+        t, h, e, n, s, width, HAS_SCALES=has_scales, HAS_PROBS=has_probs, UNROLL=unroll or _UNROLL,
+        BLOCK_H=bh, BLOCK_R=_BLOCK_R, BLOCK_S=max(2, triton.next_power_of_2(max(s, 1))),
+        num_warps=num_warps or common.warps(bh))
     return out, scales, probs

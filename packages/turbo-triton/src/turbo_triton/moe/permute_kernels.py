@@ -1,12 +1,18 @@
 """Triton kernels of ``moe_permute`` (and the row bookkeeping ``moe_unpermute_bwd`` shares).
 
-* ``sources_kernel``: the inverse of the row map, ``src[r]`` (token) and ``col[r]`` (probs column)
-  of every permuted row ``r`` that a copy lands on (rows ids outside ``[0, num_out)`` are dropped);
-  the launcher fills both with -1 first. Row ids are distinct, so the scatter has no races.
-* ``scatter_rows_kernel``: one program per (token, hidden tile); the token is read once and stored
-  at each of its ``n = row_id_map[t, 2E]`` copies (values travel as same-width integers: bit-exact).
-* ``fill_rows_kernel``: one program per ``BLOCK_R`` permuted rows: zeroes the rows no token maps to
-  (padding) and gathers the per-row FP8 scales and probs through ``src`` / ``col``.
+* ``sources_kernel``: the inverse of the row map, ``src[r]`` (token) and, with ``HAS_COL``,
+  ``col[r]`` (probs column) of every permuted row ``r`` that a copy lands on (row ids outside
+  ``[0, num_out)`` are dropped); the launcher fills them with -1 first (one fill of one buffer).
+  Row ids are distinct, so the scatter has no races. With ``ZERO_GM`` the same programs also zero
+  their tokens' rows of ``grad_merging_probs`` (``moe_unpermute_bwd`` then writes only the
+  entries a copy reaches).
+* ``permute_kernel``: the whole ``moe_permute`` after ``src`` in one launch, grid
+  ``(T + cdiv(num_out, BLOCK_R), hidden tiles)``. Programs ``pid < T`` copy token ``pid``'s hidden
+  tile to each of its ``n = row_id_map[t, 2E]`` copies (values travel as same-width integers:
+  bit-exact; ``UNROLL`` copies a step, so their row ids load together); the hidden-tile-0 program
+  of a token also writes its copies' FP8 scales and probs (a column outside ``[0, W)``: 0). Programs ``pid >= T`` zero the rows no
+  token maps to (``src < 0``) in ``BLOCK_R``-row blocks (and their scales / probs), skipping a block
+  with none. Mapped rows and padding rows are disjoint, so the two kinds of program need no order.
 
 Row offsets are int64 (``num_out * H`` passes 2^31 at DeepSeek-V3 sizes).
 """
@@ -16,58 +22,76 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from turbo_triton.moe.unpermute_kernels import splat
+
 
 @triton.jit
-def sources_kernel(map_ptr, src_ptr, col_ptr, T, E, num_out, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+def sources_kernel(map_ptr, src_ptr, col_ptr, gm_ptr, T, E, num_out, W, HAS_COL: tl.constexpr,
+                   ZERO_GM: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr,
+                   BLOCK_W: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_T + tl.arange(0, BLOCK_T)
     ex = tl.arange(0, BLOCK_E)
     ok = (rows < T)[:, None] & (ex < E)[None, :]
     row_ptr = map_ptr + rows.to(tl.int64)[:, None] * (2 * E + 1)
     dest = tl.load(row_ptr + ex[None, :], mask=ok, other=-1)
-    col = tl.load(row_ptr + E + ex[None, :], mask=ok, other=-1)
     valid = ok & (dest >= 0) & (dest < num_out)
     tok = tl.zeros([BLOCK_T, BLOCK_E], dtype=tl.int32) + rows[:, None]
     tl.store(src_ptr + dest, tok, mask=valid)
-    tl.store(col_ptr + dest, col, mask=valid)
+    if HAS_COL:
+        col = tl.load(row_ptr + E + ex[None, :], mask=ok, other=-1)
+        tl.store(col_ptr + dest, col, mask=valid)
+    if ZERO_GM:
+        cw = tl.arange(0, BLOCK_W)
+        zeros = tl.zeros([BLOCK_T, BLOCK_W], dtype=gm_ptr.dtype.element_ty)
+        gm_rows = gm_ptr + rows.to(tl.int64)[:, None] * W
+        for w0 in range(0, W, BLOCK_W):
+            tl.store(gm_rows + (w0 + cw)[None, :], zeros, mask=(rows < T)[:, None] & ((w0 + cw) < W)[None, :])
 
 
 @triton.jit
-def scatter_rows_kernel(x_ptr, map_ptr, out_ptr, H, E, num_out, BLOCK_H: tl.constexpr):
-    t = tl.program_id(0).to(tl.int64)
-    offs = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+def permute_kernel(x_ptr, map_ptr, src_ptr, out_ptr, scale_ptr, pscale_ptr, probs_ptr, pprobs_ptr,
+                   T, H, E, num_out, S, W, HAS_SCALES: tl.constexpr, HAS_PROBS: tl.constexpr,
+                   UNROLL: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr,
+                   BLOCK_S: tl.constexpr):
+    pid = tl.program_id(0)
+    ph = tl.program_id(1)
+    offs = ph * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = offs < H
-    x = tl.load(x_ptr + t * H + offs, mask=hm)
-    row = map_ptr + t * (2 * E + 1)
-    n = tl.minimum(tl.maximum(tl.load(row + 2 * E), 0), E)
-    for j in range(n):
-        d = tl.load(row + j).to(tl.int64) + tl.zeros([BLOCK_H], dtype=tl.int64)  # a vector: portable masks
-        tl.store(out_ptr + d * H + offs, x, mask=hm & (d >= 0) & (d < num_out))
-
-
-@triton.jit
-def fill_rows_kernel(out_ptr, src_ptr, col_ptr, scale_ptr, pscale_ptr, probs_ptr, pprobs_ptr,
-                     num_out, H, S, W, ZERO_ROWS: tl.constexpr, HAS_SCALES: tl.constexpr,
-                     HAS_PROBS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr,
-                     BLOCK_S: tl.constexpr):
-    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    rm = r < num_out
-    src = tl.load(src_ptr + r, mask=rm, other=0).to(tl.int64)
-    r64 = r.to(tl.int64)
-    if ZERO_ROWS:
-        empty = rm & (src < 0)
-        zeros = tl.zeros([BLOCK_R, BLOCK_H], dtype=out_ptr.dtype.element_ty)
-        for h0 in range(0, H, BLOCK_H):
-            offs = h0 + tl.arange(0, BLOCK_H)
-            tl.store(out_ptr + r64[:, None] * H + offs[None, :], zeros, mask=empty[:, None] & (offs < H)[None, :])
-    if HAS_SCALES:
-        cs = tl.arange(0, BLOCK_S)
-        sm = rm[:, None] & (cs < S)[None, :]
-        have = sm & (src >= 0)[:, None]
-        sc = tl.load(scale_ptr + src[:, None] * S + cs[None, :], mask=have, other=0)
-        tl.store(pscale_ptr + r64[:, None] * S + cs[None, :], sc, mask=sm)
-    if HAS_PROBS:
-        col = tl.load(col_ptr + r, mask=rm, other=-1).to(tl.int64)
-        have = rm & (src >= 0) & (col >= 0) & (col < W)
-        p = tl.load(probs_ptr + src * W + col, mask=have, other=0)
-        tl.store(pprobs_ptr + r, p, mask=rm)
+    # The hidden-tile-0 program also moves scales and probs (lane 0 of ``cs`` carries the probs).
+    cs = tl.arange(0, BLOCK_S)
+    sm = (cs < S) & splat(ph == 0, cs)
+    if pid < T:
+        t = pid.to(tl.int64)
+        x = tl.load(x_ptr + t * H + offs, mask=hm)
+        if HAS_SCALES:
+            sc = tl.load(scale_ptr + t * S + cs, mask=sm)
+        row = map_ptr + t * (2 * E + 1)
+        n = tl.minimum(tl.maximum(tl.load(row + 2 * E), 0), E)
+        for j0 in range(0, n, UNROLL):
+            for u in tl.static_range(UNROLL):
+                j = tl.minimum(j0 + u, E - 1)  # a copy past n reads a real entry, masked off below
+                d = tl.load(row + j).to(tl.int64)
+                ok = (j0 + u < n) & (d >= 0) & (d < num_out)
+                tl.store(out_ptr + d * H + offs, x, mask=hm & splat(ok, offs))
+                if HAS_SCALES:
+                    tl.store(pscale_ptr + d * S + cs, sc, mask=sm & splat(ok, cs))
+                if HAS_PROBS:
+                    c = tl.load(row + E + j)
+                    first = ok & (ph == 0)
+                    p = tl.load(probs_ptr + t * W + c, mask=first & (c >= 0) & (c < W), other=0)
+                    tl.store(pprobs_ptr + d, p, mask=first)  # a column outside [0, W): 0
+    else:
+        r = (pid - T) * BLOCK_R + tl.arange(0, BLOCK_R)
+        rm = r < num_out
+        empty = rm & (tl.load(src_ptr + r, mask=rm, other=0) < 0)
+        if tl.max(empty.to(tl.int32), axis=0) > 0:
+            r64 = r.to(tl.int64)
+            zeros = tl.zeros([BLOCK_R, BLOCK_H], dtype=out_ptr.dtype.element_ty)
+            tl.store(out_ptr + r64[:, None] * H + offs[None, :], zeros, mask=empty[:, None] & hm[None, :])
+            if HAS_SCALES:
+                zs = tl.zeros([BLOCK_R, BLOCK_S], dtype=pscale_ptr.dtype.element_ty)
+                tl.store(pscale_ptr + r64[:, None] * S + cs[None, :], zs, mask=empty[:, None] & sm[None, :])
+            if HAS_PROBS:
+                zp = tl.zeros([BLOCK_R], dtype=pprobs_ptr.dtype.element_ty)
+                tl.store(pprobs_ptr + r64, zp, mask=empty & splat(ph == 0, r))

@@ -85,10 +85,10 @@ def moe_routing_fwd(args: MoeRoutingFwdArgs, *, wide: bool | None = None, block_
     return scores, probs, rmap
 
 
-def moe_routing_bwd(args: MoeRoutingBwdArgs, *, wide: bool | None = None, block_t: int | None = None
-                    ) -> torch.Tensor:
+def moe_routing_bwd(args: MoeRoutingBwdArgs, *, wide: bool | None = None, block_t: int | None = None,
+                    num_warps: int | None = None) -> torch.Tensor:
     """``grad_logits [T, E]`` in logits' dtype (selection fixed by ``routing_map``); ``wide`` and
-    ``block_t`` as in :func:`moe_routing_fwd`."""
+    ``block_t`` as in :func:`moe_routing_fwd`; ``num_warps`` overrides the warps per program."""
     from turbo_triton.moe import routing_kernels as kern
 
     x = args.logits
@@ -100,6 +100,7 @@ def moe_routing_bwd(args: MoeRoutingBwdArgs, *, wide: bool | None = None, block_
     interp = _runtime.interpreting()
     be = triton.next_power_of_2(e)
     bt, nw = _tile(be, block_t)
+    nw = num_warps or nw
     scale, scale_ptr = _scale_args(x, args.scaling_factor, wide)
     gs, gp = args.grad_scores, args.grad_probs
     kern.routing_bwd_kernel[(triton.cdiv(t, bt),)](

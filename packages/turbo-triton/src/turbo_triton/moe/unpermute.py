@@ -5,7 +5,7 @@ On a GPU, with fp-fusion off, ``moe_unpermute`` equals torch's fp32 reference bi
 reduction order of the backward's dots (``grad_merging_probs``) differs from ``torch.sum``'s, so
 those agree to fp32 rounding (a few ulp of ``sum |g * x|``). On the CPU the reference accumulates in
 float64: the kernels agree to fp32 rounding. Padding rows of ``grad_permuted`` (no token maps to
-them) are written as zeros. No host sync.
+them) are written as zeros by the kernel that writes the other rows. No host sync.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import triton
 from turbo_core.dispatch.specs.moe import MoeUnpermuteArgs, MoeUnpermuteBwdArgs
 from turbo_triton import _runtime
 from turbo_triton.moe import common
-from turbo_triton.moe.permute import row_sources, zero_rows_block
+from turbo_triton.moe.permute import row_sources
 
 __all__ = ["can_handle", "can_handle_bwd", "moe_unpermute", "moe_unpermute_bwd"]
 
-_BLOCK_R = 16
+#: Copies of a token a step (their row ids, weights and rows load together).
+_UNROLL = 2
 
 
 def can_handle(args: MoeUnpermuteArgs) -> str | None:
@@ -43,58 +44,51 @@ def _round_bf16(t: torch.Tensor) -> bool:
     return _runtime.interpreting() and t.dtype == torch.bfloat16
 
 
-def moe_unpermute(args: MoeUnpermuteArgs):
-    """``(tokens [T, H] permuted_tokens' dtype, unpermuted_probs [T, probs_width] or None)``."""
+def moe_unpermute(args: MoeUnpermuteArgs, *, block_h: int | None = None, unroll: int | None = None,
+                  num_warps: int | None = None):
+    """``(tokens [T, H] permuted_tokens' dtype, unpermuted_probs [T, probs_width] or None)``, one
+    launch. ``block_h`` (a power of two), ``unroll`` (copies a step) and ``num_warps`` override the
+    tile heuristics (tests, tuning)."""
     from turbo_triton.moe import unpermute_kernels as kern
 
     x, rmap, merge, pp = args.permuted_tokens, args.row_id_map, args.merging_probs, args.permuted_probs
     n, h = x.shape
     t, e = rmap.shape[0], (rmap.shape[1] - 1) // 2
     out = torch.empty((t, h), dtype=x.dtype, device=x.device)
-    if t and h:
-        bh = common.block_h(h)
+    probs = None if pp is None else torch.empty((t, args.probs_width), dtype=pp.dtype, device=pp.device)
+    has_pp = probs is not None and args.probs_width > 0
+    if t and (h or has_pp):
+        bh = block_h or common.block_h(h)
         width = merge.shape[1] if merge is not None else 0
-        # Zero-width merging probs: no column is valid (w = 0); the pointer is never dereferenced.
-        kern.unpermute_kernel[(t, triton.cdiv(h, bh))](
-            x, rmap, merge if width else x, out, h, e, n, width, HAS_MERGE=merge is not None,
-            ROUND_BF16=_round_bf16(x), BLOCK_H=bh, num_warps=common.warps(bh), **common.no_fusion())
-    probs = None
-    if pp is not None:
-        width = args.probs_width
-        probs = torch.empty((t, width), dtype=pp.dtype, device=pp.device)
-        if t and width:
-            bw = triton.next_power_of_2(width)
-            bt = max(1, min(64, 4096 // bw))
-            kern.unpermute_probs_kernel[(triton.cdiv(t, bt),)](
-                common.bits(pp) if n else common.bits(probs), rmap, common.bits(probs), t, e, n, width,
-                BLOCK_T=bt, BLOCK_W=bw, num_warps=common.warps(bt * bw))
+        pw = args.probs_width if has_pp else 0
+        # Zero-width merging probs, no permuted probs, N = 0: the pointer stands in, never dereferenced.
+        pp_bits = common.bits(pp) if has_pp and n else x
+        kern.unpermute_kernel[(t, max(1, triton.cdiv(h, bh)))](
+            x, rmap, merge if width else x, out, pp_bits, common.bits(probs) if has_pp else x, h, e, n, width, pw,
+            HAS_MERGE=merge is not None, HAS_PP=has_pp, ROUND_BF16=_round_bf16(x), UNROLL=unroll or _UNROLL,
+            BLOCK_H=bh, BLOCK_PW=max(2, triton.next_power_of_2(max(pw, 1))),
+            num_warps=num_warps or common.warps(bh), **common.no_fusion())
     return out, probs
 
 
-def moe_unpermute_bwd(args: MoeUnpermuteBwdArgs):
-    """``(grad_permuted [N, H] grad_tokens' dtype, grad_merging_probs [T, W] merging_probs' dtype)``."""
-    from turbo_triton.moe import permute_kernels as pkern
+def moe_unpermute_bwd(args: MoeUnpermuteBwdArgs, *, block_h: int | None = None, num_warps: int | None = None):
+    """``(grad_permuted [N, H] grad_tokens' dtype, grad_merging_probs [T, W] merging_probs' dtype)``:
+    three launches (a fill, ``sources_kernel``, ``unpermute_bwd_kernel``). ``block_h`` and
+    ``num_warps`` override the tile heuristics (tests, tuning)."""
     from turbo_triton.moe import unpermute_kernels as kern
 
     g, x, rmap, merge = args.grad_tokens, args.permuted_tokens, args.row_id_map, args.merging_probs
     n, h = x.shape
-    t, e, width = rmap.shape[0], (rmap.shape[1] - 1) // 2, merge.shape[1]
+    t, width = rmap.shape[0], merge.shape[1]
     gx = torch.empty((n, h), dtype=g.dtype, device=g.device)
     gm = torch.empty((t, width), dtype=merge.dtype, device=g.device)
     if n == 0:
-        return gx.zero_(), gm.zero_()
-    if t:
-        bh = common.block_h(h)
-        # Zero-width merging probs: no column is valid (w = 0); the pointers are never dereferenced.
-        kern.unpermute_bwd_kernel[(t,)](
-            g, x, rmap, merge if width else g, gx, gm if width else g, h, e, n, width,
-            ROUND_BF16=_round_bf16(g), ROUND_BF16_M=_round_bf16(merge), BLOCK_H=bh,
-            BLOCK_W=triton.next_power_of_2(max(width, 1)), num_warps=common.warps(bh), **common.no_fusion())
-    if h:
-        src, _ = row_sources(rmap, n)
-        bh = zero_rows_block(h)
-        pkern.fill_rows_kernel[(triton.cdiv(n, _BLOCK_R),)](
-            common.bits(gx), src, src, src, src, src, src, n, h, 1, 1,
-            ZERO_ROWS=True, HAS_SCALES=False, HAS_PROBS=False, BLOCK_R=_BLOCK_R, BLOCK_H=bh, BLOCK_S=1,
-            num_warps=common.warps(_BLOCK_R * bh))
+        return gx, gm.zero_()
+    src, col = row_sources(rmap, n, zero_rows_of=gm)
+    bh = block_h or common.block_h(h)
+    # Zero-width merging probs: no column is valid (w = 0); the pointers are never dereferenced.
+    kern.unpermute_bwd_kernel[(n,)](
+        g if t else gx, x, src, col, merge if width else gx, gx, gm if width else gx, h, width,
+        ROUND_BF16=_round_bf16(g), ROUND_BF16_M=_round_bf16(merge), BLOCK_H=bh,
+        num_warps=num_warps or common.warps(bh), **common.no_fusion())
     return gx, gm
