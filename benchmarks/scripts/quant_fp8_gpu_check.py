@@ -57,6 +57,12 @@ def _parse():
                    help="check part: K/N runs every N-th input (from the K-th) and the graph part only in shard 0, "
                         "so that N processes share the (compile-bound) check")
     p.add_argument("--families", default="", help="sweep only these families (comma separated; default all)")
+    p.add_argument("--check-cases", default="",
+                   help="check only these case ids (comma separated; default all): a quantize or with_trans id checks "
+                        "it (and the dequantize of a quantize case), dq-<id> only the dequantize of that case")
+    p.add_argument("--check-shapes", default="", help="check only the random inputs of these shapes MxN "
+                                                      "(comma separated; the special, 3-D and transposed inputs stay)")
+    p.add_argument("--no-ref", action="store_true", help="bench the TRITON launchers only (no eager reference)")
     return p.parse_args()
 
 
@@ -202,17 +208,28 @@ def _mine() -> bool:
     return (_CALLS[0] - 1) % _SHARD_N == _SHARD_K
 
 
+_CHECK = {c.strip() for c in ARGS.check_cases.split(",") if c.strip()}
+
+
+def _want(cid: str) -> bool:
+    return not _CHECK or cid in _CHECK
+
+
 def check_quant(x, dtype, label, poison):
     if not _mine():
         return True
     ok = True
     for cid, gran, axis, bs, recipe in QUANT:
+        if not (_want(cid) or _want(f"dq-{cid}")):
+            continue
         args = QuantizeFp8Args(x, dtype, gran, axis, bs, recipe)
-        with Poisoned(poison):
-            out = quantize.quantize_fp8(args)
-        sync()
         rq = ref.quantize_fp8(args)
-        ok &= _record("quantize_fp8", f"{cid}{label}", x.shape, dtype, out, rq, ("q", "scale_inv"))
+        if _want(cid):
+            with Poisoned(poison):
+                out = quantize.quantize_fp8(args)
+            sync()
+            ok &= _record("quantize_fp8", f"{cid}{label}", x.shape, dtype, out, rq, ("q", "scale_inv"))
+            del out
         for od in (torch.float32, torch.bfloat16, torch.float16):
             dargs = DequantizeFp8Args(rq[0], rq[1], od, gran, axis, bs, recipe)
             with Poisoned(poison):
@@ -220,9 +237,11 @@ def check_quant(x, dtype, label, poison):
             sync()
             ok &= _record("dequantize_fp8", f"{cid}{label}", x.shape, dtype, (d,), (ref.dequantize_fp8(dargs),),
                           ("out",), out_dtype=str(od))
-        del out, rq
+        del rq
     if x.dim() == 2:
         for cid, gran, bs, r, rt in WITH_TRANS:
+            if not _want(cid):
+                continue
             args = QuantizeFp8WithTransArgs(x, dtype, gran, bs, r, rt)
             with Poisoned(poison):
                 out = quantize_with_trans.quantize_fp8_with_trans(args)
@@ -240,6 +259,9 @@ def part_check():
         # tokens x hidden (activations), weights N x K, odd sizes, a long row (the two-pass
         # ROWWISE path) and a 3-D batch of weights.
         shapes = [(16384, 4096), (4095, 14337), (2048, 53248), (300, 18432), (1, 8192), (37, 45)]
+    if ARGS.check_shapes:
+        keep = {tuple(int(v) for v in c.split("x")) for c in ARGS.check_shapes.split(",") if c.strip()}
+        shapes = [sh for sh in shapes if sh in keep]
     poison = 0xA5
     for i, shape in enumerate(shapes):
         t0 = time.time()
@@ -277,8 +299,12 @@ def part_graph():
          lambda t: ref.quantize_fp8(QuantizeFp8Args(t, E4M3, "MX_BLOCKWISE", -2, 32))),
         ("wt-block128", lambda t: quantize_with_trans.quantize_fp8_with_trans(QuantizeFp8WithTransArgs(t, E4M3, "BLOCKWISE", 128)),
          lambda t: ref.quantize_fp8_with_trans(QuantizeFp8WithTransArgs(t, E4M3, "BLOCKWISE", 128))),
+        ("wt-mx", lambda t: quantize_with_trans.quantize_fp8_with_trans(QuantizeFp8WithTransArgs(t, E4M3, "MX_BLOCKWISE", 32)),
+         lambda t: ref.quantize_fp8_with_trans(QuantizeFp8WithTransArgs(t, E4M3, "MX_BLOCKWISE", 32))),
     ]
     for name, fn, ref_fn in calls:
+        if not (_want(name) or _want(f"graph-{name}")):
+            continue
         try:
             static = x.clone()
             fn(static)  # compile outside the capture
@@ -350,7 +376,7 @@ def _cases(dtype=E4M3):
 
 def _dequant_cases(dtype=E4M3):
     out = []
-    for cid, gran, axis, bs, recipe in (QUANT[0], QUANT[3], QUANT[6], QUANT[8], QUANT[9]):
+    for cid, gran, axis, bs, recipe in (QUANT[0], QUANT[1], QUANT[2], QUANT[3], QUANT[6], QUANT[8], QUANT[9]):
         out.append((f"dq-{cid}", gran, axis, bs, recipe))
     return out
 
@@ -423,11 +449,15 @@ def part_sweep():
         ("block128x1", QuantizeFp8Args(x, E4M3, "BLOCKWISE", 0, 128),
          _tile_configs(qz, [(128, 32), (128, 64), (128, 128)], 128, 1, (2, 4, 8))),
         ("mx-col", QuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", -2, 32),
-         _tile_configs(qz, [(32, 128), (64, 64), (64, 128), (128, 64)], 32, 1)),
+         _tile_configs(qz, [(64, 128)], 32, 1, (4,))  # quant_mx_kernel (the session-10 default)
+         + _tile_configs(qz, [(32, 128), (32, 256), (32, 512)], 32, 1, (4,))  # quant_mx_col_kernel, CW 1/2/4
+         + _tile_configs(qz, [(32, 256), (32, 512), (32, 1024)], 32, 1, (8,))),
         ("wt-block128", QuantizeFp8WithTransArgs(x, E4M3, "BLOCKWISE", 128),
          _tile_configs(wt, [(128, 128)], 128, 128, (4, 8, 16))),
         ("wt-mx", QuantizeFp8WithTransArgs(x, E4M3, "MX_BLOCKWISE", 32),
-         _tile_configs(wt, [(32, 128), (64, 64), (64, 128)], 32, 32)),
+         _tile_configs(wt, [(32, 64)], 32, 32, (8,))  # mx_with_trans_kernel (32 x 128 x 4 is pick_mx's)
+         + _tile_configs(wt, [(32, 128), (32, 256), (32, 512)], 32, 32, (4,))  # mx_with_trans_col_kernel
+         + _tile_configs(wt, [(32, 256), (32, 512)], 32, 32, (8,))),
         ("rowwise-first", QuantizeFp8Args(x, E4M3, "ROWWISE", 0),
          _amax_cast_configs(qz, [(T(8, 1024, 8, 16), c32), (T(8, 1024, 8, 32), c32), (T(8, 1024, 8, 8), c32),
                                  (T(16, 512, 8, 16), c32), (T(8, 1024, 8, 16), c8), (T(8, 1024, 8, 16), T(64, 128, 4))])),
@@ -479,7 +509,7 @@ def part_bench():
             base = tri(x)
             nbytes = _nbytes(x, base)
             sets = _sets(x, nbytes)
-            providers = [("triton", tri), ("torch-ref", ref_fn)]
+            providers = [("triton", tri)] + ([] if ARGS.no_ref else [("torch-ref", ref_fn)])
             if use_compile:
                 providers.append(("compile", torch.compile(ref_fn, dynamic=False)))
             row = {"case": cid, "kind": kind, "shape": list(shape), "bytes": nbytes}
@@ -516,7 +546,7 @@ def part_bench():
                 return ref._dequantize_fp8(qq, a.scale_inv, a.out_dtype, a.granularity, a.axis, a.block_size, a.recipe)
 
             sets = _sets(q, nbytes)
-            providers = [("triton", tri_fn), ("torch-ref", ref_d)]
+            providers = [("triton", tri_fn)] + ([] if ARGS.no_ref else [("torch-ref", ref_d)])
             if use_compile:
                 providers.append(("compile", torch.compile(ref_d, dynamic=False)))
             row = {"case": cid, "kind": "dequantize", "shape": list(shape), "bytes": nbytes}
