@@ -255,20 +255,31 @@ def check_fp4_special(f32mul: bool, row_pairs: bool = False) -> None:
         fp4.ROW_PAIRS = False
 
 
-def check_fp4_row_pairs(name, m, n) -> None:
-    """Row-wise bf16 quantize through the pair kernel (``fp4.ROW_PAIRS``) against the reference."""
-    fp4.ROW_PAIRS = True
+def check_fp4_variant(name, m, n, **flags) -> None:
+    """quantize_fp4 (both axes, 1-D and 2-D blocks) and with_trans run with the ``fp4`` module settings
+    ``flags`` (``ROW_PAIRS``, ``COL_LOOP``, ``TRANS_LOOP``), against the reference bit for bit."""
+    old = {k: getattr(fp4, k) for k in flags}
+    for k, v in flags.items():
+        setattr(fp4, k, v)
     try:
         x = _fp4_input(m, n, torch.bfloat16)
         fails = []
+        for axis in (-1, -2):
+            for two_d in (False, True):
+                a = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis, recipe=ScalingRecipe(use_2d_block=two_d))
+                got = _strict(fp4.quantize_fp4, a)
+                if any(_bits_differ(p, q) for p, q in zip(got, ref_quant.quantize_fp4(a), strict=True)):
+                    fails.append(f"quantize axis={axis} 2d={two_d}")
         for two_d in (False, True):
-            a = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, -1, recipe=ScalingRecipe(use_2d_block=two_d))
-            got = _strict(fp4.quantize_fp4, a)
-            if any(_bits_differ(p, q) for p, q in zip(got, ref_quant.quantize_fp4(a), strict=True)):
-                fails.append(f"quantize axis=-1 2d={two_d} row_pairs")
-        _row("fp4", shape=name, M=m, N=n, row_pairs=True, ok=not fails, fails=fails)
+            t = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2, recipe=ScalingRecipe(use_2d_block=two_d),
+                                         recipe_for_trans=ScalingRecipe(use_2d_block=not two_d))
+            got = _strict(fp4.quantize_fp4_with_trans, t)
+            if any(_bits_differ(p, q) for p, q in zip(got, ref_quant.quantize_fp4_with_trans(t), strict=True)):
+                fails.append(f"quantize_with_trans 2d={two_d}")
+        _row("fp4", shape=name, M=m, N=n, variant=flags, ok=not fails, fails=fails)
     finally:
-        fp4.ROW_PAIRS = False
+        for k, v in old.items():
+            setattr(fp4, k, v)
 
 
 def _flags(**kw):
@@ -300,25 +311,19 @@ def sweep_fp4(m, n) -> None:
     q2 = lambda t: fp4.quantize_fp4(a2, t)  # noqa: E731
     qw = lambda t: fp4.quantize_fp4_with_trans(w, t)  # noqa: E731
     rp = _flags(ROW_PAIRS=True)
-    f32 = _flags(F32MUL=True)
-    cases = [("quantize_fp4 axis-1", qb, q1, t) for t in [(32, 256, 4), (64, 256, 8)]]
-    cases += [("quantize_fp4 axis-1 rowpairs", qb, rp(q1), t)
-              for t in [(16, 256, 2), (16, 512, 4), (8, 256, 1), (8, 512, 2), (16, 128, 1), (32, 256, 2), (16, 256, 4),
-                        (32, 128, 2)]]
-    cases += [("quantize_fp4 axis-2", qb, q2, t)
-              for t in [(32, 512, 2), (64, 64, 2), (64, 64, 4), (32, 64, 1), (32, 128, 2), (64, 128, 2), (128, 64, 4),
-                        (128, 128, 4), (128, 128, 8), (256, 64, 8), (64, 512, 4), (64, 512, 8), (128, 256, 8),
-                        (64, 1024, 8), (128, 32, 2), (256, 32, 4), (128, 64, 2), (64, 256, 2)]]
     wb = m * n * 2 + 2 * q_bytes
-    cases += [("quantize_fp4_with_trans", wb, qw, t)
-              for t in [(32, 256, 4), (32, 128, 2), (32, 64, 1), (64, 64, 2), (32, 128, 1), (64, 32, 1), (64, 64, 4),
-                        (128, 64, 4), (64, 128, 4), (32, 128, 4), (64, 128, 2), (128, 32, 2), (128, 64, 8),
-                        (32, 256, 2)]]
-    cases += [("quantize_fp4 axis-2 f32mul", qb, f32(q2), (32, 512, 2)),
-              ("quantize_fp4_with_trans f32mul", wb, f32(qw), (32, 256, 4))]
-    for axis, tiles in ((-2, [(128, 32, 8), (64, 32, 4), (64, 64, 8), (128, 64, 8), (256, 32, 8), (32, 64, 4),
-                              (64, 64, 4)]),
-                        (-1, [(16, 128, 4), (8, 512, 8), (32, 128, 4), (16, 256, 8), (8, 256, 4), (16, 64, 2)])):
+    cases = [("quantize_fp4 axis-1", qb, q1, t) for t in [(16, 256, 2), (32, 256, 4), (8, 256, 1)]]
+    cases += [("quantize_fp4 axis-1 rowpairs", qb, rp(q1), t) for t in [(16, 256, 2), (8, 256, 1), (16, 512, 4)]]
+    cases += [("quantize_fp4 axis-2", qb, q2, t) for t in [(64, 128, 2), (64, 64, 1), (64, 32, 1), (64, 128, 1),
+                                                           (64, 64, 2)]]
+    for lp in (2, 4):
+        cases += [(f"quantize_fp4 axis-2 loop{lp}", qb, _flags(COL_LOOP=lp)(q2), t)
+                  for t in [(64, 128, 2), (64, 64, 2), (32, 128, 2), (64, 64, 1)]]
+    cases += [("quantize_fp4_with_trans", wb, qw, t) for t in [(32, 128, 2), (32, 64, 1), (32, 128, 1)]]
+    for lp in (2, 4):
+        cases += [(f"quantize_fp4_with_trans loop{lp}", wb, _flags(TRANS_LOOP=lp)(qw), t)
+                  for t in [(32, 128, 2), (64, 64, 2), (32, 64, 1)]]
+    for axis, tiles in ((-2, [(128, 32, 8), (128, 64, 8), (64, 32, 4)]), (-1, [(8, 256, 4), (16, 64, 2), (8, 128, 2)])):
         q, s = ref_quant.quantize_fp4(QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis))
         d = DequantizeFp4Args(q, s, torch.bfloat16, axis)
         cases += [(f"dequantize_fp4 axis{axis}", q_bytes + m * n * 2, lambda t, d=d: fp4.dequantize_fp4(d, t), t)
@@ -329,7 +334,7 @@ def sweep_fp4(m, n) -> None:
             tile = Tile(bm, bn, wp)
             out = fn(tile)
             outs = out if isinstance(out, tuple) else (out,)
-            key = op.removesuffix(" f32mul").removesuffix(" rowpairs")
+            key = op.removesuffix(" f32mul").removesuffix(" rowpairs").split(" loop")[0]
             if key not in refs:
                 refs[key] = [o.clone() for o in outs]
             same = all(_bits_differ(p, q) == 0 for p, q in zip(outs, refs[key], strict=True))
@@ -374,9 +379,10 @@ def bench_router(name, e, topk, groups, sel, fn, t) -> None:
                                                  "torch": lambda: ref_routing.moe_routing_bwd(ba)})
 
 
-def bench_fp4(name, m, n, with_torch: bool = True, generic: bool = False) -> None:
+def bench_fp4(name, m, n, with_torch: bool = True, generic: bool = False, loops: bool = False) -> None:
     """``generic``: also the fp32 kernels the FAST and pair paths replaced (``fp4.FAST_ENABLED = False``),
-    as impl ``triton-generic``."""
+    as impl ``triton-generic``; ``loops``: the col-wise quantize and with_trans with two tiles a
+    program (``fp4.COL_LOOP = fp4.TRANS_LOOP = 2``), as impl ``triton-loop2``."""
     x = _fp4_input(m, n, torch.bfloat16, seed=4)
     shape = f"{name} {m}x{n} bf16"
 
@@ -389,10 +395,21 @@ def bench_fp4(name, m, n, with_torch: bool = True, generic: bool = False) -> Non
                 fp4.FAST_ENABLED = True
         return run
 
-    def impls(tri, ref):
+    def loop2(fn):
+        def run():
+            fp4.COL_LOOP = fp4.TRANS_LOOP = 2
+            try:
+                return fn()
+            finally:
+                fp4.COL_LOOP = fp4.TRANS_LOOP = 1
+        return run
+
+    def impls(tri, ref, col=False):
         d = {"triton": tri}
         if generic:
             d["triton-generic"] = gen(tri)
+        if col and loops:
+            d["triton-loop2"] = loop2(tri)
         if with_torch:
             d["torch"] = ref
         return d
@@ -400,14 +417,14 @@ def bench_fp4(name, m, n, with_torch: bool = True, generic: bool = False) -> Non
     for axis in (-1, -2):
         a = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis)
         _bench(f"quantize_fp4 axis{axis}", shape, m * n * 2 + q_bytes,
-               impls(lambda a=a: fp4.quantize_fp4(a), lambda a=a: ref_quant.quantize_fp4(a)))
+               impls(lambda a=a: fp4.quantize_fp4(a), lambda a=a: ref_quant.quantize_fp4(a), col=axis == -2))
         q, s = ref_quant.quantize_fp4(a)
         d = DequantizeFp4Args(q, s, torch.bfloat16, axis)
         _bench(f"dequantize_fp4 axis{axis}", shape, q_bytes + m * n * 2,
                impls(lambda d=d: fp4.dequantize_fp4(d), lambda d=d: ref_quant.dequantize_fp4(d)))
     t = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2)
     _bench("quantize_fp4_with_trans", shape, m * n * 2 + 2 * q_bytes,
-           impls(lambda: fp4.quantize_fp4_with_trans(t), lambda: ref_quant.quantize_fp4_with_trans(t)))
+           impls(lambda: fp4.quantize_fp4_with_trans(t), lambda: ref_quant.quantize_fp4_with_trans(t), col=True))
 
 
 def copy_bandwidth() -> None:
@@ -431,7 +448,8 @@ def main() -> int:
     ap.add_argument("--parts", default="router,fp4,bench",
                     help="comma list of router (router checks and bench), fp4 (FP4 checks, special blocks "
                          "for both encoder variants), bench (FP4 bench and copy), sweep (FAST and pair-kernel "
-                         "tiles at 16384x7168), generic (the bench also times the generic fp32 FP4 kernels), notorch "
+                         "tiles at 16384x7168), loop (the bench also times two tiles a program: triton-loop2), "
+                         "generic (the bench also times the generic fp32 FP4 kernels), notorch "
                          "(no torch reference rows in the FP4 bench)")
     opts = ap.parse_args()
     parts = set(opts.parts.split(","))
@@ -454,7 +472,8 @@ def main() -> int:
             _guard("fp4", check_fp4_special, f32mul)
         _guard("fp4", check_fp4_special, False, True)
         for name, m, n in FP4_SHAPES:
-            _guard("fp4", check_fp4_row_pairs, name, m, n)
+            _guard("fp4", check_fp4_variant, name, m, n, ROW_PAIRS=True)
+            _guard("fp4", check_fp4_variant, name, m, n, COL_LOOP=2, TRANS_LOOP=2)
     if not opts.quick:
         copy_bandwidth()
         if "router" in parts:
@@ -463,7 +482,7 @@ def main() -> int:
                     _guard("bench", bench_router, name, e, topk, groups, sel, fn, t)
         if "bench" in parts:
             for name, m, n in FP4_SHAPES[:3]:
-                _guard("bench", bench_fp4, name, m, n, "notorch" not in parts, "generic" in parts)
+                _guard("bench", bench_fp4, name, m, n, "notorch" not in parts, "generic" in parts, "loop" in parts)
         if "sweep" in parts:
             _guard("sweep", sweep_fp4, 16384, 7168)
     with open(opts.out, "w") as f:

@@ -43,10 +43,12 @@ DEQ_ASM = True
 #: Row-wise bf16 quantize through the pair kernels (``fp4_kernels._pairs_row``) instead of the FAST
 #: row kernel (timed side by side on the GPU).
 ROW_PAIRS = False
-#: Pair-kernel tiles ``(block_n cap, elements a program, warps)`` of the col-wise quantize and of
-#: with_trans (``_pairs_tile``).
-COL_TILE = (512, 16384, 2)
-TRANS_TILE = (256, 8192, 4)
+#: Pair-kernel tiles ``(block_n cap, elements a tile, warps)`` of the col-wise quantize and of
+#: with_trans (``_pairs_tile``), and how many tiles down M one program takes (``LOOP``).
+COL_TILE = (128, 8192, 2)
+TRANS_TILE = (128, 4096, 2)
+COL_LOOP = 1
+TRANS_LOOP = 1
 
 
 def _fast(x3: torch.Tensor, row: bool, m: int) -> bool:
@@ -76,16 +78,17 @@ def _pairs_tile(m: int, n: int, gn: int, cfg: tuple[int, int, int]) -> Tile:
     return common.pick(m, n, BS, gn, cap_n=cap_n, target=target, warps=warps)
 
 
-def _pairs_ok(tile: Tile) -> bool:
-    """Tiles the pair kernels take: 32-row groups split in halves, two pairs an encoder instance."""
-    return tile.block_m >= BS and tile.block_m * tile.block_n >= 256 * tile.num_warps
+def _pairs_ok(tile: Tile, row: bool = False) -> bool:
+    """Tiles the pair kernels take: at least two pairs an encoder instance, and col-wise 32-row groups
+    (split in halves of even and odd rows)."""
+    return (row or tile.block_m >= BS) and tile.block_m * tile.block_n >= 256 * tile.num_warps
 
 
 def _fast_tile(m: int, n: int, gm: int, gn: int, row: bool) -> Tile:
-    """FAST tiles: row-wise 32 x 256 on 4 warps (64 elements a thread amortize the address
-    arithmetic; H200 sweep at 16384 x 7168: 3103 GB/s against 2753-3079 for 16 x 512 x 8,
-    8 x 1024 x 8 and 64 x 256 x 8)."""
-    return common.pick(m, n, gm, gn, cap_n=256 if row else 128, target=8192, warps=4)
+    """FAST tiles: row-wise 16 x 256 on 2 warps (64 elements a thread amortize the address
+    arithmetic; H200 sweep at 16384 x 7168, session 11: 3209 GB/s against 3107 for session 10's
+    32 x 256 x 4, 3221 for 8 x 256 x 1, 3180 for 16 x 512 x 4, 3074 for 8 x 512 x 2)."""
+    return common.pick(m, n, gm, gn, cap_n=256 if row else 128, target=4096, warps=2)
 
 
 def _recipe_reason(*recipes) -> str | None:
@@ -142,7 +145,7 @@ def quantize_fp4(args: QuantizeFp4Args, tile: Tile | None = None):
     m_ext, n_ext = (m, pad) if row else (pad, n)
     two_d = args.recipe.use_2d_block
     gm, gn = ((BS if two_d else 1), BS) if row else (BS, (BS if two_d else 1))
-    pairs = _pairs(x3) and (not row or ROW_PAIRS) and (tile is None or _pairs_ok(tile))
+    pairs = _pairs(x3) and (not row or ROW_PAIRS) and (tile is None or _pairs_ok(tile, row))
     fast = not pairs and _fast(x3, row, m) and (tile is None or tile.block_m * tile.block_n >= 256 * tile.num_warps)
     if tile is None:
         if pairs:
@@ -152,11 +155,12 @@ def quantize_fp4(args: QuantizeFp4Args, tile: Tile | None = None):
     common.check_tile(tile, gm, gn)
     rows_out = data_shape[-2]
     xa, x_bits = (x3.view(torch.int16), True) if pairs else common.x_arg(x3)
-    kern.quant_fp4_kernel[common.grid(b, m_ext, n_ext, tile)](
+    loop = COL_LOOP if pairs and not row else 1
+    kern.quant_fp4_kernel[common.grid(b, m_ext, n_ext, Tile(tile.block_m * loop, tile.block_n))](
         xa, q.view(torch.uint8), s.view(torch.uint8), m, n, m_ext, n_ext, *x3.stride(),
         rows_out * (pad // 2), pad // 2, rows_out * (pad // BS), pad // BS,
         BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, ROW=row, X_BITS=x_bits, FAST=fast, F32MUL=F32MUL,
-        PAIRS=pairs, ASM=pairs and not common.soft(), num_warps=tile.num_warps)
+        PAIRS=pairs, ASM=pairs and not common.soft(), LOOP=loop, num_warps=tile.num_warps)
     return q, s
 
 
@@ -180,11 +184,13 @@ def quantize_fp4_with_trans(args: QuantizeFp4WithTransArgs, tile: Tile | None = 
     tile = tile or (_pairs_tile(m_pad, n_pad, BS, TRANS_TILE) if pairs else common.pick_mx(m_pad, n_pad, BS, BS))
     common.check_tile(tile, BS, BS)
     xa, x_bits = (x3.view(torch.int16), True) if pairs else common.x_arg(x3)
-    kern.fp4_with_trans_kernel[common.grid(b, m_pad, n_pad, tile)](
+    loop = TRANS_LOOP if pairs else 1
+    kern.fp4_with_trans_kernel[common.grid(b, m_pad, n_pad, Tile(tile.block_m * loop, tile.block_n))](
         xa, q_row.view(torch.uint8), s_row.view(torch.uint8), q_col.view(torch.uint8), s_col.view(torch.uint8),
         m, n, m_pad, n_pad, *x3.stride(), BM=tile.block_m, BN=tile.block_n,
         R_GM=BS if args.recipe.use_2d_block else 1, C_GN=BS if args.recipe_for_trans.use_2d_block else 1,
-        X_BITS=x_bits, PAIRS=pairs, ASM=pairs and not common.soft(), F32MUL=F32MUL, num_warps=tile.num_warps)
+        X_BITS=x_bits, PAIRS=pairs, ASM=pairs and not common.soft(), F32MUL=F32MUL, LOOP=loop,
+        num_warps=tile.num_warps)
     return q_row, s_row, q_col, s_col
 
 
@@ -206,13 +212,21 @@ def dequantize_fp4(args: DequantizeFp4Args, tile: Tile | None = None) -> torch.T
     s3 = s3 if s3.dim() == 3 else s3.unsqueeze(0)
     b = x3.shape[0]
     so = (r * 2 * h, 2 * h, 1) if row else (r * 2 * h, 1, r)
-    # col-wise: 128 rows x 32 bytes on 8 warps, stored transposed (the MX FP8 col dequantize's shape)
-    tile = tile or (common.pick(r, h, 1, BS // 2) if row else common.pick(r, h, 1, BS // 2, cap_n=32, target=4096,
-                                                                          warps=8))
+    asm = (DEQ_ASM and FAST_ENABLED and args.out_dtype == torch.bfloat16 and not common.soft()
+           and torch.version.hip is None)
+    # col-wise: 128 rows x 32 bytes on 8 warps, stored transposed (the MX FP8 col dequantize's shape);
+    # row-wise with the PTX decoder 8 rows x 256 bytes on 4 warps (H200 sweep, session 11: 3806 GB/s
+    # against 3637 for 16 x 128 x 4 and 3579 for 8 x 512 x 8)
+    if tile is None:
+        if not row:
+            tile = common.pick(r, h, 1, BS // 2, cap_n=32, target=4096, warps=8)
+        elif asm:
+            tile = common.pick(r, h, 1, BS // 2, cap_n=256, target=2048, warps=4)
+        else:
+            tile = common.pick(r, h, 1, BS // 2)
     common.check_tile(tile, 1, BS // 2)
     bf16_bits = common.soft() and args.out_dtype == torch.bfloat16
-    asm = (DEQ_ASM and FAST_ENABLED and args.out_dtype == torch.bfloat16 and not common.soft()
-           and torch.version.hip is None and tile.block_n >= BS // 2)
+    asm = asm and tile.block_n >= BS // 2
     kern.fp4_dequant_kernel[common.grid(b, r, h, tile)](
         x3, s3, out.view(torch.int16) if bf16_bits or asm else out, r, h, x3.stride(0), x3.stride(1), s3.stride(0),
         s3.stride(1), *so, BM=tile.block_m, BH=tile.block_n, ROUND_BF16=bf16_bits, TRANS=not row, ASM=asm,
