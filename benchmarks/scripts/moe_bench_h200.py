@@ -133,8 +133,8 @@ VARIANTS = {
                              128: [dict(block_t=2, num_warps=4), dict(block_t=1, num_warps=2)],
                              256: [dict(block_t=1, num_warps=4), dict(block_t=2, num_warps=4),
                                    dict(block_t=1, num_warps=2)]},
-    ("moe_permute", "fwd"): [dict(unroll=1), dict(unroll=4), dict(block_h=4096, num_warps=8)],
-    ("moe_permute", "bwd"): [dict(unroll=1), dict(block_h=4096, num_warps=8)],
+    ("moe_permute", "fwd"): [dict(gather=True), dict(unroll=1), dict(block_h=4096, num_warps=8)],
+    ("moe_permute", "bwd"): [dict(block_h=4096, num_warps=8)],
     ("moe_unpermute", "fwd"): [dict(unroll=1), dict(block_h=4096, num_warps=8)],
     ("moe_unpermute", "bwd"): [dict(block_h=4096, num_warps=8), dict(block_h=1024, num_warps=4)],
 }

@@ -305,12 +305,14 @@ def test_rows_wider_than_one_tile():
 def test_launch_variants(unroll, block_h, layout, pad, cap):
     """The launchers' tile overrides: copies a step (1 to 8, more than a token has: the masked
     copies past n), hidden tiles of 16 / 32 (H = 24: two tiles, the scales / probs / unpermuted probs
-    moved only by the tile-0 program), padding rows and a tight cap; fp8 tokens with scales."""
+    moved only by the tile-0 program), padding rows and a tight cap; fp8 tokens with scales; the
+    permute's row-major (gather) form too."""
     x, rmap, n, scales, probs, width = _permute_inputs(FP8 or torch.float32, layout, pad, cap)
     args = MoePermuteArgs(x, rmap, n, scales, probs)
-    got = permute.moe_permute(args, block_h=block_h, unroll=unroll, num_warps=1)
-    for name, a, b in zip(("permuted", "scales", "probs"), got, ref.moe_permute(args), strict=True):
-        assert _bits_equal(a, b), f"{name} differs"
+    for gather in (False, True):
+        got = permute.moe_permute(args, block_h=block_h, unroll=unroll, num_warps=1, gather=gather)
+        for name, a, b in zip(("permuted", "scales", "probs"), got, ref.moe_permute(args), strict=True):
+            assert _bits_equal(a, b), f"{name} differs (gather={gather})"
     g = torch.Generator().manual_seed(17)
     y = torch.randn((n, H), generator=g)
     pp = torch.rand((n,), generator=g)
@@ -332,12 +334,13 @@ def test_launch_variants(unroll, block_h, layout, pad, cap):
 def test_zero_width_probs_and_no_tokens():
     """probs of width 0: every permuted probs entry is 0 (no extra fill); T = 0 with padding-only rows."""
     x, rmap, n, _, _, _ = _permute_inputs(torch.float32, "topk", 4, -1)
-    got = permute.moe_permute(MoePermuteArgs(x, rmap, n, None, torch.zeros((T, 0))))
-    assert got[2].shape == (n,) and not got[2].any()
     empty = torch.zeros((0, 2 * E + 1), dtype=torch.int32)
-    out, sc, pr = permute.moe_permute(MoePermuteArgs(torch.zeros((0, H)), empty, 5, torch.zeros((0, 2)),
-                                                     torch.zeros((0, E))))
-    assert out.shape == (5, H) and not out.any() and not sc.any() and not pr.any()
+    for gather in (False, True):
+        got = permute.moe_permute(MoePermuteArgs(x, rmap, n, None, torch.zeros((T, 0))), gather=gather)
+        assert got[2].shape == (n,) and not got[2].any()
+        out, sc, pr = permute.moe_permute(MoePermuteArgs(torch.zeros((0, H)), empty, 5, torch.zeros((0, 2)),
+                                                         torch.zeros((0, E))), gather=gather)
+        assert out.shape == (5, H) and not out.any() and not sc.any() and not pr.any()
     gx, gm = unpermute.moe_unpermute_bwd(MoeUnpermuteBwdArgs(torch.zeros((0, H)), torch.ones((5, H)), empty,
                                                               torch.zeros((0, E))))
     assert gx.shape == (5, H) and not gx.any() and gm.shape == (0, E)

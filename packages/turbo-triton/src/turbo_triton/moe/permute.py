@@ -57,10 +57,12 @@ def row_sources(row_id_map: torch.Tensor, num_out: int, *, cols: bool = True,
 
 
 def moe_permute(args: MoePermuteArgs, *, block_h: int | None = None, unroll: int | None = None,
-                num_warps: int | None = None):
+                num_warps: int | None = None, gather: bool = False):
     """``(permuted [num_out, H] tokens' dtype, scales [num_out, S] fp32 or None, probs [num_out]
     probs' dtype or None)``, equal to the reference bit for bit. ``block_h`` (a power of two),
-    ``unroll`` (copies a step) and ``num_warps`` override the tile heuristics (tests, tuning)."""
+    ``unroll`` (copies a step) and ``num_warps`` override the tile heuristics (tests, tuning);
+    ``gather``: the row-major form (``gather_kernel``: each permuted row reads its token; the same
+    three launches)."""
     from turbo_triton.moe import permute_kernels as kern
 
     x, rmap, n = args.tokens, args.row_id_map, args.num_out
@@ -73,16 +75,25 @@ def moe_permute(args: MoePermuteArgs, *, block_h: int | None = None, unroll: int
     probs = None if pr is None else torch.empty((n,), dtype=pr.dtype, device=dev)
     if n == 0:
         return out, scales, probs
-    src, _ = row_sources(rmap, n, cols=False)
     has_scales = scales is not None and scales.shape[1] > 0
     has_probs = probs is not None
     width = 0 if pr is None else pr.shape[1]
     bh = block_h or common.block_h(h)
     s = sf.shape[1] if has_scales else 0
+    src, col = row_sources(rmap, n, cols=gather and has_probs)
     dummy = src
+    if gather:
+        br = max(1, min(16, 4096 // bh))
+        kern.gather_kernel[(triton.cdiv(n, br), max(1, triton.cdiv(h, bh)))](
+            common.bits(x) if t else common.bits(out), src, col if col is not None else dummy, common.bits(out),
+            sf.view(torch.int32) if has_scales and t else dummy, scales.view(torch.int32) if has_scales else dummy,
+            common.bits(pr) if has_probs and pr.numel() else dummy, common.bits(probs) if has_probs else dummy,
+            n, h, s, width, HAS_SCALES=has_scales, HAS_PROBS=has_probs, BLOCK_R=br, BLOCK_H=bh,
+            BLOCK_S=max(2, triton.next_power_of_2(max(s, 1))), num_warps=num_warps or common.warps(br * bh))
+        return out, scales, probs
     kern.permute_kernel[(t + triton.cdiv(n, _BLOCK_R), max(1, triton.cdiv(h, bh)))](
         common.bits(x), rmap, src, common.bits(out),
-        sf.view(torch.int32) if has_scales else dummy, scales.view(torch.int32) if has_scales else dummy,
+        sf.view(torch.int32) if has_scales and t else dummy, scales.view(torch.int32) if has_scales else dummy,
         common.bits(pr) if has_probs and pr.numel() else dummy, common.bits(probs) if has_probs else dummy,
         t, h, e, n, s, width, HAS_SCALES=has_scales, HAS_PROBS=has_probs, UNROLL=unroll or _UNROLL,
         BLOCK_H=bh, BLOCK_R=_BLOCK_R, BLOCK_S=max(2, triton.next_power_of_2(max(s, 1))),

@@ -95,3 +95,31 @@ def permute_kernel(x_ptr, map_ptr, src_ptr, out_ptr, scale_ptr, pscale_ptr, prob
             if HAS_PROBS:
                 zp = tl.zeros([BLOCK_R], dtype=pprobs_ptr.dtype.element_ty)
                 tl.store(pprobs_ptr + r64, zp, mask=empty & splat(ph == 0, r))
+
+
+@triton.jit
+def gather_kernel(x_ptr, src_ptr, col_ptr, out_ptr, scale_ptr, pscale_ptr, probs_ptr, pprobs_ptr,
+                  num_out, H, S, W, HAS_SCALES: tl.constexpr, HAS_PROBS: tl.constexpr,
+                  BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr):
+    """``moe_permute``'s row-major form (the ``gather=True`` launch): ``BLOCK_R`` permuted rows x
+    one hidden tile a program, each row read from its token (``src``), zeros where ``src < 0``; the
+    hidden-tile-0 program also gathers the rows' scales and probs (through ``col``)."""
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rm = r < num_out
+    src = tl.load(src_ptr + r, mask=rm, other=-1).to(tl.int64)
+    have = rm & (src >= 0)
+    r64 = r.to(tl.int64)
+    offs = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    hm = offs < H
+    v = tl.load(x_ptr + src[:, None] * H + offs[None, :], mask=have[:, None] & hm[None, :], other=0)
+    tl.store(out_ptr + r64[:, None] * H + offs[None, :], v, mask=rm[:, None] & hm[None, :])
+    first = splat(tl.program_id(1) == 0, r)
+    if HAS_SCALES:
+        cs = tl.arange(0, BLOCK_S)
+        sm = (rm & first)[:, None] & (cs < S)[None, :]
+        sc = tl.load(scale_ptr + src[:, None] * S + cs[None, :], mask=sm & have[:, None], other=0)
+        tl.store(pscale_ptr + r64[:, None] * S + cs[None, :], sc, mask=sm)
+    if HAS_PROBS:
+        col = tl.load(col_ptr + r, mask=rm, other=-1).to(tl.int64)
+        p = tl.load(probs_ptr + src * W + col, mask=have & first & (col >= 0) & (col < W), other=0)
+        tl.store(pprobs_ptr + r64, p, mask=rm & first)
