@@ -449,15 +449,11 @@ def part_sweep():
         ("block128x1", QuantizeFp8Args(x, E4M3, "BLOCKWISE", 0, 128),
          _tile_configs(qz, [(128, 32), (128, 64), (128, 128)], 128, 1, (2, 4, 8))),
         ("mx-col", QuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", -2, 32),
-         _tile_configs(qz, [(64, 128)], 32, 1, (4,))  # quant_mx_kernel (the session-10 default)
-         + _tile_configs(qz, [(32, 128), (32, 256), (32, 512)], 32, 1, (4,))  # quant_mx_col_kernel, CW 1/2/4
-         + _tile_configs(qz, [(32, 256), (32, 512), (32, 1024)], 32, 1, (8,))),
+         _tile_configs(qz, [(32, 128), (64, 64), (64, 128), (128, 64)], 32, 1)),
         ("wt-block128", QuantizeFp8WithTransArgs(x, E4M3, "BLOCKWISE", 128),
          _tile_configs(wt, [(128, 128)], 128, 128, (4, 8, 16))),
         ("wt-mx", QuantizeFp8WithTransArgs(x, E4M3, "MX_BLOCKWISE", 32),
-         _tile_configs(wt, [(32, 64)], 32, 32, (8,))  # mx_with_trans_kernel (32 x 128 x 4 is pick_mx's)
-         + _tile_configs(wt, [(32, 128), (32, 256), (32, 512)], 32, 32, (4,))  # mx_with_trans_col_kernel
-         + _tile_configs(wt, [(32, 256), (32, 512)], 32, 32, (8,))),
+         _tile_configs(wt, [(32, 128), (64, 64), (64, 128)], 32, 32)),
         ("rowwise-first", QuantizeFp8Args(x, E4M3, "ROWWISE", 0),
          _amax_cast_configs(qz, [(T(8, 1024, 8, 16), c32), (T(8, 1024, 8, 32), c32), (T(8, 1024, 8, 8), c32),
                                  (T(16, 512, 8, 16), c32), (T(8, 1024, 8, 16), c8), (T(8, 1024, 8, 16), T(64, 128, 4))])),

@@ -211,11 +211,6 @@ TILE_CASES = [
     ("BLOCKWISE", None, 16, R2D, Tile(16, 16)),
     ("MX_BLOCKWISE", -2, 32, R0, Tile(32, 4)),
     ("MX_BLOCKWISE", -1, 32, R0, Tile(4, 32)),
-    # quant_mx_col_kernel: 32 rows x 32 * num_warps * CW columns, CW = 1, 2, 4 columns a thread
-    ("MX_BLOCKWISE", -2, 32, R0, Tile(32, 32, 1)),
-    ("MX_BLOCKWISE", -2, 32, R0, Tile(32, 64, 1)),
-    ("MX_BLOCKWISE", -2, 32, R0, Tile(32, 128, 1)),
-    ("MX_BLOCKWISE", -2, 32, R0, Tile(32, 64, 2)),
 ]
 
 
@@ -223,20 +218,6 @@ TILE_CASES = [
                          ids=[f"{g}-{a}-{t.block_m}x{t.block_n}" for g, a, _, _, t in TILE_CASES])
 def test_quantize_small_tiles(gran, axis, bs, recipe, tile):
     _check_quantize(_quant_args(_input((2, 37, 45), seed=13), E4M3, gran, axis, bs, recipe), tile)
-
-
-# quant_mx_col_kernel without masks (EVEN: M a multiple of 128, the tile width dividing N) and with
-# them, bf16 and fp32 input, NaN/Inf in one group, several programs along both dims and a batch.
-@pytest.mark.parametrize("tile", [Tile(32, 32, 1), Tile(32, 64, 1), Tile(32, 128, 1), None])
-@pytest.mark.parametrize("shape", [(2, 128, 256), (256, 128), (130, 96)], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("in_dtype", [torch.bfloat16, torch.float32], ids=str)
-def test_mx_col_kernel_even_and_ragged(tile, shape, in_dtype):
-    x = _input(shape, in_dtype, seed=21)
-    x.view(-1, shape[-1])[40, 7] = math.nan if in_dtype == torch.float32 else x.view(-1, shape[-1])[40, 7]
-    x.view(-1, shape[-1])[70, 9] = math.inf
-    assert common.mx_col_fits(tile or common.pick_mx_col(shape[-1]))
-    q, s = _check_quantize(_quant_args(x, E4M3, "MX_BLOCKWISE", -2, 32), tile)
-    assert (s.view(torch.uint8) == 255).any()
 
 
 @pytest.mark.parametrize("axis,tile", [(-1, None), (0, None), (-1, Tile(4, 16)), (0, Tile(16, 4)), (1, Tile(4, 8))])
@@ -381,21 +362,6 @@ def test_with_trans_small_tiles_nan_inf_non_contiguous(gran, bs, tile):
     x[3, 50] = math.nan
     x[20, 7] = -math.inf
     _check_with_trans(QuantizeFp8WithTransArgs(x, E4M3, gran, bs, R2D if bs == 32 else R0, R0), tile)
-
-
-# mx_with_trans_col_kernel (1-D blocks both ways): 1, 2 and 4 columns a thread and the heuristic's
-# tile, without masks (EVEN) and with them, a batch, NaN/Inf, a transposed (strided) input.
-@pytest.mark.parametrize("tile", [Tile(32, 32, 1), Tile(32, 64, 1), Tile(32, 128, 1), None])
-@pytest.mark.parametrize("shape,transposed", [((256, 128), False), ((2, 128, 256), False), ((130, 70), False),
-                                              ((90, 37), True)], ids=["even", "even-3d", "ragged", "transposed"])
-def test_mx_with_trans_col_kernel(tile, shape, transposed):
-    x = _input(shape[::-1] if transposed else shape, torch.float32, seed=45)
-    x = x.t() if transposed else x
-    x.view(-1, x.shape[-1])[3, 20] = math.nan if not transposed else 1.0
-    x[..., 20, 7] = -math.inf
-    assert common.mx_col_fits(tile or common.pick_mx_col(shape[-1]))
-    _check_with_trans(QuantizeFp8WithTransArgs(x, E4M3, "MX_BLOCKWISE", 32, R0, R0), tile)
-    _check_with_trans(QuantizeFp8WithTransArgs(x.to(torch.bfloat16), E5M2, "MX_BLOCKWISE", 32, R0, R0), tile)
 
 
 @pytest.mark.parametrize("shape", [(0, 45), (37, 0)], ids=str)

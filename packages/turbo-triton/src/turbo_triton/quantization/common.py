@@ -13,7 +13,7 @@ from turbo_triton import _runtime
 
 __all__ = ["Tile", "around_axis", "block_size_reason", "check_tile", "data_arg", "device_reason", "eps", "x_arg",
            "amax_iters", "fill_zero_block", "flat_rows", "fmt_constexprs", "grid", "hw_sat", "mx_emax_of",
-           "pick", "pick_amax_cast", "pick_mx", "pick_mx_col", "mx_col_fits", "recipe_reason", "soft", "view3"]
+           "pick", "pick_amax_cast", "pick_mx", "recipe_reason", "soft", "view3"]
 
 _FNUZ = (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
 _FNUZ_ARCHS = ("gfx940", "gfx941", "gfx942")
@@ -177,22 +177,6 @@ def pick_mx(m: int, n: int, gm: int, gn: int) -> Tile:
     4 warps (H200 sweep: mx-col 1799 vs 1078 GB/s for 32 x 256 x 8 warps, with_trans 1968 vs
     1173 for 64 x 128 x 8 warps). MX FP8 row-direction tiles come from :func:`pick` (8 x 1024)."""
     return pick(m, n, gm, gn, cap_n=128, target=4096)
-
-
-def mx_col_fits(tile: Tile) -> int:
-    """Columns a thread of ``quant_mx_col_kernel`` (1, 2 or 4) for ``tile``, or 0 when the tile
-    is not of its shape (32 rows, ``32 * num_warps * CW`` columns)."""
-    cw = tile.block_n // (32 * tile.num_warps)
-    ok = tile.block_m == 32 and cw in (1, 2, 4) and tile.block_n == 32 * tile.num_warps * cw
-    return cw if ok else 0
-
-
-def pick_mx_col(n: int) -> Tile:
-    """Tile of ``quant_mx_col_kernel``: 32 rows x 256 columns, 4 warps, two columns a thread
-    (4-byte loads); 32 x 128 (one column a thread) below 256 columns."""
-    if n <= 128:
-        return Tile(32, 128, 4)
-    return Tile(32, 256, 4)
 
 
 def check_tile(tile: Tile, gm: int, gn: int) -> None:

@@ -16,8 +16,9 @@ divide the tile), so a tile holds whole groups and is read from memory once:
   (col-wise, written transposed), or 32x32 tiles; the grid covers the zero padding to 128.
 * ``blockwise_with_trans_kernel`` / ``mx_with_trans_kernel``: both directions from one read of
   each tile (row copy and column copy with their own scales).
-* ``dequant_kernel`` / ``mx_dequant_kernel``: ``q * scale_inv`` with the scale gathered per
-  element, output strides given (the MX col-wise data comes back transposed).
+* ``dequant_kernel`` / ``mx_dequant_kernel``: ``q * scale_inv``, each scale a tile needs loaded
+  once and broadcast (gathered per element only for block sizes that are no power of two),
+  output strides given (the MX col-wise data comes back transposed).
 
 Element arithmetic: see ``turbo_triton.quantization.numerics``. Offsets are int64.
 """
@@ -206,85 +207,6 @@ def quant_mx_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, s
 
 
 @triton.jit
-def _col_rows(ptrs, sx_m, r: tl.constexpr, S: tl.constexpr, n_rows, cmask, X_BITS: tl.constexpr, EVEN: tl.constexpr):
-    """Rows ``r, r + S, r + 2S, ...`` (below ``r + 16``) of the column strip ``ptrs`` (row 0 of the
-    tile, ``[BN]``) as fp32, joined into ``[BN, 2, ..., 2]`` whose last dim is the lowest bit of the
-    row: ``S = 1`` gives ``[BN, 2, 2, 2, 2]``, rows ``r .. r+15`` in order once reshaped to
-    ``[BN, 16]``. ``tl.join`` adds register dims only: every thread keeps its columns."""
-    if S == 16:
-        if EVEN:
-            if X_BITS:
-                return (tl.load(ptrs + r * sx_m).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-            return tl.load(ptrs + r * sx_m).to(tl.float32)
-        return load_f32(ptrs + r * sx_m, cmask & (tl.zeros_like(cmask.to(tl.int32)) + r < n_rows), X_BITS)
-    else:
-        return tl.join(_col_rows(ptrs, sx_m, r, S * 2, n_rows, cmask, X_BITS, EVEN),
-                       _col_rows(ptrs, sx_m, r + S, S * 2, n_rows, cmask, X_BITS, EVEN))
-
-
-@triton.jit
-def _store_cols(base, v, c0, N, stride, STEP: tl.constexpr, BN: tl.constexpr, CW: tl.constexpr, W: tl.constexpr,
-                EVEN: tl.constexpr):
-    """Store ``v [BN, W]``, the columns ``c0 + STEP * j`` (``j < BN``; masked at N unless EVEN), at
-    ``base + column * stride + w``, as ``CW`` stores each of one column a thread: a thread holds
-    ``CW`` adjacent columns (the load's vector) while the store layout of a ``[BN, W]`` tile whose
-    rows are ``W`` contiguous bytes puts one column on each thread, so the columns are split out
-    in registers (no layout conversion) and each store's pointers are computed afresh (their
-    contiguity known to the compiler: ``W``-byte vector stores)."""
-    if CW == 1:
-        c = c0 + STEP * tl.arange(0, BN)
-        ptrs = base + c[:, None] * stride + tl.arange(0, W)[None, :]
-        if EVEN:
-            tl.store(ptrs, v)
-        else:
-            tl.store(ptrs, v, mask=(c < N)[:, None])
-    else:
-        va, vb = tl.split(tl.permute(tl.reshape(v, (BN // 2, 2, W)), (0, 2, 1)))
-        _store_cols(base, va, c0, N, stride, STEP * 2, BN // 2, CW // 2, W, EVEN)
-        _store_cols(base, vb, c0 + STEP, N, stride, STEP * 2, BN // 2, CW // 2, W, EVEN)
-
-
-@triton.jit
-def quant_mx_col_kernel(x_ptr, q_ptr, s_ptr, M, N, M_PAD, sx_b, sx_m, sx_n, sq_b, sq_r, ss_b, ss_r,
-                        BN: tl.constexpr, CW: tl.constexpr, FMAX: tl.constexpr, MB: tl.constexpr,
-                        BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr, EMAX: tl.constexpr,
-                        X_BITS: tl.constexpr, EVEN: tl.constexpr, HW_SAT: tl.constexpr = False):
-    """Col-wise (32 x 1 blocks) MX of ``x [B, M, N]`` to ``q [B, N, M_pad]`` / scales
-    ``[B, N, M_pad/32]``, in tiles of 32 rows x ``BN`` columns over ``[M_pad, N]`` (rows past M
-    read as zero). EVEN: no tile crosses an edge (``M == M_pad``, ``BN`` divides N): no masks.
-
-    Each thread owns ``CW`` whole columns of the tile (``BN = 32 * num_warps * CW``): the tile is
-    loaded a row at a time (``[BN]``, ``CW``-element vectors a thread, coalesced over the warp) and
-    the rows are joined in registers (``_col_rows``), so the group amax is taken inside each thread
-    (no shuffles) and each column's 32 bytes of q, contiguous in the transposed output, are stored
-    from the thread that holds them (no shared memory, where the ``[32, BN]`` tile of
-    ``quant_mx_kernel`` went through ``tl.trans``: 20 instructions an element, 45% of copy)."""
-    pid = tl.program_id(0)
-    tiles_n = tl.cdiv(N, BN)
-    tiles_m = M_PAD // 32
-    tn = pid % tiles_n
-    t = pid // tiles_n
-    tm = t % tiles_m
-    b = (t // tiles_m).to(tl.int64)
-    row0 = tm * 32
-    cols = tn.to(tl.int64) * BN + tl.arange(0, BN)
-    cmask = cols < N
-    ptrs = x_ptr + b * sx_b + row0.to(tl.int64) * sx_m + cols * sx_n
-    n_rows = M - row0
-    lo = tl.reshape(_col_rows(ptrs, sx_m, 0, 1, n_rows, cmask, X_BITS, EVEN), (BN, 16))
-    hi = tl.reshape(_col_rows(ptrs, sx_m, 16, 1, n_rows, cmask, X_BITS, EVEN), (BN, 16))
-    amax = nan_max(tl.reduce(tl.abs(lo), 1, nan_max), tl.reduce(tl.abs(hi), 1, nan_max))
-    mult, byte = mx_scale(amax.to(tl.int32, bitcast=True), EMAX)
-    q_lo = to_fp8(lo * mult[:, None], q_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
-    q_hi = to_fp8(hi * mult[:, None], q_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
-    col0 = tn * BN
-    q_base = q_ptr + b * sq_b + row0
-    _store_cols(q_base, q_lo, col0, N, sq_r, 1, BN, CW, 16, EVEN)
-    _store_cols(q_base + 16, q_hi, col0, N, sq_r, 1, BN, CW, 16, EVEN)
-    _store_cols(s_ptr + b * ss_b + tm, byte.to(tl.uint8)[:, None], col0, N, ss_r, 1, BN, CW, 1, EVEN)
-
-
-@triton.jit
 def mx_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_PAD, sx_b, sx_m, sx_n,
                          BM: tl.constexpr, BN: tl.constexpr, R_GM: tl.constexpr, C_GN: tl.constexpr,
                          FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
@@ -298,88 +220,6 @@ def mx_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_P
              N_PAD // 32, BM, BN, R_GM, 32, True, FMAX, MB, BIAS, FNUZ, SOFT, EMAX, HW_SAT)
     _mx_part(x, None, b, tm, tn, rows, cols, M_PAD, N, qc_ptr, N * M_PAD, M_PAD, sc_ptr, N * (M_PAD // 32),
              M_PAD // 32, BM, BN, 32, C_GN, False, FMAX, MB, BIAS, FNUZ, SOFT, EMAX, HW_SAT)
-
-
-@triton.jit
-def _store_rows(base, v, r0, n_rows, lim_c, cols, stride, STEP: tl.constexpr, W: tl.constexpr, EVEN: tl.constexpr):
-    """Store ``v [BN, W]`` (column ``cols``, row ``r0 + STEP * w``: the ``[BN, 16]`` halves of
-    ``_col_rows``) row by row at ``base + row * stride + column``, masked to rows below ``n_rows``
-    and columns below ``lim_c`` unless EVEN: the last dim is split in registers down to single
-    rows, whose ``[BN]`` store layout is the load's (``CW`` contiguous bytes a thread)."""
-    if W == 1:
-        ptrs = base + r0 * stride + cols
-        if EVEN:
-            tl.store(ptrs, tl.reshape(v, (v.shape[0],)))
-        else:
-            tl.store(ptrs, tl.reshape(v, (v.shape[0],)), mask=(cols < lim_c) & (tl.zeros_like(cols) + r0 < n_rows))
-    else:
-        va, vb = tl.split(tl.reshape(v, (v.shape[0], W // 2, 2)))
-        _store_rows(base, va, r0, n_rows, lim_c, cols, stride, STEP * 2, W // 2, EVEN)
-        _store_rows(base, vb, r0 + STEP, n_rows, lim_c, cols, stride, STEP * 2, W // 2, EVEN)
-
-
-@triton.jit
-def _mx_rows_part(v, r0, n_rows, cols, lim_c, qr_base, sr_base, sq, ss, tn, BN: tl.constexpr, FMAX: tl.constexpr,
-                  MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr, EMAX: tl.constexpr,
-                  HW_SAT: tl.constexpr, EVEN: tl.constexpr):
-    """Row-wise MX (1 x 32 blocks) of the ``[BN, 16]`` half ``v`` (rows ``r0 .. r0 + 15``): the block
-    amax over 32 columns (``32 / CW`` threads: in-thread, then shuffles), q stored row by row."""
-    a = tl.reduce(tl.abs(tl.reshape(v, (BN // 32, 32, 16))), 1, nan_max)  # [BN/32, 16]
-    mult, byte = mx_scale(a.to(tl.int32, bitcast=True), EMAX)
-    q = to_fp8(tl.reshape(tl.reshape(v, (BN // 32, 32, 16)) * mult[:, None, :], (BN, 16)), qr_base, FMAX, MB, BIAS,
-               FNUZ, SOFT, HW_SAT)
-    _store_rows(qr_base, q, r0, n_rows, lim_c, cols, sq, 1, 16, EVEN)
-    blk = tn.to(tl.int64) * (BN // 32) + tl.arange(0, BN // 32)
-    rr = r0 + tl.arange(0, 16)
-    s_ptrs = sr_base + rr[None, :] * ss + blk[:, None]
-    if EVEN:
-        tl.store(s_ptrs, byte.to(tl.uint8))
-    else:
-        tl.store(s_ptrs, byte.to(tl.uint8), mask=(rr < n_rows)[None, :] & (blk < tl.cdiv(lim_c, 32))[:, None])
-
-
-@triton.jit
-def mx_with_trans_col_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_PAD, sx_b, sx_m, sx_n,
-                             BN: tl.constexpr, CW: tl.constexpr, FMAX: tl.constexpr, MB: tl.constexpr,
-                             BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr, EMAX: tl.constexpr,
-                             X_BITS: tl.constexpr, EVEN: tl.constexpr, HW_SAT: tl.constexpr = False):
-    """``mx_with_trans_kernel`` for 1-D blocks both ways, in the layout of ``quant_mx_col_kernel``:
-    tiles of 32 rows x ``BN`` columns of ``[M_pad, N_pad]``, each thread owning ``CW`` whole
-    columns. The col-wise copy as there; the row-wise blocks of 32 columns span ``32 / CW``
-    threads (shuffles), and the row-wise q is stored a row at a time (``CW`` bytes a thread).
-    EVEN: ``M == M_pad``, ``N == N_pad`` and ``BN`` divides N: no masks."""
-    pid = tl.program_id(0)
-    tiles_n = tl.cdiv(N_PAD, BN)
-    tiles_m = M_PAD // 32
-    tn = pid % tiles_n
-    t = pid // tiles_n
-    tm = t % tiles_m
-    b = (t // tiles_m).to(tl.int64)
-    row0 = tm * 32
-    cols = tn.to(tl.int64) * BN + tl.arange(0, BN)
-    cmask = cols < N
-    ptrs = x_ptr + b * sx_b + row0.to(tl.int64) * sx_m + cols * sx_n
-    n_rows = M - row0
-    lo = tl.reshape(_col_rows(ptrs, sx_m, 0, 1, n_rows, cmask, X_BITS, EVEN), (BN, 16))
-    hi = tl.reshape(_col_rows(ptrs, sx_m, 16, 1, n_rows, cmask, X_BITS, EVEN), (BN, 16))
-    # col-wise: [B, N, M_pad], scales [B, N, M_pad / 32]
-    amax = nan_max(tl.reduce(tl.abs(lo), 1, nan_max), tl.reduce(tl.abs(hi), 1, nan_max))
-    mult, byte = mx_scale(amax.to(tl.int32, bitcast=True), EMAX)
-    col0 = tn * BN
-    qc_base = qc_ptr + b * N * M_PAD + row0
-    _store_cols(qc_base, to_fp8(lo * mult[:, None], qc_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT), col0, N, M_PAD, 1, BN,
-                CW, 16, EVEN)
-    _store_cols(qc_base + 16, to_fp8(hi * mult[:, None], qc_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT), col0, N, M_PAD,
-                1, BN, CW, 16, EVEN)
-    _store_cols(sc_ptr + b * N * (M_PAD // 32) + tm, byte.to(tl.uint8)[:, None], col0, N, M_PAD // 32, 1, BN, CW, 1,
-                EVEN)
-    # row-wise: [B, M, N_pad], scales [B, M, N_pad / 32]
-    qr_base = qr_ptr + b * M * N_PAD + row0.to(tl.int64) * N_PAD
-    sr_base = sr_ptr + b * M * (N_PAD // 32) + row0.to(tl.int64) * (N_PAD // 32)
-    _mx_rows_part(lo, 0, n_rows, cols, N_PAD, qr_base, sr_base, N_PAD, N_PAD // 32, tn, BN, FMAX, MB, BIAS, FNUZ,
-                  SOFT, EMAX, HW_SAT, EVEN)
-    _mx_rows_part(hi, 16, n_rows, cols, N_PAD, qr_base, sr_base, N_PAD, N_PAD // 32, tn, BN, FMAX, MB, BIAS, FNUZ,
-                  SOFT, EMAX, HW_SAT, EVEN)
 
 
 @triton.jit

@@ -198,9 +198,6 @@ def _mx(x: torch.Tensor, dtype: torch.dtype, axis: int, use_2d: bool, tile: Tile
     b, m, n = x3.shape
     row = mx_is_rowwise(x.dim(), axis)
     pad = data_shape[-1]
-    if not row and not use_2d and (tile is None or common.mx_col_fits(tile)):
-        _mx_col(x3, q, s, dtype, pad, tile)
-        return q, s
     m_ext, n_ext = (m, pad) if row else (pad, n)
     gm, gn = ((32 if use_2d else 1), 32) if row else (32, (32 if use_2d else 1))
     # col-wise 1-D: 64 x 128 (1891 vs 1812 GB/s for pick_mx's 32 x 128, H200 session 10)
@@ -215,22 +212,6 @@ def _mx(x: torch.Tensor, dtype: torch.dtype, axis: int, use_2d: bool, tile: Tile
         BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, ROW=row, **common.fmt_constexprs(dtype),
         EMAX=common.mx_emax_of(dtype), X_BITS=x_bits, **common.hw_sat(), num_warps=tile.num_warps)
     return q, s
-
-
-def _mx_col(x3: torch.Tensor, q: torch.Tensor, s: torch.Tensor, dtype: torch.dtype, m_pad: int, tile: Tile | None):
-    """Col-wise 1-D MX (``quant_mx_col_kernel``): tiles of 32 rows, whole columns a thread."""
-    from turbo_triton.quantization import kernels
-
-    b, m, n = x3.shape
-    tile = tile or common.pick_mx_col(n)
-    cw = common.mx_col_fits(tile)
-    even = m == m_pad and n % tile.block_n == 0
-    xa, x_bits = common.x_arg(x3)
-    kernels.quant_mx_col_kernel[(b * (m_pad // 32) * triton.cdiv(n, tile.block_n),)](
-        xa, common.data_arg(q), s.view(torch.uint8), m, n, m_pad, *x3.stride(), n * m_pad, m_pad,
-        n * (m_pad // MXFP8_BLOCK_SIZE), m_pad // MXFP8_BLOCK_SIZE, BN=tile.block_n, CW=cw,
-        **common.fmt_constexprs(dtype), EMAX=common.mx_emax_of(dtype), X_BITS=x_bits, EVEN=even, **common.hw_sat(),
-        num_warps=tile.num_warps)
 
 
 def quantize_fp8(args: QuantizeFp8Args, tile: Tile | None = None):

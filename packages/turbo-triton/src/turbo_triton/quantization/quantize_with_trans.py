@@ -73,16 +73,6 @@ def _mx(x: torch.Tensor, dtype: torch.dtype, row_2d: bool, col_2d: bool, tile: T
     x3 = x if nd == 3 else x.unsqueeze(0)
     b, m, n = x3.shape
     m_pad, n_pad = col_data[-1], row_data[-1]
-    if not row_2d and not col_2d and (tile is None or common.mx_col_fits(tile)):
-        tile = tile or common.pick_mx_col(n_pad)
-        xa, x_bits = common.x_arg(x3)
-        even = m == m_pad and n == n_pad and n % tile.block_n == 0
-        kernels.mx_with_trans_col_kernel[(b * (m_pad // 32) * triton.cdiv(n_pad, tile.block_n),)](
-            xa, common.data_arg(q_row), s_row.view(torch.uint8), common.data_arg(q_col), s_col.view(torch.uint8),
-            m, n, m_pad, n_pad, *x3.stride(), BN=tile.block_n, CW=common.mx_col_fits(tile),
-            **common.fmt_constexprs(dtype), EMAX=common.mx_emax_of(dtype), X_BITS=x_bits, EVEN=even,
-            **common.hw_sat(), num_warps=tile.num_warps)
-        return q_row, s_row, q_col, s_col
     tile = tile or common.pick_mx(m_pad, n_pad, MXFP8_BLOCK_SIZE, MXFP8_BLOCK_SIZE)
     common.check_tile(tile, MXFP8_BLOCK_SIZE, MXFP8_BLOCK_SIZE)
     xa, x_bits = common.x_arg(x3)
