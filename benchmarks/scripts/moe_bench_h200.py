@@ -128,11 +128,16 @@ def write():
 #: TRITON launch variants of the MoE ops (keyword overrides of the turbo_triton.moe launchers), per
 #: (op, pass); the router's backward per expert count. The default launch is the 'turbo:TRITON' row.
 VARIANTS = {
-    ("moe_routing", "bwd"): {8: [dict(block_t=32, num_warps=4), dict(block_t=16, num_warps=2),
-                                 dict(block_t=64, num_warps=8)],
-                             128: [dict(block_t=2, num_warps=4), dict(block_t=1, num_warps=2)],
+    ("moe_routing", "bwd"): {128: [dict(block_t=2, num_warps=4), dict(block_t=1, num_warps=2)],
                              256: [dict(block_t=1, num_warps=4), dict(block_t=2, num_warps=4),
                                    dict(block_t=1, num_warps=2)]},
+    ("moe_permute", "fwd"): [dict(block_h=4096, num_warps=8), dict(block_h=1024, num_warps=4)],
+    ("moe_unpermute", "fwd"): [dict(block_h=1024, num_warps=4), dict(block_h=4096, num_warps=8)],
+}
+#: Variants timed in session 11's first run (benchmarks/results/moe-bench-4096-s11a-h200-2026-12-01.json).
+EARLIER_VARIANTS = {
+    ("moe_routing", "bwd"): {8: [dict(block_t=32, num_warps=4), dict(block_t=16, num_warps=2),
+                                 dict(block_t=64, num_warps=8)]},
     ("moe_permute", "fwd"): [dict(gather=True), dict(unroll=1), dict(block_h=4096, num_warps=8)],
     ("moe_permute", "bwd"): [dict(block_h=4096, num_warps=8)],
     ("moe_unpermute", "fwd"): [dict(unroll=1), dict(block_h=4096, num_warps=8)],

@@ -9,7 +9,8 @@
 * ``permute_kernel``: the whole ``moe_permute`` after ``src`` in one launch, grid
   ``(T + cdiv(num_out, BLOCK_R), hidden tiles)``. Programs ``pid < T`` copy token ``pid``'s hidden
   tile to each of its ``n = row_id_map[t, 2E]`` copies (values travel as same-width integers:
-  bit-exact; ``UNROLL`` copies a step, so their row ids load together); the hidden-tile-0 program
+  bit-exact; ``UNROLL`` copies a step, so their row ids load together, the first step's alongside
+  the copy count); the hidden-tile-0 program
   of a token also writes its copies' FP8 scales and probs (a column outside ``[0, W)``: 0). Programs ``pid >= T`` zero the rows no
   token maps to (``src < 0``) in ``BLOCK_R``-row blocks (and their scales / probs), skipping a block
   with none. Mapped rows and padding rows are disjoint, so the two kinds of program need no order.
@@ -50,6 +51,23 @@ def sources_kernel(map_ptr, src_ptr, col_ptr, gm_ptr, T, E, num_out, W, HAS_COL:
 
 
 @triton.jit
+def _scatter_copy(jj, n, row, t, x, sc, offs, hm, cs, sm, ph, out_ptr, pscale_ptr, probs_ptr, pprobs_ptr,
+                  E, H, S, W, num_out, HAS_SCALES: tl.constexpr, HAS_PROBS: tl.constexpr):
+    """Copy ``jj`` of token ``t`` (masked off when ``jj >= n``)."""
+    j = tl.maximum(tl.minimum(jj, E - 1), 0)  # a copy past n reads a real entry of the row
+    d = tl.load(row + j).to(tl.int64)
+    ok = (jj < n) & (d >= 0) & (d < num_out)
+    tl.store(out_ptr + d * H + offs, x, mask=hm & splat(ok, offs))
+    if HAS_SCALES:
+        tl.store(pscale_ptr + d * S + cs, sc, mask=sm & splat(ok, cs))
+    if HAS_PROBS:
+        c = tl.load(row + E + j)
+        first = ok & (ph == 0)
+        p = tl.load(probs_ptr + t * W + c, mask=first & (c >= 0) & (c < W), other=0)
+        tl.store(pprobs_ptr + d, p, mask=first)  # a column outside [0, W): 0
+
+
+@triton.jit
 def permute_kernel(x_ptr, map_ptr, src_ptr, out_ptr, scale_ptr, pscale_ptr, probs_ptr, pprobs_ptr,
                    T, H, E, num_out, S, W, HAS_SCALES: tl.constexpr, HAS_PROBS: tl.constexpr,
                    UNROLL: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -64,23 +82,19 @@ def permute_kernel(x_ptr, map_ptr, src_ptr, out_ptr, scale_ptr, pscale_ptr, prob
     if pid < T:
         t = pid.to(tl.int64)
         x = tl.load(x_ptr + t * H + offs, mask=hm)
+        sc = cs  # stands in when there are no scales
         if HAS_SCALES:
             sc = tl.load(scale_ptr + t * S + cs, mask=sm)
         row = map_ptr + t * (2 * E + 1)
         n = tl.minimum(tl.maximum(tl.load(row + 2 * E), 0), E)
-        for j0 in range(0, n, UNROLL):
+        # The first UNROLL copies unconditionally (masked past n): their row ids load alongside n.
+        for u in tl.static_range(UNROLL):
+            _scatter_copy(u, n, row, t, x, sc, offs, hm, cs, sm, ph, out_ptr, pscale_ptr, probs_ptr, pprobs_ptr,
+                          E, H, S, W, num_out, HAS_SCALES, HAS_PROBS)
+        for j0 in range(UNROLL, n, UNROLL):
             for u in tl.static_range(UNROLL):
-                j = tl.minimum(j0 + u, E - 1)  # a copy past n reads a real entry, masked off below
-                d = tl.load(row + j).to(tl.int64)
-                ok = (j0 + u < n) & (d >= 0) & (d < num_out)
-                tl.store(out_ptr + d * H + offs, x, mask=hm & splat(ok, offs))
-                if HAS_SCALES:
-                    tl.store(pscale_ptr + d * S + cs, sc, mask=sm & splat(ok, cs))
-                if HAS_PROBS:
-                    c = tl.load(row + E + j)
-                    first = ok & (ph == 0)
-                    p = tl.load(probs_ptr + t * W + c, mask=first & (c >= 0) & (c < W), other=0)
-                    tl.store(pprobs_ptr + d, p, mask=first)  # a column outside [0, W): 0
+                _scatter_copy(j0 + u, n, row, t, x, sc, offs, hm, cs, sm, ph, out_ptr, pscale_ptr, probs_ptr,
+                              pprobs_ptr, E, H, S, W, num_out, HAS_SCALES, HAS_PROBS)
     else:
         r = (pid - T) * BLOCK_R + tl.arange(0, BLOCK_R)
         rm = r < num_out

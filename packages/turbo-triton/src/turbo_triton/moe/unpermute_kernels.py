@@ -2,7 +2,8 @@
 
 * ``unpermute_kernel``: one program per (token, hidden tile); fp32 ``acc = acc + w_j * x_j`` over
   the token's copies in the row map's order (``j < row_id_map[t, 2E]``), rounded once. ``UNROLL``
-  copies a step: their row ids, weights and rows load together; a step's copies past ``n`` add
+  copies a step: their row ids, weights and rows load together (the first step's alongside the copy
+  count ``n``, before it is known); a step's copies past ``n`` add
   ``+0.0``, which leaves every sum's bits as they are (``acc`` starts at ``+0.0`` and a sum is never
   ``-0.0`` unless both terms are). The launcher turns fp-fusion off on a GPU, so the product and the
   sum round separately, as torch's fp32 reference does. A copy whose row is outside ``[0, N)`` adds
@@ -36,6 +37,27 @@ def splat(flag, like):
 
 
 @triton.jit
+def _gather_copy(jj, n, row, t, acc, prow, offs, hm, cw, ph, x_ptr, merge_ptr, pp_ptr, E, H, N, W, PW,
+                 HAS_MERGE: tl.constexpr, HAS_PP: tl.constexpr):
+    """``(acc, prow)`` after copy ``jj`` of token ``t`` (which adds +0.0 when ``jj >= n``)."""
+    j = tl.maximum(tl.minimum(jj, E - 1), 0)  # a copy past n reads a real entry of the row
+    d = tl.load(row + j).to(tl.int64)
+    valid = (jj < n) & (d >= 0) & (d < N)
+    x = tl.load(x_ptr + d * H + offs, mask=hm & splat(valid, offs), other=0.0).to(tl.float32)
+    if HAS_MERGE or HAS_PP:
+        c = tl.load(row + E + j)
+    if HAS_MERGE:
+        okc = valid & (c >= 0) & (c < W)
+        w = tl.load(merge_ptr + t * W + c, mask=okc, other=0.0).to(tl.float32)
+        x = x * w
+    acc = acc + x
+    if HAS_PP:
+        hit = (cw == c) & (cw < PW) & splat(valid & (ph == 0), cw)
+        prow = tl.where(hit, tl.load(pp_ptr + d + cw * 0, mask=hit, other=0), prow)
+    return acc, prow
+
+
+@triton.jit
 def unpermute_kernel(x_ptr, map_ptr, merge_ptr, out_ptr, pp_ptr, pout_ptr, H, E, N, W, PW,
                      HAS_MERGE: tl.constexpr, HAS_PP: tl.constexpr, ROUND_BF16: tl.constexpr,
                      UNROLL: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_PW: tl.constexpr):
@@ -48,22 +70,14 @@ def unpermute_kernel(x_ptr, map_ptr, merge_ptr, out_ptr, pp_ptr, pout_ptr, H, E,
     acc = tl.zeros([BLOCK_H], dtype=tl.float32)
     cw = tl.arange(0, BLOCK_PW)
     prow = tl.zeros([BLOCK_PW], dtype=pout_ptr.dtype.element_ty)
-    for j0 in range(0, n, UNROLL):
+    # The first UNROLL copies unconditionally (masked past n): their loads issue alongside n's.
+    for u in tl.static_range(UNROLL):
+        acc, prow = _gather_copy(u, n, row, t, acc, prow, offs, hm, cw, ph, x_ptr, merge_ptr, pp_ptr, E, H, N, W,
+                                 PW, HAS_MERGE, HAS_PP)
+    for j0 in range(UNROLL, n, UNROLL):
         for u in tl.static_range(UNROLL):
-            j = tl.minimum(j0 + u, E - 1)  # a copy past n reads a real entry, masked off below
-            d = tl.load(row + j).to(tl.int64)
-            valid = (j0 + u < n) & (d >= 0) & (d < N)
-            x = tl.load(x_ptr + d * H + offs, mask=hm & splat(valid, offs), other=0.0).to(tl.float32)
-            if HAS_MERGE or HAS_PP:
-                c = tl.load(row + E + j)
-            if HAS_MERGE:
-                okc = valid & (c >= 0) & (c < W)
-                w = tl.load(merge_ptr + t * W + c, mask=okc, other=0.0).to(tl.float32)
-                x = x * w
-            acc = acc + x
-            if HAS_PP:
-                hit = (cw == c) & (cw < PW) & splat(valid & (ph == 0), cw)
-                prow = tl.where(hit, tl.load(pp_ptr + d + cw * 0, mask=hit, other=0), prow)
+            acc, prow = _gather_copy(j0 + u, n, row, t, acc, prow, offs, hm, cw, ph, x_ptr, merge_ptr, pp_ptr, E,
+                                     H, N, W, PW, HAS_MERGE, HAS_PP)
     tl.store(out_ptr + t * H + offs, to_out(acc, out_ptr, ROUND_BF16), mask=hm)
     if HAS_PP:
         tl.store(pout_ptr + t * PW + cw, prow, mask=(cw < PW) & splat(ph == 0, cw))
