@@ -257,7 +257,7 @@ def check_fp4_special(f32mul: bool, row_pairs: bool = False) -> None:
 
 def check_fp4_variant(name, m, n, **flags) -> None:
     """quantize_fp4 (both axes, 1-D and 2-D blocks) and with_trans run with the ``fp4`` module settings
-    ``flags`` (``ROW_PAIRS``, ``COL_LOOP``, ``TRANS_LOOP``), against the reference bit for bit."""
+    ``flags`` (e.g. ``ROW_PAIRS``), against the reference bit for bit."""
     old = {k: getattr(fp4, k) for k in flags}
     for k, v in flags.items():
         setattr(fp4, k, v)
@@ -316,13 +316,7 @@ def sweep_fp4(m, n) -> None:
     cases += [("quantize_fp4 axis-1 rowpairs", qb, rp(q1), t) for t in [(16, 256, 2), (8, 256, 1), (16, 512, 4)]]
     cases += [("quantize_fp4 axis-2", qb, q2, t) for t in [(64, 128, 2), (64, 64, 1), (64, 32, 1), (64, 128, 1),
                                                            (64, 64, 2)]]
-    for lp in (2, 4):
-        cases += [(f"quantize_fp4 axis-2 loop{lp}", qb, _flags(COL_LOOP=lp)(q2), t)
-                  for t in [(64, 128, 2), (64, 64, 2), (32, 128, 2), (64, 64, 1)]]
     cases += [("quantize_fp4_with_trans", wb, qw, t) for t in [(32, 128, 2), (32, 64, 1), (32, 128, 1)]]
-    for lp in (2, 4):
-        cases += [(f"quantize_fp4_with_trans loop{lp}", wb, _flags(TRANS_LOOP=lp)(qw), t)
-                  for t in [(32, 128, 2), (64, 64, 2), (32, 64, 1)]]
     for axis, tiles in ((-2, [(128, 32, 8), (128, 64, 8), (64, 32, 4)]), (-1, [(8, 256, 4), (16, 64, 2), (8, 128, 2)])):
         q, s = ref_quant.quantize_fp4(QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis))
         d = DequantizeFp4Args(q, s, torch.bfloat16, axis)
@@ -334,7 +328,7 @@ def sweep_fp4(m, n) -> None:
             tile = Tile(bm, bn, wp)
             out = fn(tile)
             outs = out if isinstance(out, tuple) else (out,)
-            key = op.removesuffix(" f32mul").removesuffix(" rowpairs").split(" loop")[0]
+            key = op.removesuffix(" f32mul").removesuffix(" rowpairs")
             if key not in refs:
                 refs[key] = [o.clone() for o in outs]
             same = all(_bits_differ(p, q) == 0 for p, q in zip(outs, refs[key], strict=True))
@@ -379,10 +373,9 @@ def bench_router(name, e, topk, groups, sel, fn, t) -> None:
                                                  "torch": lambda: ref_routing.moe_routing_bwd(ba)})
 
 
-def bench_fp4(name, m, n, with_torch: bool = True, generic: bool = False, loops: bool = False) -> None:
-    """``generic``: also the fp32 kernels the FAST and pair paths replaced (``fp4.FAST_ENABLED = False``),
-    as impl ``triton-generic``; ``loops``: the col-wise quantize and with_trans with two tiles a
-    program (``fp4.COL_LOOP = fp4.TRANS_LOOP = 2``), as impl ``triton-loop2``."""
+def bench_fp4(name, m, n, with_torch: bool = True, generic: bool = False) -> None:
+    """``generic``: also the fp32 kernels the FAST, pair and PTX-decode paths replaced
+    (``fp4.FAST_ENABLED = False``), as impl ``triton-generic``."""
     x = _fp4_input(m, n, torch.bfloat16, seed=4)
     shape = f"{name} {m}x{n} bf16"
 
@@ -395,21 +388,10 @@ def bench_fp4(name, m, n, with_torch: bool = True, generic: bool = False, loops:
                 fp4.FAST_ENABLED = True
         return run
 
-    def loop2(fn):
-        def run():
-            fp4.COL_LOOP = fp4.TRANS_LOOP = 2
-            try:
-                return fn()
-            finally:
-                fp4.COL_LOOP = fp4.TRANS_LOOP = 1
-        return run
-
-    def impls(tri, ref, col=False):
+    def impls(tri, ref):
         d = {"triton": tri}
         if generic:
             d["triton-generic"] = gen(tri)
-        if col and loops:
-            d["triton-loop2"] = loop2(tri)
         if with_torch:
             d["torch"] = ref
         return d
@@ -417,14 +399,14 @@ def bench_fp4(name, m, n, with_torch: bool = True, generic: bool = False, loops:
     for axis in (-1, -2):
         a = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis)
         _bench(f"quantize_fp4 axis{axis}", shape, m * n * 2 + q_bytes,
-               impls(lambda a=a: fp4.quantize_fp4(a), lambda a=a: ref_quant.quantize_fp4(a), col=axis == -2))
+               impls(lambda a=a: fp4.quantize_fp4(a), lambda a=a: ref_quant.quantize_fp4(a)))
         q, s = ref_quant.quantize_fp4(a)
         d = DequantizeFp4Args(q, s, torch.bfloat16, axis)
         _bench(f"dequantize_fp4 axis{axis}", shape, q_bytes + m * n * 2,
                impls(lambda d=d: fp4.dequantize_fp4(d), lambda d=d: ref_quant.dequantize_fp4(d)))
     t = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2)
     _bench("quantize_fp4_with_trans", shape, m * n * 2 + 2 * q_bytes,
-           impls(lambda: fp4.quantize_fp4_with_trans(t), lambda: ref_quant.quantize_fp4_with_trans(t), col=True))
+           impls(lambda: fp4.quantize_fp4_with_trans(t), lambda: ref_quant.quantize_fp4_with_trans(t)))
 
 
 def copy_bandwidth() -> None:
@@ -448,8 +430,7 @@ def main() -> int:
     ap.add_argument("--parts", default="router,fp4,bench",
                     help="comma list of router (router checks and bench), fp4 (FP4 checks, special blocks "
                          "for both encoder variants), bench (FP4 bench and copy), sweep (FAST and pair-kernel "
-                         "tiles at 16384x7168), loop (the bench also times two tiles a program: triton-loop2), "
-                         "generic (the bench also times the generic fp32 FP4 kernels), notorch "
+                         "tiles at 16384x7168), generic (the bench also times the generic fp32 FP4 kernels), notorch "
                          "(no torch reference rows in the FP4 bench)")
     opts = ap.parse_args()
     parts = set(opts.parts.split(","))
@@ -473,7 +454,6 @@ def main() -> int:
         _guard("fp4", check_fp4_special, False, True)
         for name, m, n in FP4_SHAPES:
             _guard("fp4", check_fp4_variant, name, m, n, ROW_PAIRS=True)
-            _guard("fp4", check_fp4_variant, name, m, n, COL_LOOP=2, TRANS_LOOP=2)
     if not opts.quick:
         copy_bandwidth()
         if "router" in parts:
@@ -482,7 +462,7 @@ def main() -> int:
                     _guard("bench", bench_router, name, e, topk, groups, sel, fn, t)
         if "bench" in parts:
             for name, m, n in FP4_SHAPES[:3]:
-                _guard("bench", bench_fp4, name, m, n, "notorch" not in parts, "generic" in parts, "loop" in parts)
+                _guard("bench", bench_fp4, name, m, n, "notorch" not in parts, "generic" in parts)
         if "sweep" in parts:
             _guard("sweep", sweep_fp4, 16384, 7168)
     with open(opts.out, "w") as f:

@@ -257,16 +257,14 @@ def _pairs_taken(monkeypatch) -> list:
     return seen
 
 
-_TILES = [(None, 1), (Tile(32, 32, 4), 1), (Tile(64, 32, 1), 2), (Tile(32, 64, 2), 4)]
-_PAIR_CASES = ([(-2, False, t, lp) for t, lp in _TILES]  # col-wise: LOOP tiles a program
-               + [(-1, True, t, 1) for t, _ in _TILES] + [(-1, True, Tile(16, 64, 1), 1)])
+_TILES = [None, Tile(32, 32, 4), Tile(64, 32, 1), Tile(32, 64, 2)]
+_PAIR_CASES = [(-2, False, t) for t in _TILES] + [(-1, True, t) for t in _TILES] + [(-1, True, Tile(16, 64, 1))]
 
 
-@pytest.mark.parametrize("axis,row_pairs,tile,loop", _PAIR_CASES, ids=str)
+@pytest.mark.parametrize("axis,row_pairs,tile", _PAIR_CASES, ids=str)
 @pytest.mark.parametrize("shape", [(45, 70), (2, 37, 20), (64, 32)], ids=str)
-def test_pair_kernels_quantize(shape, axis, row_pairs, tile, loop, monkeypatch):
+def test_pair_kernels_quantize(shape, axis, row_pairs, tile, monkeypatch):
     monkeypatch.setattr(fp4, "ROW_PAIRS", row_pairs)
-    monkeypatch.setattr(fp4, "COL_LOOP", loop)
     seen = _pairs_taken(monkeypatch)
     x = _inputs(shape, torch.bfloat16, seed=shape[-2] + 7)
     x.view(-1)[3] = math.nan
@@ -284,11 +282,9 @@ def test_pair_kernels_quantize(shape, axis, row_pairs, tile, loop, monkeypatch):
     assert seen and all(seen), "the pair kernels were not taken"
 
 
-@pytest.mark.parametrize("tile,loop", [(None, 1), (Tile(32, 32, 4), 2), (Tile(64, 64, 2), 1), (Tile(32, 64, 1), 4)],
-                         ids=str)
+@pytest.mark.parametrize("tile", [None, Tile(32, 32, 4), Tile(64, 64, 2), Tile(32, 64, 1)], ids=str)
 @pytest.mark.parametrize("shape", [(45, 70), (2, 33, 40)], ids=str)
-def test_pair_kernels_with_trans(shape, tile, loop, monkeypatch):
-    monkeypatch.setattr(fp4, "TRANS_LOOP", loop)
+def test_pair_kernels_with_trans(shape, tile, monkeypatch):
     seen = _pairs_taken(monkeypatch)
     x = _inputs(shape, torch.bfloat16, seed=13)
     x.view(-1)[40] = math.nan

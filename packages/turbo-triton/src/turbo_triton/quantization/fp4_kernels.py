@@ -339,7 +339,7 @@ def _fp4_part(x, bits, b, tm, tn, rows, cols, lim_m, lim_n, q_ptr, sq_b, sq_r, s
 def quant_fp4_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, sq_b, sq_r, ss_b, ss_r,
                      BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, ROW: tl.constexpr,
                      X_BITS: tl.constexpr, FAST: tl.constexpr = False, F32MUL: tl.constexpr = False,
-                     PAIRS: tl.constexpr = False, ASM: tl.constexpr = False, LOOP: tl.constexpr = 1):
+                     PAIRS: tl.constexpr = False, ASM: tl.constexpr = False):
     """MXFP4 of ``x [B, M, N]`` over the padded extent ``[M_EXT, N_EXT]`` (row-wise ``[M, N_pad]``,
     col-wise ``[M_pad, N]``); elements outside ``[M, N]`` read as zero. FAST (row-wise bf16 ``x`` on
     NVIDIA): ``_fp4_fast_part`` on the tile. The encoder pairs register neighbours (``pack=2``), so
@@ -348,19 +348,16 @@ def quant_fp4_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, 
     the pair kernels, whose encoder (``encode_pair_bits``) takes the two elements of each pair as
     two tensors, right in any layout: col-wise the tile is loaded as its even and odd rows
     (``_pairs_col``), row-wise the pairs are split off the last dim (``_pairs_row``)."""
-    if PAIRS and not ROW:
-        # programs of LOOP tiles down M (the bytes of a column written in runs of LOOP * BM / 2)
-        b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_EXT, N_EXT, BM * LOOP, BN)
-        for i in tl.static_range(LOOP):
-            p0 = (tm.to(tl.int64) * LOOP + i) * (BM // 2)
-            r0 = 2 * (p0 + tl.arange(0, BM // 2))
-            ptrs = x_ptr + b * sx_b + r0[:, None] * sx_m + cols[None, :] * sx_n
-            xe = tl.load(ptrs, mask=(r0 < M)[:, None] & (cols < N)[None, :], other=0)
-            xo = tl.load(ptrs + sx_m, mask=(r0 + 1 < M)[:, None] & (cols < N)[None, :], other=0)
-            _pairs_col(xe, xo, _pair_rows_amax(xe, xo, BM // 2, BN), p0, cols, M_EXT, N_EXT, q_ptr + b * sq_b, sq_r,
-                       s_ptr + b * ss_b, ss_r, BM // 2, BN, GN, ASM, F32MUL)
-        return
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_EXT, N_EXT, BM, BN)
+    if PAIRS and not ROW:
+        p0 = tm.to(tl.int64) * (BM // 2)
+        r0 = 2 * (p0 + tl.arange(0, BM // 2))
+        ptrs = x_ptr + b * sx_b + r0[:, None] * sx_m + cols[None, :] * sx_n
+        xe = tl.load(ptrs, mask=(r0 < M)[:, None] & (cols < N)[None, :], other=0)
+        xo = tl.load(ptrs + sx_m, mask=(r0 + 1 < M)[:, None] & (cols < N)[None, :], other=0)
+        _pairs_col(xe, xo, _pair_rows_amax(xe, xo, BM // 2, BN), p0, cols, M_EXT, N_EXT, q_ptr + b * sq_b, sq_r,
+                   s_ptr + b * ss_b, ss_r, BM // 2, BN, GN, ASM, F32MUL)
+        return
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     if PAIRS:
         xb = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask=mask, other=0)
@@ -384,36 +381,34 @@ def quant_fp4_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, 
 def fp4_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_PAD, sx_b, sx_m, sx_n,
                           BM: tl.constexpr, BN: tl.constexpr, R_GM: tl.constexpr, C_GN: tl.constexpr,
                           X_BITS: tl.constexpr, PAIRS: tl.constexpr = False, ASM: tl.constexpr = False,
-                          F32MUL: tl.constexpr = False, LOOP: tl.constexpr = 1):
+                          F32MUL: tl.constexpr = False):
     """Row-wise (``[B, M, N_pad/2]``) and col-wise (``[B, N, M_pad/2]``) MXFP4 copies of
     ``x [B, M, N]`` from one read of each tile of the padded ``[M_pad, N_pad]`` extent. PAIRS (bf16
     ``x`` as int16 bits): the tile loaded as its even and odd rows, which are the col-wise pairs;
     the row-wise pairs split off each half's last dim (``_pairs_row``, ``_pairs_col``). Else the
     fp32 encoder (``_fp4_part``)."""
-    if PAIRS:  # programs of LOOP tiles down M
-        b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_PAD, N_PAD, BM * LOOP, BN)
+    b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_PAD, N_PAD, BM, BN)
+    if PAIRS:
         c0 = tn.to(tl.int64) * BN
         qr = qr_ptr + b * (M * (N_PAD // 2))
         sr = sr_ptr + b * (M * (N_PAD // 32))
-        for i in tl.static_range(LOOP):
-            p0 = (tm.to(tl.int64) * LOOP + i) * (BM // 2)
-            r0 = 2 * (p0 + tl.arange(0, BM // 2))
-            ptrs = x_ptr + b * sx_b + r0[:, None] * sx_m + cols[None, :] * sx_n
-            xe = tl.load(ptrs, mask=(r0 < M)[:, None] & (cols < N)[None, :], other=0)
-            xo = tl.load(ptrs + sx_m, mask=(r0 + 1 < M)[:, None] & (cols < N)[None, :], other=0)
-            ae = _row_amax(xe, BM // 2, BN)
-            ao = _row_amax(xo, BM // 2, BN)
-            if R_GM > 1:
-                g = tl.max(tl.reshape(tl.maximum(ae, ao), (BM // 32, 16, BN // 32)), axis=1)  # 32 x 32 blocks
-                ae = expand(g, BM // 2, BN // 32, 16, 1)
-                ao = ae
-            _pairs_row(xe, ae, r0, c0, M, N_PAD, qr, N_PAD // 2, sr, N_PAD // 32, BM // 2, BN, ASM, F32MUL)
-            _pairs_row(xo, ao, r0 + 1, c0, M, N_PAD, qr, N_PAD // 2, sr, N_PAD // 32, BM // 2, BN, ASM, F32MUL)
-            _pairs_col(xe, xo, _pair_rows_amax(xe, xo, BM // 2, BN), p0, cols, M_PAD, N,
-                       qc_ptr + b * (N * (M_PAD // 2)), M_PAD // 2, sc_ptr + b * (N * (M_PAD // 32)), M_PAD // 32,
-                       BM // 2, BN, C_GN, ASM, F32MUL)
+        p0 = tm.to(tl.int64) * (BM // 2)
+        r0 = 2 * (p0 + tl.arange(0, BM // 2))
+        ptrs = x_ptr + b * sx_b + r0[:, None] * sx_m + cols[None, :] * sx_n
+        xe = tl.load(ptrs, mask=(r0 < M)[:, None] & (cols < N)[None, :], other=0)
+        xo = tl.load(ptrs + sx_m, mask=(r0 + 1 < M)[:, None] & (cols < N)[None, :], other=0)
+        ae = _row_amax(xe, BM // 2, BN)
+        ao = _row_amax(xo, BM // 2, BN)
+        if R_GM > 1:
+            g = tl.max(tl.reshape(tl.maximum(ae, ao), (BM // 32, 16, BN // 32)), axis=1)  # 32 x 32 blocks
+            ae = expand(g, BM // 2, BN // 32, 16, 1)
+            ao = ae
+        _pairs_row(xe, ae, r0, c0, M, N_PAD, qr, N_PAD // 2, sr, N_PAD // 32, BM // 2, BN, ASM, F32MUL)
+        _pairs_row(xo, ao, r0 + 1, c0, M, N_PAD, qr, N_PAD // 2, sr, N_PAD // 32, BM // 2, BN, ASM, F32MUL)
+        _pairs_col(xe, xo, _pair_rows_amax(xe, xo, BM // 2, BN), p0, cols, M_PAD, N,
+                   qc_ptr + b * (N * (M_PAD // 2)), M_PAD // 2, sc_ptr + b * (N * (M_PAD // 32)), M_PAD // 32,
+                   BM // 2, BN, C_GN, ASM, F32MUL)
         return
-    b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_PAD, N_PAD, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
     bits = abs_bits(x)
