@@ -160,6 +160,56 @@ def cast_kernel(x_ptr, a_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, 
 
 
 @triton.jit
+def colwise_strips_kernel(x_ptr, q_ptr, s_ptr, a_ptr, cnt_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_n, eps,
+                          R, S, n_strips, teams,
+                          BM: tl.constexpr, BN: tl.constexpr, FMAX: tl.constexpr, MB: tl.constexpr,
+                          BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr, X_BITS: tl.constexpr,
+                          HW_SAT: tl.constexpr = False):
+    """ROWWISE along M (one scale a column of ``x [B, M, N]``) with one read of ``x`` from memory:
+    a persistent grid of ``teams * S`` programs, all resident at once. A strip is ``BN`` columns x
+    all M rows; the ``S`` programs of a team each take ``R`` rows of it: they max ``|x|`` over their
+    rows, ``atomic_max`` it into ``a`` (int32 bits, zeroed), count themselves in ``cnt[strip]``,
+    wait there until all ``S`` have, then read the strip's amax and cast their rows, which the first
+    pass has just brought into L2 (``R x BN`` elements a program, sized by the launcher so that the
+    whole grid's rows fit in L2). Teams walk the strips ``team, team + teams, ...``. q is row-major
+    ``[B, M, N]``; program 0 of a team writes the strip's ``scale_inv`` (at ``b * ss_b + n * ss_n``).
+    ``S == 1`` needs no other program (the CPU interpreter, which runs programs one by one)."""
+    pid = tl.program_id(0)
+    team = pid // S
+    member = pid % S
+    tiles_n = tl.cdiv(N, BN)
+    row0 = member.to(tl.int64) * R
+    for s in range(team, n_strips, teams):
+        tn = s % tiles_n
+        b = (s // tiles_n).to(tl.int64)
+        cols = tn.to(tl.int64) * BN + tl.arange(0, BN)
+        cmask = cols < N
+        xb = x_ptr + b * sx_b + cols[None, :] * sx_n
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for i in range(0, R, BM):
+            rows = row0 + i + tl.arange(0, BM)
+            mask = (rows < M)[:, None] & cmask[None, :]
+            acc = nan_max(acc, tl.abs(load_f32(xb + rows[:, None] * sx_m, mask, X_BITS)))
+        amax = tl.reduce(acc, 0, nan_max)
+        tl.atomic_max(a_ptr + b * N + cols, amax.to(tl.int32, bitcast=True), mask=cmask)
+        tl.debug_barrier()  # every thread's atomic_max before the count
+        c = tl.atomic_add(cnt_ptr + s, 1) + 1
+        while c < S:
+            c = tl.atomic_add(cnt_ptr + s, 0)
+        bits = tl.atomic_max(a_ptr + b * N + cols, 0, mask=cmask)  # the strip's amax, read at L2
+        scale, s_inv = fp32_scale(bits, eps, FMAX)
+        if member == 0:
+            tl.store(s_ptr + b * ss_b + cols * ss_n, s_inv, mask=cmask)
+        qb = q_ptr + b * M * N + cols[None, :]
+        for i in range(0, R, BM):
+            rows = row0 + i + tl.arange(0, BM)
+            mask = (rows < M)[:, None] & cmask[None, :]
+            x = load_f32(xb + rows[:, None] * sx_m, mask, X_BITS)
+            tl.store(qb + rows[:, None] * N, to_fp8(x * scale[None, :], q_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT),
+                     mask=mask)
+
+
+@triton.jit
 def _mx_part(x, bits, b, tm, tn, rows, cols, lim_m, lim_n, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
              BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, ROW: tl.constexpr,
              FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr,
