@@ -106,7 +106,8 @@ def moe_routing_bwd(args: MoeRoutingBwdArgs, *, wide: bool | None = None, block_
     if block_t is None and be <= _BWD_NARROW and not interp:
         # Narrow rows (Mixtral's 8 experts): the grid is a few dozen programs and the exact exp /
         # divisions per element are the critical path, so 2 elements a thread (256-element tiles,
-        # 4 warps): 4.5 us against 5.9 at T = 4096 on the H200, where torch.compile takes 4.6.
+        # 4 warps): 4.3-4.5 us against 5.8-5.9 at T = 4096 on the H200 (two runs; torch.compile
+        # 4.1-4.6; benchmarks/moe-ops-h200-2026-12-01.md).
         bt, nw = max(1, _BWD_NARROW_TILE // be), 4
     else:
         bt, nw = _tile(be, block_t)
