@@ -474,9 +474,9 @@ def part_sweep():
          _amax_cast_configs(qz, [(T(8, 1024, 8, 16), c32), (T(8, 1024, 8, 32), c32), (T(8, 1024, 8, 8), c32),
                                  (T(16, 512, 8, 16), c32), (T(8, 1024, 8, 16), c8), (T(8, 1024, 8, 16), T(64, 128, 4))])),
         ("rowwise-first-strips", QuantizeFp8Args(x, E4M3, "ROWWISE", 0),
-         _strip_configs(qz, [None] + [common.StripTile(bm, bn, w, kb * 1024, per_sm=k) for bm, bn, w, kb, k in (
-             (64, 256, 16, 128, 1), (64, 256, 16, 64, 1), (64, 256, 16, 256, 1), (32, 512, 16, 128, 1),
-             (64, 128, 16, 128, 1), (32, 256, 8, 64, 2), (64, 128, 8, 64, 2))])),
+         _strip_configs(qz, [None] + [common.StripTile(bm, bn, w, kb * 1024, per_sm=k, unroll=u) for bm, bn, w, kb, k, u in (
+             (64, 256, 16, 256, 1, 1), (64, 256, 16, 256, 1, 2), (64, 256, 16, 128, 1, 2), (32, 256, 16, 256, 1, 4),
+             (64, 128, 16, 256, 1, 4), (32, 512, 16, 256, 1, 2), (64, 256, 16, 384, 1, 2), (16, 256, 8, 128, 2, 4))])),
         ("tensorwise", QuantizeFp8Args(x, E4M3, "TENSORWISE"),
          _amax_cast_configs(qz, [(T(8, 1024, 8, 64), c8), (T(16, 1024, 8, 32), c8), (T(8, 1024, 8, 16), T(16, 1024, 8)),
                                  (T(8, 1024, 8, 128), c8)])),

@@ -247,7 +247,10 @@ def test_rowwise_two_pass_amax_walks_down_m(monkeypatch, tile):
 # for another), several teams walking several strips, ragged strips and rows, a batch dim.
 @pytest.mark.parametrize("strip", [common.StripTile(8, 16, 1, 1 << 30, programs=3),
                                    common.StripTile(16, 32, 1, 1 << 30, programs=1),
-                                   common.StripTile(4, 8, 1, 1 << 30, programs=64)], ids=["3", "1", "64"])
+                                   common.StripTile(4, 8, 1, 1 << 30, programs=64),
+                                   common.StripTile(8, 16, 1, 1 << 30, programs=3, unroll=2),
+                                   common.StripTile(4, 16, 1, 1 << 30, programs=3, unroll=4)],
+                         ids=["3", "1", "64", "3-u2", "3-u4"])
 @pytest.mark.parametrize("shape,axis", [((300, 45), 0), ((2, 280, 20), 1), ((3, 37, 45), -2)],
                          ids=["2d", "3d-mid", "3d-short"])
 @pytest.mark.parametrize("in_dtype,dtype", [(torch.float32, E4M3), (torch.bfloat16, E5M2)], ids=["f32", "bf16"])
@@ -271,7 +274,7 @@ def test_colwise_strips_plan(monkeypatch):
     assert common.plan_strips(1, 16384, 8192, 2, 132, t) is None  # here, under the interpreter
     monkeypatch.setattr(common, "soft", lambda: False)
     r, s, teams = common.plan_strips(1, 16384, 8192, 2, 132, t)
-    assert r * s >= 16384 > r * (s - 1) and teams * s <= 132 and r % t.block_m == 0
+    assert r * s >= 16384 > r * (s - 1) and teams * s <= 132 and r % (t.block_m * t.unroll) == 0
     assert r * t.block_n * 2 <= t.chunk_bytes
     r, s, teams = common.plan_strips(1, 1 << 22, 256, 2, 132, t)  # too many rows for the budget: capped at 132
     assert s <= 132 and teams == 1 and r * s >= 1 << 22

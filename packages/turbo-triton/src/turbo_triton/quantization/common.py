@@ -52,9 +52,11 @@ class StripTile:
     block_m: int = 64
     block_n: int = 256
     num_warps: int = 16
-    chunk_bytes: int = 128 * 1024
+    chunk_bytes: int = 256 * 1024
     programs: int = 0
     per_sm: int = 1
+    #: tiles each step loads before using any (1, 2 or 4)
+    unroll: int = 2
 
 
 def plan_strips(b: int, m: int, n: int, elem: int, programs: int, tile: StripTile) -> tuple[int, int, int] | None:
@@ -62,9 +64,10 @@ def plan_strips(b: int, m: int, n: int, elem: int, programs: int, tile: StripTil
     ``programs`` programs in all (they must all be resident: one a multiprocessor). None when one
     program per strip would not do and programs cannot run side by side (the interpreter)."""
     strips = b * triton.cdiv(n, tile.block_n)
-    rows = max(tile.block_m, tile.chunk_bytes // (tile.block_n * elem) // tile.block_m * tile.block_m)
+    step = tile.block_m * tile.unroll
+    rows = max(step, tile.chunk_bytes // (tile.block_n * elem) // step * step)
     s = min(triton.cdiv(m, rows), programs)  # over the L2 budget when capped: still right, slower
-    r = triton.cdiv(triton.cdiv(m, s), tile.block_m) * tile.block_m
+    r = triton.cdiv(triton.cdiv(m, s), step) * step
     s = triton.cdiv(m, r)
     if s > 1 and soft():
         return None

@@ -160,20 +160,30 @@ def cast_kernel(x_ptr, a_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, 
 
 
 @triton.jit
+def _strip_tile(xb, sx_m, row, M, cmask, BM: tl.constexpr, X_BITS: tl.constexpr):
+    """``[BM, BN]`` rows ``row ..`` of a column strip (fp32, 0 outside) and its mask."""
+    rows = row + tl.arange(0, BM)
+    mask = (rows < M)[:, None] & cmask[None, :]
+    return load_f32(xb + rows[:, None] * sx_m, mask, X_BITS), mask, rows
+
+
+@triton.jit
 def colwise_strips_kernel(x_ptr, q_ptr, s_ptr, a_ptr, cnt_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_n, eps,
                           R, S, n_strips, teams,
                           BM: tl.constexpr, BN: tl.constexpr, FMAX: tl.constexpr, MB: tl.constexpr,
                           BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr, X_BITS: tl.constexpr,
-                          HW_SAT: tl.constexpr = False):
+                          HW_SAT: tl.constexpr = False, U: tl.constexpr = 1):
     """ROWWISE along M (one scale a column of ``x [B, M, N]``) with one read of ``x`` from memory:
     a persistent grid of ``teams * S`` programs, all resident at once. A strip is ``BN`` columns x
-    all M rows; the ``S`` programs of a team each take ``R`` rows of it: they max ``|x|`` over their
-    rows, ``atomic_max`` it into ``a`` (int32 bits, zeroed), count themselves in ``cnt[strip]``,
-    wait there until all ``S`` have, then read the strip's amax and cast their rows, which the first
-    pass has just brought into L2 (``R x BN`` elements a program, sized by the launcher so that the
-    whole grid's rows fit in L2). Teams walk the strips ``team, team + teams, ...``. q is row-major
-    ``[B, M, N]``; program 0 of a team writes the strip's ``scale_inv`` (at ``b * ss_b + n * ss_n``).
-    ``S == 1`` needs no other program (the CPU interpreter, which runs programs one by one)."""
+    all M rows; the ``S`` programs of a team each take ``R`` rows of it (a multiple of ``BM * U``):
+    they max ``|x|`` over their rows, ``atomic_max`` it into ``a`` (int32 bits, zeroed), count
+    themselves in ``cnt[strip]``, wait there until all ``S`` have, then read the strip's amax and
+    cast their rows, which the first pass has just brought into L2 (``R x BN`` elements a program,
+    sized by the launcher so that the whole grid's rows fit in L2). Teams walk the strips ``team,
+    team + teams, ...``. q is row-major ``[B, M, N]``; program 0 of a team writes the strip's
+    ``scale_inv`` (at ``b * ss_b + n * ss_n``). Each step loads ``U`` tiles before using any (more
+    bytes in flight from one program a multiprocessor). ``S == 1`` needs no other program (the
+    CPU interpreter, which runs programs one by one)."""
     pid = tl.program_id(0)
     team = pid // S
     member = pid % S
@@ -186,10 +196,20 @@ def colwise_strips_kernel(x_ptr, q_ptr, s_ptr, a_ptr, cnt_ptr, M, N, sx_b, sx_m,
         cmask = cols < N
         xb = x_ptr + b * sx_b + cols[None, :] * sx_n
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for i in range(0, R, BM):
-            rows = row0 + i + tl.arange(0, BM)
-            mask = (rows < M)[:, None] & cmask[None, :]
-            acc = nan_max(acc, tl.abs(load_f32(xb + rows[:, None] * sx_m, mask, X_BITS)))
+        for i in range(0, R, BM * U):
+            if U == 1:
+                x0, m0, r0 = _strip_tile(xb, sx_m, row0 + i, M, cmask, BM, X_BITS)
+                acc = nan_max(acc, tl.abs(x0))
+            elif U == 2:
+                x0, m0, r0 = _strip_tile(xb, sx_m, row0 + i, M, cmask, BM, X_BITS)
+                x1, m1, r1 = _strip_tile(xb, sx_m, row0 + i + BM, M, cmask, BM, X_BITS)
+                acc = nan_max(acc, nan_max(tl.abs(x0), tl.abs(x1)))
+            else:
+                x0, m0, r0 = _strip_tile(xb, sx_m, row0 + i, M, cmask, BM, X_BITS)
+                x1, m1, r1 = _strip_tile(xb, sx_m, row0 + i + BM, M, cmask, BM, X_BITS)
+                x2, m2, r2 = _strip_tile(xb, sx_m, row0 + i + 2 * BM, M, cmask, BM, X_BITS)
+                x3, m3, r3 = _strip_tile(xb, sx_m, row0 + i + 3 * BM, M, cmask, BM, X_BITS)
+                acc = nan_max(acc, nan_max(nan_max(tl.abs(x0), tl.abs(x1)), nan_max(tl.abs(x2), tl.abs(x3))))
         amax = tl.reduce(acc, 0, nan_max)
         tl.atomic_max(a_ptr + b * N + cols, amax.to(tl.int32, bitcast=True), mask=cmask)
         tl.debug_barrier()  # every thread's atomic_max before the count
@@ -201,12 +221,23 @@ def colwise_strips_kernel(x_ptr, q_ptr, s_ptr, a_ptr, cnt_ptr, M, N, sx_b, sx_m,
         if member == 0:
             tl.store(s_ptr + b * ss_b + cols * ss_n, s_inv, mask=cmask)
         qb = q_ptr + b * M * N + cols[None, :]
-        for i in range(0, R, BM):
-            rows = row0 + i + tl.arange(0, BM)
-            mask = (rows < M)[:, None] & cmask[None, :]
-            x = load_f32(xb + rows[:, None] * sx_m, mask, X_BITS)
-            tl.store(qb + rows[:, None] * N, to_fp8(x * scale[None, :], q_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT),
-                     mask=mask)
+        for i in range(0, R, BM * U):
+            x0, m0, r0 = _strip_tile(xb, sx_m, row0 + i, M, cmask, BM, X_BITS)
+            if U >= 2:
+                x1, m1, r1 = _strip_tile(xb, sx_m, row0 + i + BM, M, cmask, BM, X_BITS)
+            if U == 4:
+                x2, m2, r2 = _strip_tile(xb, sx_m, row0 + i + 2 * BM, M, cmask, BM, X_BITS)
+                x3, m3, r3 = _strip_tile(xb, sx_m, row0 + i + 3 * BM, M, cmask, BM, X_BITS)
+            tl.store(qb + r0[:, None] * N, to_fp8(x0 * scale[None, :], q_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT),
+                     mask=m0)
+            if U >= 2:
+                tl.store(qb + r1[:, None] * N, to_fp8(x1 * scale[None, :], q_ptr, FMAX, MB, BIAS, FNUZ, SOFT,
+                                                      HW_SAT), mask=m1)
+            if U == 4:
+                tl.store(qb + r2[:, None] * N, to_fp8(x2 * scale[None, :], q_ptr, FMAX, MB, BIAS, FNUZ, SOFT,
+                                                      HW_SAT), mask=m2)
+                tl.store(qb + r3[:, None] * N, to_fp8(x3 * scale[None, :], q_ptr, FMAX, MB, BIAS, FNUZ, SOFT,
+                                                      HW_SAT), mask=m3)
 
 
 @triton.jit

@@ -97,7 +97,7 @@ def _strips(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, dtype: torch.dt
     kernels.colwise_strips_kernel[(teams * s,)](
         xa, common.data_arg(q), s3, buf, buf[b * n:], m, n, *x3.stride(), s3.stride(0), s3.stride(2), common.eps(),
         r, s, strips, teams, BM=st.block_m, BN=st.block_n, **common.fmt_constexprs(dtype), X_BITS=x_bits,
-        **common.hw_sat(), num_warps=st.num_warps)
+        **common.hw_sat(), U=st.unroll, num_warps=st.num_warps)
     return True
 
 
