@@ -79,7 +79,7 @@ from turbo_core.dispatch.specs.quantization import (  # noqa: E402
 )
 from turbo_core.low_precision import ScalingRecipe  # noqa: E402
 from turbo_core.reference import quantization as ref  # noqa: E402
-from turbo_triton.quantization import common, dequantize, quantize, quantize_with_trans  # noqa: E402
+from turbo_triton.quantization import dequantize, quantize, quantize_with_trans  # noqa: E402
 from turbo_triton.quantization.common import Tile  # noqa: E402
 
 DEV = "cpu" if ARGS.smoke else "cuda"
@@ -438,22 +438,6 @@ def _amax_cast_configs(launcher, pairs):
             for at, ct in pairs]
 
 
-def _strip_configs(launcher, strips):
-    """Configs of ROWWISE along M: ``quantize.STRIPS`` set to each ``common.StripTile`` (None: the
-    two-pass path)."""
-
-    def call(a, st):
-        orig = quantize.STRIPS
-        quantize.STRIPS = st
-        try:
-            return launcher(a)
-        finally:
-            quantize.STRIPS = orig
-
-    return [(["two-pass"] if st is None else list(st.__dict__.values()), lambda a, st=st: call(a, st))
-            for st in strips]
-
-
 def part_sweep():
     shape = (128, 256) if ARGS.smoke else (16384, 8192)
     x = _rand(shape, torch.bfloat16, 3)
@@ -473,10 +457,6 @@ def part_sweep():
         ("rowwise-first", QuantizeFp8Args(x, E4M3, "ROWWISE", 0),
          _amax_cast_configs(qz, [(T(8, 1024, 8, 16), c32), (T(8, 1024, 8, 32), c32), (T(8, 1024, 8, 8), c32),
                                  (T(16, 512, 8, 16), c32), (T(8, 1024, 8, 16), c8), (T(8, 1024, 8, 16), T(64, 128, 4))])),
-        ("rowwise-first-strips", QuantizeFp8Args(x, E4M3, "ROWWISE", 0),
-         _strip_configs(qz, [None] + [common.StripTile(bm, bn, w, kb * 1024, per_sm=k, unroll=u) for bm, bn, w, kb, k, u in (
-             (64, 256, 16, 256, 1, 1), (64, 256, 16, 256, 1, 2), (64, 256, 16, 128, 1, 2), (32, 256, 16, 256, 1, 4),
-             (64, 128, 16, 256, 1, 4), (32, 512, 16, 256, 1, 2), (64, 256, 16, 384, 1, 2), (16, 256, 8, 128, 2, 4))])),
         ("tensorwise", QuantizeFp8Args(x, E4M3, "TENSORWISE"),
          _amax_cast_configs(qz, [(T(8, 1024, 8, 64), c8), (T(16, 1024, 8, 32), c8), (T(8, 1024, 8, 16), T(16, 1024, 8)),
                                  (T(8, 1024, 8, 128), c8)])),

@@ -242,44 +242,6 @@ def test_rowwise_two_pass_amax_walks_down_m(monkeypatch, tile):
     _check_quantize(_quant_args(x, E4M3, "ROWWISE", axis), tile)
 
 
-# ROWWISE along a long non-last dim through colwise_strips_kernel (one read of x on the GPU): under
-# the interpreter one program a strip (S = 1; programs run one after another, so none may wait
-# for another), several teams walking several strips, ragged strips and rows, a batch dim.
-@pytest.mark.parametrize("strip", [common.StripTile(8, 16, 1, 1 << 30, programs=3),
-                                   common.StripTile(16, 32, 1, 1 << 30, programs=1),
-                                   common.StripTile(4, 8, 1, 1 << 30, programs=64),
-                                   common.StripTile(8, 16, 1, 1 << 30, programs=3, unroll=2),
-                                   common.StripTile(4, 16, 1, 1 << 30, programs=3, unroll=4)],
-                         ids=["3", "1", "64", "3-u2", "3-u4"])
-@pytest.mark.parametrize("shape,axis", [((300, 45), 0), ((2, 280, 20), 1), ((3, 37, 45), -2)],
-                         ids=["2d", "3d-mid", "3d-short"])
-@pytest.mark.parametrize("in_dtype,dtype", [(torch.float32, E4M3), (torch.bfloat16, E5M2)], ids=["f32", "bf16"])
-def test_rowwise_colwise_strips_kernel(monkeypatch, strip, shape, axis, in_dtype, dtype):
-    monkeypatch.setattr(quantize, "STRIPS", strip)
-    monkeypatch.setattr(quantize, "COL_FUSED_MAX", 8)
-    ran = []
-    real = quantize._strips
-    monkeypatch.setattr(quantize, "_strips", lambda *a: ran.append(real(*a)) or ran[-1])
-    x = _input(shape, in_dtype, seed=29)
-    x.view(-1, shape[-1])[33, 7] = math.nan if in_dtype == torch.float32 else 1.0
-    x.view(-1, shape[-1])[3, 11] = math.inf
-    _check_quantize(_quant_args(x, dtype, "ROWWISE", axis))
-    assert ran == [True]
-
-
-def test_colwise_strips_plan(monkeypatch):
-    """S programs of R rows cover M; the grid never exceeds the programs that can be resident; the
-    interpreter gets one program a strip or none of this path."""
-    t = common.StripTile()
-    assert common.plan_strips(1, 16384, 8192, 2, 132, t) is None  # here, under the interpreter
-    monkeypatch.setattr(common, "soft", lambda: False)
-    r, s, teams = common.plan_strips(1, 16384, 8192, 2, 132, t)
-    assert r * s >= 16384 > r * (s - 1) and teams * s <= 132 and r % (t.block_m * t.unroll) == 0
-    assert r * t.block_n * 2 <= t.chunk_bytes
-    r, s, teams = common.plan_strips(1, 1 << 22, 256, 2, 132, t)  # too many rows for the budget: capped at 132
-    assert s <= 132 and teams == 1 and r * s >= 1 << 22
-
-
 @pytest.mark.parametrize("shape,tile", [((8, 4096), None), ((64, 96), Tile(4, 32, iters=4)), ((3, 1024), None)],
                          ids=["flat-rows", "flat-rows-walk", "one-row"])
 @pytest.mark.parametrize("special", [None, "nan", "inf"])

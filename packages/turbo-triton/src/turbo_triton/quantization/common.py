@@ -11,7 +11,7 @@ import triton
 from turbo_core.low_precision import QUANT_EPS, fp8_max, mx_emax
 from turbo_triton import _runtime
 
-__all__ = ["Tile", "StripTile", "plan_strips", "around_axis", "block_size_reason", "check_tile", "data_arg", "device_reason", "eps", "x_arg",
+__all__ = ["Tile", "around_axis", "block_size_reason", "check_tile", "data_arg", "device_reason", "eps", "x_arg",
            "amax_iters", "fill_zero_block", "flat_rows", "fmt_constexprs", "grid", "hw_sat", "mx_emax_of",
            "pick", "pick_amax_cast", "pick_mx", "recipe_reason", "soft", "view3"]
 
@@ -39,39 +39,6 @@ class Tile:
     num_warps: int = 4
     #: Two-pass amax (``amax_kernel``): tiles a program walks down M (0: ``amax_iters`` decides).
     iters: int = 0
-
-
-@dataclass(frozen=True)
-class StripTile:
-    """``colwise_strips_kernel``: ``block_m x block_n`` steps; ``chunk_bytes`` of ``x`` a program
-    keeps in L2 between its two passes (the whole grid's, one program a multiprocessor, stays
-    well inside the H200's 50 MB L2); ``programs``: grid size (0: ``per_sm`` programs a
-    multiprocessor; each must fit there ``per_sm`` times, or programs would wait for ever on
-    others that cannot start)."""
-
-    block_m: int = 64
-    block_n: int = 256
-    num_warps: int = 16
-    chunk_bytes: int = 256 * 1024
-    programs: int = 0
-    per_sm: int = 1
-    #: tiles each step loads before using any (1, 2 or 4)
-    unroll: int = 2
-
-
-def plan_strips(b: int, m: int, n: int, elem: int, programs: int, tile: StripTile) -> tuple[int, int, int] | None:
-    """``(R, S, teams)`` of ``colwise_strips_kernel``: ``S`` programs of ``R`` rows a strip, at most
-    ``programs`` programs in all (they must all be resident: one a multiprocessor). None when one
-    program per strip would not do and programs cannot run side by side (the interpreter)."""
-    strips = b * triton.cdiv(n, tile.block_n)
-    step = tile.block_m * tile.unroll
-    rows = max(step, tile.chunk_bytes // (tile.block_n * elem) // step * step)
-    s = min(triton.cdiv(m, rows), programs)  # over the L2 budget when capped: still right, slower
-    r = triton.cdiv(triton.cdiv(m, s), step) * step
-    s = triton.cdiv(m, r)
-    if s > 1 and soft():
-        return None
-    return r, s, max(1, min(programs // s, strips))
 
 
 def soft() -> bool:

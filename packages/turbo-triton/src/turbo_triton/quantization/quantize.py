@@ -10,8 +10,7 @@ BLOCKWISE, last axis        ``[1, rows, n]``           ``quant_groups_kernel``, 
 BLOCKWISE, other axis       ``[before, n, after]``     ``quant_groups_kernel``, groups ``bs x 1``
 BLOCKWISE 2-D               ``[B, M, N]``              ``quant_groups_kernel``, groups ``bs x bs``
 ROWWISE, short reduction    as BLOCKWISE               ``quant_groups_kernel``, one group a row/column
-ROWWISE, long reduction     as BLOCKWISE               ``colwise_strips_kernel`` (non-last dim, NVIDIA), else
-                                                       ``amax_kernel`` (+ ``scale_kernel``) + ``cast_kernel``
+ROWWISE, long reduction     as BLOCKWISE               ``amax_kernel`` (+ ``scale_kernel``) + ``cast_kernel``
 TENSORWISE                  ``[1, numel / C, C]``      ``amax_kernel`` + ``scale_kernel`` + ``cast_kernel``
 MX_BLOCKWISE                ``[B, M, N]``              ``quant_mx_kernel`` (row-wise or transposed)
 ==========================  =========================  ==============================================
@@ -68,39 +67,6 @@ def _q_strides(m: int, n: int, transposed: bool) -> tuple[int, int]:
     return (1, m) if transposed else (n, 1)
 
 
-#: ``colwise_strips_kernel`` settings for ROWWISE along a long non-last dim: "auto" (NVIDIA GPUs,
-#: one program a multiprocessor, ``common.StripTile()``), None (the two-pass path), or a
-#: ``common.StripTile`` (tests, tuning; ``programs`` > 0 under the interpreter).
-STRIPS: common.StripTile | str | None = "auto"
-
-
-def _strips(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, dtype: torch.dtype) -> bool:
-    """ROWWISE along M by ``colwise_strips_kernel`` (each element read from memory once); False when
-    it does not apply (then the two-pass path runs)."""
-    from turbo_triton import _runtime
-    from turbo_triton.quantization import kernels
-
-    st = STRIPS
-    if st is None or (st == "auto" and (common.soft() or torch.version.hip is not None)):
-        return False
-    st = common.StripTile() if st == "auto" else st
-    b, m, n = x3.shape
-    programs = st.programs or st.per_sm * _runtime.num_sms(
-        x3.device.index if x3.device.index is not None else torch.cuda.current_device())
-    plan = common.plan_strips(b, m, n, x3.element_size(), programs, st)
-    if plan is None:
-        return False
-    r, s, teams = plan
-    strips = b * triton.cdiv(n, st.block_n)
-    buf = torch.zeros(b * n + strips, dtype=torch.int32, device=x3.device)  # amax bits, then the counts
-    xa, x_bits = common.x_arg(x3)
-    kernels.colwise_strips_kernel[(teams * s,)](
-        xa, common.data_arg(q), s3, buf, buf[b * n:], m, n, *x3.stride(), s3.stride(0), s3.stride(2), common.eps(),
-        r, s, strips, teams, BM=st.block_m, BN=st.block_n, **common.fmt_constexprs(dtype), X_BITS=x_bits,
-        **common.hw_sat(), U=st.unroll, num_warps=st.num_warps)
-    return True
-
-
 def _launch_amax_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, red_m: bool, red_n: bool,
                       dtype: torch.dtype, tile: Tile | None, q_transposed: bool = False) -> None:
     """Two passes: amax of each reduced group into an int32 buffer shaped like ``s3``, then the
@@ -109,8 +75,6 @@ def _launch_amax_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, red_m
     scales once, so that the cast multiplies only."""
     from turbo_triton.quantization import kernels
 
-    if red_m and not red_n and not q_transposed and tile is None and _strips(x3, q, s3, dtype):
-        return
     b, m, n = x3.shape
     a_tile, c_tile = (tile, tile) if tile else common.pick_amax_cast(b, m, n, red_m, red_n)
     common.check_tile(a_tile, 1, 1)
