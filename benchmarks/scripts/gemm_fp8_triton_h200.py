@@ -119,7 +119,14 @@ CONFIGS = {
                    _C(128, 256, 128, 8, 8, 4, warp_specialize=True, subtile=True, imprecise_acc=128),
                    _C(256, 128, 128, 8, 8, 3, warp_specialize=True, imprecise_acc=128),
                    _C(128, 128, 128, 8, 8, 5, warp_specialize=True, imprecise_acc=128),
-                   _C(128, 256, 64, 8, 8, 4, warp_specialize=True, subtile=True, imprecise_acc=64)],
+                   _C(128, 256, 64, 8, 8, 4, warp_specialize=True, subtile=True, imprecise_acc=64),
+                   # session 11: promoted tiles where each warpgroup's accumulator is 64 x 128 (64 fp32 registers a
+                   # thread), so the running sum and two partial products fit and the promotion's add can overlap
+                   # the next MMA (it does in the sm90 PTX of a plain loop, Triton 3.6: wgmma.wait_group 1)
+                   _C(128, 128, 128, 8, 8, 4, flatten=True, imprecise_acc=128),
+                   _C(128, 128, 128, 8, 8, 4, imprecise_acc=128),
+                   _C(128, 256, 128, 8, 16, 3, flatten=True, subtile=True, imprecise_acc=128),
+                   _C(256, 128, 128, 8, 16, 3, warp_specialize=True, imprecise_acc=128)],
     "BLOCKWISE": [None],
     "MX_BLOCKWISE": [None],
 }
