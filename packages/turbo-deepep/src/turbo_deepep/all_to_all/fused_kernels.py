@@ -40,11 +40,11 @@ def _source(tok, n_src, BLOCK: tl.constexpr):
 @triton.jit
 def _copy_words(dst, src, n, ok, write, BLOCK: tl.constexpr):
     """``dst[:n] = src[:n]`` where ``ok``, zeros where not, stored only where ``write`` (``ok`` and
-    ``write``: ``BLOCK`` vectors), in ``BLOCK``-word steps."""
+    ``write``: ``BLOCK`` vectors; nothing is read where nothing is written), in ``BLOCK``-word steps."""
     for s0 in range(0, n, BLOCK):
         ss = s0 + tl.arange(0, BLOCK)
         sm = ss < n
-        tl.store(dst + ss, tl.load(src + ss, mask=sm & ok, other=0), mask=sm & write)
+        tl.store(dst + ss, tl.load(src + ss, mask=sm & ok & write, other=0), mask=sm & write)
 
 
 @triton.jit
@@ -264,7 +264,8 @@ def unpack_kernel(buf_ptr, recv_from_ptr, x_ptr, s_ptr, i_ptr, p_ptr, count_ptr,
         write = cols >= 0
     srcv, ok = _source(src, N, BLOCK)
     row = buf_ptr + srcv * row_words
-    tl.store(x_ptr + r * X_WORDS + cols, tl.load(row + X_OFF + cols, mask=cm & ok, other=0), mask=cm & write)
+    # a row not written (this rank's own rows under FROM_OFFS) is not read either: its x is not in the buffer
+    tl.store(x_ptr + r * X_WORDS + cols, tl.load(row + X_OFF + cols, mask=cm & ok & write, other=0), mask=cm & write)
     if c == 0:
         if HAS_S:
             _copy_words(s_ptr + r * S_WORDS, row + S_OFF, S_WORDS, ok, write, BLOCK)
