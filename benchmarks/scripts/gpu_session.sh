@@ -6,7 +6,7 @@
 # Parts: gputests fp8check normcheck normsweep normbench groupedcheck groupedbench
 #        tritonfp8check fp8bench gg8check gg8bench conformance dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
 #        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbbwd hbgap hbalgotests accuracy profile
-#        moedispatch nccltests asynctp epcheck (the last four on the two-GPU kind)
+#        deepepkernels moedispatch nccltests asynctp epcheck (the last four on the two-GPU kind)
 set -u
 OUT=${OUT:?set OUT}
 ROOT=$(pwd)
@@ -65,6 +65,10 @@ for part in $parts; do
        timeout ${MOE_DISPATCH_TIMEOUT:-500} python3 -m turbo_core.cli bench moe-dispatch ${MOE_DISPATCH_ARGS:-} \
          --out "$OUT/moe_dispatch_bench.json") > "$OUT/moe_dispatch_bench.log" 2>&1
       tail -40 "$OUT/moe_dispatch_bench.log" ;;
+    deepepkernels)  # turbo-deepep's compiled routing / symmetric worst-mode kernels on one GPU (ranks simulated in one process)
+      (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src
+       timeout 300 python3 -m pytest -q -p no:cacheprovider packages/turbo-deepep/tests/test_all_to_all_fused.py \
+         -k "route or compacted") > "$OUT/deepep_kernels.log" 2>&1; tail -5 "$OUT/deepep_kernels.log" ;;
     epcheck)  # moe_dispatch_x2.py: DEEP_EP checks, CUDA-graph capture and GB/s (symmetric and collective transports)
       (export PYTHONPATH=$PYTHONPATH:$ROOT/packages/turbo-deepep/src TURBO_PLUGINS=$TURBO_PLUGINS,turbo_deepep.plugin
        timeout 400 python3 benchmarks/scripts/moe_dispatch_x2.py ${EP_PARTS:+--parts $EP_PARTS} --out "$OUT/moe_dispatch_x2.json") > "$OUT/moe_dispatch_x2.log" 2>&1

@@ -17,6 +17,9 @@ from turbo_deepep.all_to_all.dispatch import _format  # noqa: E402
 from turbo_deepep.all_to_all.payload import RowFormat  # noqa: E402
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
+# The compiled kernels where a GPU is (the same checks, run by benchmarks/scripts/gpu_session.sh's
+# deepepkernels part), Triton's interpreter on the CPU otherwise (conftest.py)
+DEV = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +38,7 @@ def _routing(t, k, e, seed):
 def test_route_matches_the_torch_layout(t, k, world, slot):
     e = 4 * world
     idx = _routing(t, k, e, seed=t)
-    slot_tok, pos, counts = fused.route(idx, e, world, slot)
+    slot_tok, pos, counts = (v.cpu() for v in fused.route(idx.to(DEV), e, world, slot))
     in_rank = layout.token_in_rank(idx, e, world)
     assert torch.equal(counts, in_rank.sum(dim=0))
     assert torch.equal(slot_tok.view(-1), layout.slot_rows(in_rank, slot))
@@ -55,7 +58,7 @@ def test_route_carries_counts_across_steps(monkeypatch):
     idx = _routing(t, k, e, seed=5)
     in_rank = layout.token_in_rank(idx, e, world)
     for slot in (t, 11):
-        slot_tok, pos, counts = fused.route(idx, e, world, slot)
+        slot_tok, pos, counts = (v.cpu() for v in fused.route(idx.to(DEV), e, world, slot))
         assert torch.equal(counts, in_rank.sum(dim=0))
         assert torch.equal(slot_tok.view(-1), layout.slot_rows(in_rank, slot))
         for d in range(world):
@@ -146,7 +149,7 @@ def test_compacted_symmetric_worst_mode_matches_compact_then_unpack(world, t, nw
             idx[:, :] = torch.randint(0, e_l, (t, k), generator=g)  # the last rank sends only to rank 0
         x = (torch.randn(t, h, generator=g) * 3).to(dtype)
         scales = torch.rand(t, 2, generator=g) if dtype == FP8 else None
-        data.append((x, scales, torch.rand(t, k, generator=g), idx))
+        data.append(tuple(None if v is None else v.to(DEV) for v in (x, scales, torch.rand(t, k, generator=g), idx)))
     fmt = _format(data[0][0], data[0][1], k)
     tensors = [{"x": x, "scales": sc, "probs": p, "idx": idx} for x, sc, p, idx in data]
     # reference: slots through one (simulated) all-to-all, then compact and unpack
@@ -162,10 +165,11 @@ def test_compacted_symmetric_worst_mode_matches_compact_then_unpack(world, t, nw
         want.append((fused.unpack(recv, fmt, nw, recv_from, rank=d, num_local=e_l), recv_from, to_recv))
     # the symmetric transport's order, every rank's step before any rank's next one (the barriers)
     hdr = symm.header_bytes(world)
-    bufs = [torch.full((hdr + world * slot * fmt.row_bytes,), 0xA5, dtype=torch.uint8) for _ in range(world)]
-    peers = torch.tensor([b.data_ptr() for b in bufs], dtype=torch.int64)
+    bufs = [torch.full((hdr + world * slot * fmt.row_bytes,), 0xA5, dtype=torch.uint8, device=DEV)
+            for _ in range(world)]
+    peers = torch.tensor([b.data_ptr() for b in bufs], dtype=torch.int64, device=DEV)
     slots = [fused.route(data[r][3], e, world, slot, put_counts=(peers, r))[0] for r in range(world)]
-    put = fused.Put(peers, torch.zeros(world, dtype=torch.int64), hdr // 4)
+    put = fused.Put(peers, torch.zeros(world, dtype=torch.int64, device=DEV), hdr // 4)
     got = [fused.pack_compacted(fmt, tensors[r], slots[r], t, e, put, r, nw, e_l) for r in range(world)]
     for d in range(world):
         rows = bufs[d][hdr:].view(world * slot, fmt.row_bytes)
