@@ -69,6 +69,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--old-kernels", default="")
+    ap.add_argument("--blocks", default="", help="also time the current kernels at these word blocks (fused._BLOCK)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     kernels = {"now": fused_kernels}
@@ -88,6 +89,18 @@ def main() -> None:
             us = _time(lambda: fused.unpack(rows, fmt, nw, None, rank=0, num_local=e_l, into=into))
             row = {"dtype": str(dtype), "kernels": name, "unpack_us": round(us, 2), "rows": nw,
                    "row_bytes": fmt.row_bytes}
+            rows_out.append(row)
+            print(row, flush=True)
+        for blk in [int(v) for v in args.blocks.split(",") if v]:
+            fused._k, saved = (lambda: fused_kernels), fused._BLOCK
+            fused._BLOCK = blk
+            out = fused.unpack(rows, fmt, nw, None, rank=0, num_local=e_l, into=into)
+            same = all((a is None and b is None) or torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+                       for a, b in zip([None if v is None else v.clone() for v in out[:4]], results["now"],
+                                       strict=True))
+            us = _time(lambda: fused.unpack(rows, fmt, nw, None, rank=0, num_local=e_l, into=into))
+            fused._BLOCK = saved
+            row = {"dtype": str(dtype), "kernels": f"now, block {blk}", "unpack_us": round(us, 2), "same": same}
             rows_out.append(row)
             print(row, flush=True)
         if "old" in results:
