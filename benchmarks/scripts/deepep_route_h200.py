@@ -12,6 +12,7 @@ import argparse
 import json
 
 import torch
+from graph_timing import graph_us
 
 from turbo_deepep.all_to_all import fused, fused_kernels
 
@@ -46,26 +47,8 @@ def main() -> None:
                 same = ref is None or all(torch.equal(a, b) for a, b in zip(out, ref, strict=True))
                 if ref is None:
                     ref = out
-                # GPU time alone: 20 calls captured in a CUDA graph, replayed (a Python launch takes longer
-                # than the kernel, so eager timing would measure the launch)
-                graph = torch.cuda.CUDAGraph()
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    _run(idx, e, 2, t, block_t, warps)
-                torch.cuda.current_stream().wait_stream(side)
-                with torch.cuda.graph(graph):
-                    for _ in range(20):
-                        _run(idx, e, 2, t, block_t, warps)
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                times = []
-                for _ in range(15):
-                    a.record()
-                    graph.replay()
-                    b.record()
-                    b.synchronize()
-                    times.append(a.elapsed_time(b) * 1e3 / 20)
-                times.sort()
+                # GPU time alone (a Python launch takes longer than the kernel: eager timing would measure it)
+                times = graph_us(lambda: _run(idx, e, 2, t, block_t, warps))
                 row = {"model": name, "tokens": t, "block_t": block_t, "warps": warps, "us": round(times[7], 2),
                        "min": round(times[0], 2), "same_as_first": bool(same)}
                 rows.append(row)

@@ -15,6 +15,7 @@ import importlib.util
 import json
 
 import torch
+from graph_timing import graph_us
 
 from turbo_deepep.all_to_all import fused, fused_kernels, symm
 from turbo_deepep.all_to_all.dispatch import _format
@@ -45,24 +46,7 @@ def _setup(dtype, dev):
 
 
 def _time(fn) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(20):
-            fn()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(15):
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / 20)
-    return sorted(times)[7]
+    return graph_us(fn)[7]
 
 
 def main() -> None:

@@ -237,18 +237,26 @@ def _special_input(dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
+def _with_trans_fails(x) -> list[str]:
+    """quantize_fp4_with_trans of ``x`` (1-D row blocks with 2-D column blocks and the reverse) against
+    the reference, bit for bit: the names of the cases that differ."""
+    fails = []
+    for two_d in (False, True):
+        t = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2, recipe=ScalingRecipe(use_2d_block=two_d),
+                                     recipe_for_trans=ScalingRecipe(use_2d_block=not two_d))
+        got = _strict(fp4.quantize_fp4_with_trans, t)
+        if any(_bits_differ(p, q) for p, q in zip(got, ref_quant.quantize_fp4_with_trans(t), strict=True)):
+            fails.append(f"quantize_with_trans 2d={two_d}")
+    return fails
+
+
 def check_fp4_special(f32mul: bool, row_pairs: bool = False) -> None:
     fp4.F32MUL = f32mul
     fp4.ROW_PAIRS = row_pairs
     try:
         x = _special_input(torch.bfloat16)
         fails = _quant_dequant_fails(x, (torch.bfloat16, torch.float32, torch.float16), detail=True)
-        for two_d in (False, True):
-            t = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2, recipe=ScalingRecipe(use_2d_block=two_d),
-                                         recipe_for_trans=ScalingRecipe(use_2d_block=not two_d))
-            got = _strict(fp4.quantize_fp4_with_trans, t)
-            if any(_bits_differ(p, q) for p, q in zip(got, ref_quant.quantize_fp4_with_trans(t), strict=True)):
-                fails.append(f"quantize_with_trans 2d={two_d}")
+        fails += _with_trans_fails(x)
         _row("fp4", shape="special 64x256", f32mul=f32mul, row_pairs=row_pairs, ok=not fails, fails=fails)
     finally:
         fp4.F32MUL = False
@@ -270,12 +278,7 @@ def check_fp4_variant(name, m, n, **flags) -> None:
                 got = _strict(fp4.quantize_fp4, a)
                 if any(_bits_differ(p, q) for p, q in zip(got, ref_quant.quantize_fp4(a), strict=True)):
                     fails.append(f"quantize axis={axis} 2d={two_d}")
-        for two_d in (False, True):
-            t = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2, recipe=ScalingRecipe(use_2d_block=two_d),
-                                         recipe_for_trans=ScalingRecipe(use_2d_block=not two_d))
-            got = _strict(fp4.quantize_fp4_with_trans, t)
-            if any(_bits_differ(p, q) for p, q in zip(got, ref_quant.quantize_fp4_with_trans(t), strict=True)):
-                fails.append(f"quantize_with_trans 2d={two_d}")
+        fails += _with_trans_fails(x)
         _row("fp4", shape=name, M=m, N=n, variant=flags, ok=not fails, fails=fails)
     finally:
         for k, v in old.items():
