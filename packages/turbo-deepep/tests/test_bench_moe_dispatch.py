@@ -21,7 +21,8 @@ def test_quick_rows_are_complete_and_consistent(tmp_path, capsys):
     rows = json.loads(out.read_text())["rows"]
     ran = [r for r in rows if r["status"] == "ok"]
     fp8 = getattr(torch, "float8_e4m3fn", None) is not None
-    per_provider = (2 + (1 if fp8 else 0)) * 2  # (dispatch bf16, combine bf16[, dispatch fp8]) x (exact, worst)
+    # (dispatch bf16, combine bf16[, dispatch fp8]) x (exact, worst, worst back to back)
+    per_provider = (2 + (1 if fp8 else 0)) * 3
     for provider in (moe_dispatch.BASELINE, "turbo:DEEP_EP"):
         mine = [r for r in ran if r["provider"] == provider]
         assert len(mine) == per_provider, (provider, [r["case"] for r in mine])
@@ -33,12 +34,14 @@ def test_quick_rows_are_complete_and_consistent(tmp_path, capsys):
             base = next(b for b in ran if b["provider"] == moe_dispatch.BASELINE and b["case"] == r["case"])
             assert r["ratio"] == pytest.approx(base["median_ms"] / r["median_ms"])
             assert r["bytes"] == base["bytes"]
-            if r["pass"] == "combine":  # x * (ranks the token went to), summed in float64 on the CPU: exact
+            if r["pass"].startswith("combine"):  # x * (ranks the token went to), summed in float64 on the CPU: exact
                 assert r["max_rel_err"] == 0.0
     # a bf16 row is H * 2 bytes, an fp8 row H + (H / 128) * 4
     h = moe_dispatch.QUICK.hidden
     sample = {(r["dtype"], r["pass"], r["mode"]): r for r in ran if r["provider"] == moe_dispatch.BASELINE}
     exact = sample[("bf16", "dispatch", "exact")]
+    b2b = sample[("bf16", "dispatch (back to back)", "worst-b2b")]  # the worst mode's slots, batched calls
+    assert b2b["bytes"] == sample[("bf16", "dispatch", "worst")]["bytes"]
     assert exact["bytes"] % (2 * h) == 0
     if fp8:
         assert sample[("fp8", "dispatch", "exact")]["bytes"] * 2 * h == exact["bytes"] * (h + h // 128 * 4)

@@ -5,7 +5,7 @@ slowest rank (the suites ``moe-dispatch`` and ``async-tp``).
 NCCL with one GPU each, or gloo on the CPU), runs ``rank_rows(rank, world, group, dev, args)`` on
 each and returns rank 0's rows. ``rank_rows`` must be a module-level function (it is pickled).
 ``time_calls`` times a call after a barrier on every iteration (CUDA events on a GPU, wall clock on
-the CPU); ``graphed`` turns a call into the replay of its CUDA graph; ``slowest`` picks the rank with
+the CPU); ``time_back_to_back`` times batches of calls enqueued without waiting; ``graphed`` turns a call into the replay of its CUDA graph; ``slowest`` picks the rank with
 the largest median.
 """
 
@@ -19,7 +19,7 @@ import time
 
 import torch
 
-__all__ = ["graphed", "slowest", "spawn", "stats", "time_calls", "world_and_backend"]
+__all__ = ["graphed", "slowest", "spawn", "stats", "time_back_to_back", "time_calls", "world_and_backend"]
 
 
 def time_calls(fn, dev: torch.device, warmup: int, iters: int) -> list[float]:
@@ -44,6 +44,35 @@ def time_calls(fn, dev: torch.device, warmup: int, iters: int) -> list[float]:
             t0 = time.perf_counter()
             fn()
             out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def time_back_to_back(fn, dev: torch.device, warmup: int, iters: int, calls: int = 10) -> list[float]:
+    """Milliseconds per call over ``iters`` batches of ``calls`` calls enqueued back to back (no
+    wait between them, as in a training step whose host runs ahead of the GPU), each batch started
+    after a barrier of all ranks."""
+    import torch.distributed as dist
+
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(iters):
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        dist.barrier()
+        if dev.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(calls):
+                fn()
+            b.record()
+            torch.cuda.synchronize()
+            out.append(a.elapsed_time(b) / calls)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out.append((time.perf_counter() - t0) * 1e3 / calls)
     return out
 
 

@@ -9,10 +9,11 @@ on the CPU (``world`` 2; ``--quick``). Every rank routes its own tokens uniforml
 Cases (per model; ``--tokens`` per rank, default 4096; ``--quick``: 64 tokens, hidden 256):
 ``dispatch`` of bf16 tokens and of FP8 (E4M3) tokens with per-128 fp32 scales, and the bf16
 ``combine`` of the dispatched rows, each in the exact mode (counts exchanged, one host sync) and
-the ``num_worst_tokens`` mode (``world * tokens`` slots, no host sync); on GPUs also
-``worst-graph``: the worst mode's calls, baseline included, captured in a CUDA graph and timed by
-replay (the GPU's own time, without the host's launch cost, which dominates eager calls at these
-sizes). Models: DeepSeek-V3 (hidden
+the ``num_worst_tokens`` mode (``world * tokens`` slots, no host sync); ``worst-b2b``: the worst
+mode's calls, baseline included, timed in batches of 10 enqueued back to back (a training step's
+host runs ahead of the GPU: the launch cost of one call overlaps the previous call's GPU work); on
+GPUs also ``worst-graph``: the worst mode's calls captured in a CUDA graph and timed by replay (the
+GPU's own time, without the host's launch cost, which dominates single eager calls at these sizes). Models: DeepSeek-V3 (hidden
 7168, 256 experts, top-8), Qwen3-235B-A22B (4096, 128, top-8), Mixtral-8x7B (4096, 8, top-2).
 
 Providers: ``turbo:<backend>`` for every backend registered for ``moe_dispatch`` (DEEP_EP; also
@@ -116,7 +117,8 @@ def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, provi
     if fp8 is not None and m.hidden % 128 == 0:
         variants.append(("fp8", x.float().clamp(-448, 448).to(fp8),
                          torch.rand((tokens, m.hidden // 128), generator=g).to(dev)))
-    for mode in ("exact", "worst") + (("worst-graph",) if dev.type == "cuda" else ()):
+    labels = {"worst-graph": "graph", "worst-b2b": "back to back"}
+    for mode in ("exact", "worst", "worst-b2b") + (("worst-graph",) if dev.type == "cuda" else ()):
         nw = 0 if mode == "exact" else worst
         for dtype, xx, scales in variants:
             row_bytes = m.hidden * xx.element_size() + (0 if scales is None else scales.shape[1] * 4)
@@ -124,7 +126,7 @@ def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, provi
                     "experts": m.experts, "topk": m.topk, "world": world, "mode": mode, "dtype": dtype}
             ops = [("dispatch", n_send)] + ([("combine", n_send)] if dtype == "bf16" else [])
             for op, n_rows in ops:
-                case = {**base, "pass": op if mode != "worst-graph" else f"{op} (graph)",
+                case = {**base, "pass": f"{op} ({labels[mode]})" if mode in labels else op,
                         "case": f"{m.name} T{tokens} {op} {dtype} {mode}", "bytes": n_rows * row_bytes}
                 # baseline: the same rows with the same splits (worst: the fixed slots), one collective
                 width = row_bytes // xx.element_size() if scales is None else row_bytes
@@ -183,7 +185,8 @@ def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, provi
                         rows.append({**row, "status": fn})
                         dist.barrier()
                         continue
-                    med, p10, p90 = ranks.slowest(ranks.stats(ranks.time_calls(fn, dev, warmup, iters)), dev)
+                    timer = ranks.time_back_to_back if mode == "worst-b2b" else ranks.time_calls
+                    med, p10, p90 = ranks.slowest(ranks.stats(timer(fn, dev, warmup, iters)), dev)
                     if provider == BASELINE:
                         base_ms = med
                     row.update(status="ok", median_ms=med, p10_ms=p10, p90_ms=p90,
