@@ -4,9 +4,9 @@ slowest rank (the suites ``moe-dispatch`` and ``async-tp``).
 ``spawn(rank_rows, world, backend, args)`` starts the ranks (``torch.multiprocessing``, spawned:
 NCCL with one GPU each, or gloo on the CPU), runs ``rank_rows(rank, world, group, dev, args)`` on
 each and returns rank 0's rows. ``rank_rows`` must be a module-level function (it is pickled).
-``time_calls`` times a call after a barrier on every iteration (CUDA events on a GPU, wall clock on
-the CPU); ``time_back_to_back`` times batches of calls enqueued without waiting; ``graphed`` turns a call into the replay of its CUDA graph; ``slowest`` picks the rank with
-the largest median.
+``time_calls`` times a call (or a batch of calls enqueued without waiting) after a barrier on every
+iteration (CUDA events on a GPU, wall clock on the CPU); ``graphed`` turns a call into the replay of
+its CUDA graph; ``slowest`` picks the rank with the largest median.
 """
 
 from __future__ import annotations
@@ -19,38 +19,13 @@ import time
 
 import torch
 
-__all__ = ["graphed", "slowest", "spawn", "stats", "time_back_to_back", "time_calls", "world_and_backend"]
+__all__ = ["graphed", "slowest", "spawn", "stats", "time_calls", "world_and_backend"]
 
 
-def time_calls(fn, dev: torch.device, warmup: int, iters: int) -> list[float]:
-    """Milliseconds of ``iters`` calls of ``fn``, each started after a barrier of all ranks."""
-    import torch.distributed as dist
-
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(iters):
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        dist.barrier()
-        if dev.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            out.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1e3)
-    return out
-
-
-def time_back_to_back(fn, dev: torch.device, warmup: int, iters: int, calls: int = 10) -> list[float]:
-    """Milliseconds per call over ``iters`` batches of ``calls`` calls enqueued back to back (no
-    wait between them, as in a training step whose host runs ahead of the GPU), each batch started
-    after a barrier of all ranks."""
+def time_calls(fn, dev: torch.device, warmup: int, iters: int, calls: int = 1) -> list[float]:
+    """Milliseconds per call of ``fn`` over ``iters`` batches, each started after a barrier of all
+    ranks; a batch is ``calls`` calls enqueued back to back (no wait between them, as in a training
+    step whose host runs ahead of the GPU; 1: a single call on an idle GPU)."""
     import torch.distributed as dist
 
     for _ in range(warmup):
