@@ -20,8 +20,12 @@ WHOLE = RowConfig(block_m=2, block_n=1024, num_warps=4, programs_per_sm=1)
 CHUNKED = RowConfig(block_m=1, block_n=128, num_warps=4, programs_per_sm=1)
 CHUNKED_2ROWS = RowConfig(block_m=2, block_n=128, num_warps=4, programs_per_sm=1)  # backward: 2 rows a step
 WHOLE_PIPELINED = RowConfig(block_m=2, block_n=1024, num_warps=4, programs_per_sm=1, stages=2)  # backward row loop
+# backward split kernel: rows walked twice in 3 unrolled 128-wide chunks (300: a ragged last chunk), or
+# 4 x 256 over 1000 two rows a step (the forward of these tiles takes the chunked walk)
+SPLIT = RowConfig(block_m=1, block_n=128, num_warps=4, programs_per_sm=1, chunks=3)
+SPLIT_2ROWS = RowConfig(block_m=2, block_n=256, num_warps=4, programs_per_sm=1, chunks=4)
 CONFIGS = {"heuristic": None, "whole": WHOLE, "whole_pipelined": WHOLE_PIPELINED, "chunked": CHUNKED,
-           "chunked_2rows": CHUNKED_2ROWS}
+           "chunked_2rows": CHUNKED_2ROWS, "split": SPLIT, "split_2rows": SPLIT_2ROWS}
 
 
 def _expected(x, residual, gamma, zero_centered, eps, dy):
@@ -46,7 +50,8 @@ def _close(actual, expected, dtype, what):
 @pytest.mark.parametrize("path,tokens,hidden", [("heuristic", 5, 1), ("heuristic", 9, 33), ("whole", 19, 1000),
                                                 ("whole_pipelined", 19, 1000),
                                                 ("chunked", 9, 300), ("chunked", 3, 1000),
-                                                ("chunked_2rows", 19, 300)])
+                                                ("chunked_2rows", 19, 300), ("split", 9, 300), ("split", 3, 257),
+                                ("split_2rows", 19, 1000)])
 @pytest.mark.parametrize("variant", ["gamma", "zero_centered_residual", "no_gamma"])
 def test_forward_and_backward_against_float64(path, tokens, hidden, dtype, variant):
     torch.manual_seed(tokens * 1000 + hidden)
@@ -93,7 +98,7 @@ def test_fp32_gamma_under_bf16_input():
     torch.testing.assert_close(dgamma.double(), dg64, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("path", ["whole", "chunked"])
+@pytest.mark.parametrize("path", ["whole", "chunked", "split"])
 def test_zero_tokens(path):
     x = torch.empty(0, 300, dtype=torch.bfloat16)
     gamma = torch.randn(300).bfloat16()
@@ -105,7 +110,7 @@ def test_zero_tokens(path):
 
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the interpreter's numpy sees inf * 0
-@pytest.mark.parametrize("path", ["whole", "chunked"])
+@pytest.mark.parametrize("path", ["whole", "chunked", "split"])
 def test_nan_and_inf_propagate_like_the_reference(path):
     torch.manual_seed(4)
     x = torch.randn(4, 300)
@@ -132,7 +137,8 @@ def test_heuristic_tiles():
     assert pick(7169, False, False).block_n == 8192
     assert pick(32768, False, False).block_n == 32768
     assert pick(65536, False, False).block_n < 65536 and pick(65536, False, False).block_m == 1
-    assert pick(16384, True, False).block_n == 16384
+    wide = pick(16384, True, False)  # the split kernel: chunks covering the row
+    assert wide.block_n * wide.chunks >= 16384
     assert pick(32768, True, False).block_n < 32768
     small = pick(1000, False, False)
     assert small.block_m * small.block_n >= 2048 and small.num_warps >= 4

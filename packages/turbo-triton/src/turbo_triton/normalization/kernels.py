@@ -194,3 +194,106 @@ def rmsnorm_bwd_chunked_kernel(
                 prev = tl.load(dg_row + c, mask=col_ok, other=0.0)  # (garbage before the first block)
                 part += tl.where(later, prev, 0.0)
                 tl.store(dg_row + c, part, mask=col_ok)
+
+
+
+@triton.jit
+def _split_pass1(dy_ptr, x_ptr, g_ptr, base, rstd, row_ok, cols, start, H,
+                 HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ACC_M: tl.constexpr):
+    """One chunk of the first walk: ``(dn * n, dy * n)``, the latter summed over the rows unless
+    ``ACC_M`` (one row: kept ``[1, BLOCK_N]``, no layout change)."""
+    c = start + cols
+    col_ok = c < H
+    mask = row_ok[:, None] & col_ok[None, :]
+    n = tl.load(x_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32) * rstd
+    dy = tl.load(dy_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+    dn = dy
+    if HAS_GAMMA:
+        dn = dy * _weight(g_ptr, c, col_ok, ZERO_CENTERED)[None, :]
+    if ACC_M == 1:
+        part = dy * n
+    else:
+        part = tl.sum(dy * n, axis=0)
+    return dn * n, part
+
+
+@triton.jit
+def _split_pass2(dy_ptr, x_ptr, g_ptr, dx_ptr, base, rstd, mean, row_ok, cols, start, H,
+                 HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ROUND_BF16: tl.constexpr):
+    """One chunk of the second walk: ``dx`` from ``x`` and ``dy`` read again (cache hits)."""
+    c = start + cols
+    col_ok = c < H
+    mask = row_ok[:, None] & col_ok[None, :]
+    n = tl.load(x_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32) * rstd
+    dn = tl.load(dy_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+    if HAS_GAMMA:
+        dn = dn * _weight(g_ptr, c, col_ok, ZERO_CENTERED)[None, :]
+    dx = rstd * (dn - n * mean)
+    tl.store(dx_ptr + base + c[None, :], to_out(dx, dx_ptr, ROUND_BF16), mask=mask)
+
+
+@triton.jit
+def _split_store(dg_row, acc, cols, start, H, ACC_M: tl.constexpr):
+    c = start + cols
+    if ACC_M == 1:
+        tl.store(dg_row + c[None, :], acc, mask=(c < H)[None, :])
+    else:
+        tl.store(dg_row + c, acc, mask=c < H)
+
+
+@triton.jit
+def rmsnorm_bwd_split_kernel(
+    dy_ptr, x_ptr, g_ptr, rstd_ptr, dx_ptr, dg_ptr, T, H, num_programs,
+    HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ROUND_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, STAGES: tl.constexpr = 1,
+):
+    """Rows too wide to hold whole in registers (``H <= CHUNKS * BLOCK_N``, ``CHUNKS`` in 2..4):
+    row blocks ``pid, pid + num_programs, ...`` walked twice in ``CHUNKS`` chunks, unrolled: the
+    first walk sums ``dn * n`` per row and adds ``dy * n`` into the program's dgamma partial, which
+    stays in registers (one ``BLOCK_N`` tensor a chunk) across all its rows; the second walk reads
+    ``x`` and ``dy`` again (the row block was just read: L1/L2 hits) and writes ``dx``. Only the
+    dgamma partial and a chunk or two are live, where the whole-row kernel holds the row's ``x``,
+    ``dy`` and gamma in fp32 as well (spills at 16384). ``STAGES`` > 1: the row loop goes through
+    Triton's pipeliner (the next block's loads issued while this one is computed)."""
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    ACC_M: tl.constexpr = 1 if BLOCK_M == 1 else 0  # one row a step: the partial keeps the chunk's 2-D layout
+    acc0 = tl.zeros([BLOCK_N], dtype=tl.float32) if ACC_M == 0 else tl.zeros([1, BLOCK_N], dtype=tl.float32)
+    acc1 = tl.zeros([BLOCK_N], dtype=tl.float32) if ACC_M == 0 else tl.zeros([1, BLOCK_N], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_N], dtype=tl.float32) if ACC_M == 0 else tl.zeros([1, BLOCK_N], dtype=tl.float32)
+    acc3 = tl.zeros([BLOCK_N], dtype=tl.float32) if ACC_M == 0 else tl.zeros([1, BLOCK_N], dtype=tl.float32)
+    blocks = tl.cdiv(T, BLOCK_M)
+    for block in tl.range(pid, blocks, num_programs, num_stages=STAGES):
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < T
+        base = rows.to(tl.int64)[:, None] * H
+        rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)[:, None]
+        prod, part = _split_pass1(dy_ptr, x_ptr, g_ptr, base, rstd, row_ok, cols, 0, H, HAS_GAMMA, ZERO_CENTERED,
+                                  ACC_M)
+        acc0 += part
+        p1, part = _split_pass1(dy_ptr, x_ptr, g_ptr, base, rstd, row_ok, cols, BLOCK_N, H, HAS_GAMMA,
+                                ZERO_CENTERED, ACC_M)
+        prod += p1
+        acc1 += part
+        if CHUNKS > 2:
+            p2, part = _split_pass1(dy_ptr, x_ptr, g_ptr, base, rstd, row_ok, cols, 2 * BLOCK_N, H, HAS_GAMMA,
+                                    ZERO_CENTERED, ACC_M)
+            prod += p2
+            acc2 += part
+        if CHUNKS > 3:
+            p3, part = _split_pass1(dy_ptr, x_ptr, g_ptr, base, rstd, row_ok, cols, 3 * BLOCK_N, H, HAS_GAMMA,
+                                    ZERO_CENTERED, ACC_M)
+            prod += p3
+            acc3 += part
+        mean = (tl.sum(prod, axis=1) / H)[:, None]
+        for k in tl.static_range(CHUNKS):
+            _split_pass2(dy_ptr, x_ptr, g_ptr, dx_ptr, base, rstd, mean, row_ok, cols, k * BLOCK_N, H,
+                         HAS_GAMMA, ZERO_CENTERED, ROUND_BF16)
+    if HAS_GAMMA:
+        dg_row = dg_ptr + pid.to(tl.int64) * H
+        _split_store(dg_row, acc0, cols, 0, H, ACC_M)
+        _split_store(dg_row, acc1, cols, BLOCK_N, H, ACC_M)
+        if CHUNKS > 2:
+            _split_store(dg_row, acc2, cols, 2 * BLOCK_N, H, ACC_M)
+        if CHUNKS > 3:
+            _split_store(dg_row, acc3, cols, 3 * BLOCK_N, H, ACC_M)

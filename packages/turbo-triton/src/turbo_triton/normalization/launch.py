@@ -26,13 +26,16 @@ class RowConfig:
     """Tile of one program: ``block_m`` rows x ``block_n`` columns (``block_n < H``: the row is
     walked in chunks; the forward then takes one row a program, the backward ``block_m`` rows a
     step). ``programs_per_sm`` sizes the persistent backward grid; ``stages`` (whole-row backward
-    only) is the software-pipelining depth of its row loop (1: none)."""
+    only) is the software-pipelining depth of its row loop (1: none). ``chunks`` > 1 (backward only,
+    2..4, ``block_n * chunks >= H``): the split kernel, rows walked twice in ``chunks`` unrolled
+    chunks with the dgamma partial in registers (``stages`` applies to its row loop too)."""
 
     block_m: int
     block_n: int
     num_warps: int
     programs_per_sm: int = 2
     stages: int = 1
+    chunks: int = 1
 
 
 def _warps(elements: int, lo: int = 1, hi: int = 16) -> int:
@@ -48,7 +51,9 @@ def pick(hidden: int, backward: bool, interp: bool) -> RowConfig:
     forward keeps rows whole to 32768 (8 warps, 16 at 32768); the backward keeps them whole to 16384
     with a 1-2 programs a SM persistent grid and walks longer rows in 4-row x 2048 chunks. At 4096
     and 8192 wide the backward's row loop is software-pipelined 3 deep (the session-10 sweep: 74-80%
-    -> 88-93% of the copy bandwidth); at 16384 that costs (two rows of 32 KB a stage).
+    -> 88-93% of the copy bandwidth); at 16384 that costs (two rows of 32 KB a stage). At 16384 the
+    backward takes the split kernel (4 unrolled chunks of 4096, 16 warps, one program a SM): the
+    whole-row tile spilled there (session 12: 65% -> 73% of the copy bandwidth).
     """
     width = triton.next_power_of_2(hidden)
     if interp:  # few, large programs: the interpreter's cost is per program and per op
@@ -61,8 +66,8 @@ def pick(hidden: int, backward: bool, interp: bool) -> RowConfig:
         warps = _warps(block_m * width, lo=4)
         return RowConfig(block_m, width, warps, max(1, 32 // warps))
     if backward:
-        return {4096: RowConfig(2, 4096, 16, 1, 3), 8192: RowConfig(1, 8192, 16, 1, 3)}.get(
-            width, RowConfig(1, width, 8, 2))
+        return {4096: RowConfig(2, 4096, 16, 1, 3), 8192: RowConfig(1, 8192, 16, 1, 3),
+                16384: RowConfig(1, 4096, 16, 1, chunks=4)}.get(width, RowConfig(1, width, 8, 2))
     warps = 16 if width >= 32768 else 8
     return RowConfig(1, width, warps, max(1, 32 // warps))
 
@@ -132,7 +137,10 @@ def rmsnorm_bwd(args: RmsNormBwdArgs, config: RowConfig | None = None):
     if tokens == 0:
         return dx, (torch.zeros_like(gamma) if gamma is not None else None)
     cfg = config or pick(hidden, True, interp)
-    chunked = cfg.block_n < hidden
+    split = cfg.chunks > 1
+    if split and not (2 <= cfg.chunks <= 4 and cfg.block_n * cfg.chunks >= hidden):
+        raise ValueError(f"split backward tile {cfg} does not cover rows of {hidden}")
+    chunked = cfg.block_n < hidden and not split
     blocks = triton.cdiv(tokens, cfg.block_m)
     programs = max(1, min(blocks, _sms(x) * cfg.programs_per_sm))
     partials = (torch.empty((programs, hidden), dtype=torch.float32, device=x.device)
@@ -140,7 +148,11 @@ def rmsnorm_bwd(args: RmsNormBwdArgs, config: RowConfig | None = None):
     flags = dict(HAS_GAMMA=gamma is not None, ZERO_CENTERED=bool(args.zero_centered),
                  ROUND_BF16=interp and x.dtype == torch.bfloat16)
     ptrs = (dy, x, gamma if gamma is not None else x, rstd, dx, partials, tokens, hidden, programs)
-    if chunked:
+    if split:
+        kernels.rmsnorm_bwd_split_kernel[(programs,)](
+            *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CHUNKS=cfg.chunks, STAGES=cfg.stages,
+            num_warps=cfg.num_warps)
+    elif chunked:
         kernels.rmsnorm_bwd_chunked_kernel[(programs,)](
             *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     else:
