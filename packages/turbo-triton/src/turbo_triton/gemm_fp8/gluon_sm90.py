@@ -1,0 +1,299 @@
+"""Hopper FP8 GEMM written in Gluon (Triton's explicit-layout dialect): ``C[M, N] = (A @ B^T) * scales``.
+
+Why a second kernel. Hopper's FP8 tensor cores add products at reduced precision, so an accurate
+FP8 GEMM adds each 128-deep partial product into an fp32 sum on the CUDA cores ("promotion", what
+cuBLAS and ``torch._scaled_mm`` do by default). Plain Triton serializes that add with the tensor
+cores (benchmarks/gemm-fp8-h200-2026-11-30.md: 0.75-0.83x ``torch._scaled_mm``). Here the schedule
+is written out:
+
+* one producer warp streams A and B tiles into a ring of ``STAGES`` shared-memory buffers with TMA
+  (``ready`` / ``empty`` mbarriers per stage);
+* two consumer warpgroups (the default partition, 8 warps, each warpgroup 64 rows of a
+  ``128 x BLOCK_N`` tile) issue ``wgmma`` on the buffers. Each K step's product is computed as two
+  64-wide parts (``BLOCK_N / 64`` of them) into two alternating temporaries; while one part is in
+  flight on the tensor cores the previous part's finished temporary is added into its fp32 sum.
+  Registers per thread: the sums (``BLOCK_N / 2``) plus two temporaries (32 each): 192 at
+  ``BLOCK_N = 256``, within the 232 a consumer thread gets;
+* the epilogue multiplies by the scales (TENSORWISE: one number each; ROWWISE: ``sa[m] * sb[n]``),
+  rounds to the output dtype and stores through shared memory with TMA, asynchronously, while the
+  producer already fills the next tile's stages.
+
+Operands are K-major: ``a`` is ``[M, K]`` and ``b`` is ``[N, K]``, both row-major (the layout Hopper's
+FP8 MMA reads; the launcher copies other layouts K-major first). Tiles are walked persistently in
+grouped order. Numerics: the products are exact, each 128-deep partial sum is the tensor core's,
+everything above it fp32 (as ``torch._scaled_mm``).
+
+Runs only on sm90 GPUs (``triton.experimental.gluon``, Triton >= 3.5); the interpreter and other
+GPUs take the portable kernels in ``turbo_triton.gemm_fp8.kernels``.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+TENSORWISE = gl.constexpr(0)
+ROWWISE = gl.constexpr(1)
+
+
+@gluon.jit
+def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
+    group = GROUP_M * num_pid_n
+    first_m = (tile // group) * GROUP_M
+    size_m = gl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % group) % size_m
+    pid_n = (tile % group) // size_m
+    return pid_m, pid_n
+
+
+@gluon.jit
+def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
+              GROUP_M: gl.constexpr, NUM_PROGRAMS: gl.constexpr):
+    BM: gl.constexpr = a_desc.block_type.shape[0]
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    BN: gl.constexpr = b_desc.block_type.shape[0]
+    STAGES: gl.constexpr = a_bufs.type.shape[0]
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    k_steps = gl.cdiv(K, BK)
+    it = 0
+    for tile in range(gl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS):
+        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        for kk in range(k_steps):
+            s = it % STAGES
+            # A stage's empty barrier starts in the completed phase 1: the first lap does not wait.
+            mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
+            bar = ready.index(s)
+            mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(a_desc, [pid_m * BM, kk * BK], bar, a_bufs.index(s))
+            tma.async_copy_global_to_shared(b_desc, [pid_n * BN, kk * BK], bar, b_bufs.index(s))
+            it += 1
+
+
+@gluon.jit
+def _part(b, p: gl.constexpr, W: gl.constexpr):
+    """Columns ``[p * W, (p + 1) * W)`` of a ``[BLOCK_N, BLOCK_K]`` B buffer, as the ``[K, W]`` wgmma operand."""
+    return b.slice(p * W, W).permute((1, 0))
+
+
+@gluon.jit
+def _a_operand(a_smem, a_layout: gl.constexpr, A_REGS: gl.constexpr):
+    """The A tile as the wgmma reads it: from shared memory, or (``A_REGS``) loaded into registers once
+    per K step, so that the step's wgmmas but the last read only B from shared memory. The last part
+    reads A from shared memory: it is the one still in flight when the next step loads its A, and a
+    wgmma reads register operands asynchronously, so the registers must be free by then (the wait
+    after the last part's issue retires every register-A wgmma of the step)."""
+    if A_REGS:
+        return a_smem.load(a_layout)
+    else:
+        return a_smem
+
+
+@gluon.jit
+def _pick(a, a_smem, p: gl.constexpr, P: gl.constexpr):
+    """Part ``p``'s A operand: the last part of a step reads shared memory (see :func:`_a_operand`)."""
+    if p == P - 1:
+        return a_smem
+    else:
+        return a
+
+
+@gluon.jit
+def _release(empty_bar, A_REGS: gl.constexpr):
+    if A_REGS:
+        fence_async_shared()  # order this partition's shared loads before the producer's next TMA write
+    mbarrier.arrive(empty_bar, count=1)
+
+
+@gluon.jit
+def _scaled(acc, sa, sb_ptr, col0, N, s_bn, scale, SCALING: gl.constexpr, col_layout: gl.constexpr):
+    if SCALING == ROWWISE:
+        W: gl.constexpr = acc.shape[1]
+        cols = col0 + gl.arange(0, W, layout=col_layout)
+        sb = gl.load(sb_ptr + cols * s_bn, mask=cols < N, other=0.0)
+        return acc * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
+    else:
+        return acc * scale
+
+
+@gluon.jit
+def _store(acc, c_desc, c_smem, p: gl.constexpr, off_m, off_n):
+    W: gl.constexpr = c_desc.block_type.shape[1]
+    buf = c_smem.index(p)
+    buf.store(acc.to(c_desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(c_desc, [off_m, off_n + p * W], buf)
+
+
+@gluon.jit
+def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
+              SCALING: gl.constexpr, GROUP_M: gl.constexpr, NUM_PROGRAMS: gl.constexpr, A_REGS: gl.constexpr,
+              num_warps: gl.constexpr):
+    BM: gl.constexpr = a_bufs.type.shape[1]
+    BK: gl.constexpr = a_bufs.type.shape[2]
+    BN: gl.constexpr = b_bufs.type.shape[1]
+    W: gl.constexpr = c_desc.block_type.shape[1]
+    P: gl.constexpr = BN // W
+    gl.static_assert(P == 2 or P == 4, "BLOCK_N must be 2 or 4 parts of the store width")
+    STAGES: gl.constexpr = a_bufs.type.shape[0]
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, W, 32])
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=4)
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    k_steps = gl.cdiv(K, BK)
+    zero = gl.zeros([BM, W], gl.float32, acc_layout)
+    it = 0
+    for tile in range(gl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS):
+        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BM
+        off_n = pid_n * BN
+        # The tile's row scales (a few registers) are fetched before its K loop; column scales per part
+        # in the epilogue.
+        if SCALING == ROWWISE:
+            rows = off_m + gl.arange(0, BM, layout=row_layout)
+            sa = gl.load(sa_ptr + rows * s_am, mask=rows < M, other=0.0)
+            scale = 1.0
+        else:
+            sa = 1.0
+            scale = gl.load(sa_ptr) * gl.load(sb_ptr)
+        # A K step's parts go through two temporaries, tA (even parts) and tB (odd parts): a part is
+        # issued, then the one before it is waited for (wgmma groups retire in order) and added into
+        # its sum, so a wgmma is queued while the CUDA cores add. Nothing stays in flight across the
+        # loop's back edge: ptxas cannot follow a wgmma group through it and would serialize every
+        # wgmma of the kernel (C7514) when its result is read in the next iteration.
+        sum0 = zero
+        sum1 = zero
+        sum2 = zero
+        sum3 = zero
+        tA = zero
+        tB = zero
+        for kk in range(k_steps):
+            s = it % STAGES
+            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+            a_s = a_bufs.index(s)
+            a = _a_operand(a_s, a_layout, A_REGS)
+            b = b_bufs.index(s)
+            tA = warpgroup_mma(_pick(a, a_s, 0, P), _part(b, 0, W), tA, use_acc=False, is_async=True)
+            tB = warpgroup_mma(_pick(a, a_s, 1, P), _part(b, 1, W), tB, use_acc=False, is_async=True)
+            tA = warpgroup_mma_wait(num_outstanding=1, deps=(tA,))
+            sum0 = sum0 + tA
+            if P == 4:
+                tA = warpgroup_mma(_pick(a, a_s, 2, P), _part(b, 2, W), tA, use_acc=False, is_async=True)
+                tB = warpgroup_mma_wait(num_outstanding=1, deps=(tB,))
+                sum1 = sum1 + tB
+                tB = warpgroup_mma(_pick(a, a_s, 3, P), _part(b, 3, W), tB, use_acc=False, is_async=True)
+                tA = warpgroup_mma_wait(num_outstanding=1, deps=(tA,))
+                sum2 = sum2 + tA
+                tB = warpgroup_mma_wait(num_outstanding=0, deps=(tB,))
+                sum3 = sum3 + tB
+            else:
+                tB = warpgroup_mma_wait(num_outstanding=0, deps=(tB,))
+                sum1 = sum1 + tB
+            _release(empty.index(s), A_REGS)
+            it += 1
+        tma.store_wait(pendings=0)  # the previous tile's stores have read c_smem
+        _store(_scaled(sum0, sa, sb_ptr, off_n, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 0, off_m, off_n)
+        _store(_scaled(sum1, sa, sb_ptr, off_n + W, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 1,
+               off_m, off_n)
+        if P == 4:
+            _store(_scaled(sum2, sa, sb_ptr, off_n + 2 * W, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 2,
+                   off_m, off_n)
+            _store(_scaled(sum3, sa, sb_ptr, off_n + 3 * W, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 3,
+                   off_m, off_n)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def gemm_fp8_ws_kernel(a_desc, b_desc, c_desc, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
+                       SCALING: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                       NUM_PROGRAMS: gl.constexpr, PRODUCER_REGS: gl.constexpr, A_REGS: gl.constexpr,
+                       num_warps: gl.constexpr):
+    """``c_desc`` blocks are ``[BLOCK_M, W]``, one part of a tile each (``BLOCK_N = 2 W`` or ``4 W``)."""
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    P: gl.constexpr = b_desc.block_type.shape[0] // c_desc.block_type.shape[1]
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, [P] + c_desc.block_type.shape, c_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    gl.warp_specialize([
+        (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
+                     SCALING, GROUP_M, NUM_PROGRAMS, A_REGS, num_warps)),
+        (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, NUM_PROGRAMS)),
+    ], [1], [PRODUCER_REGS])
+
+
+# ----------------------------------------------------------------------------------------------
+# Host side
+# ----------------------------------------------------------------------------------------------
+
+BLOCK_M = 128
+BLOCK_K = 128
+PART_N = 64  # width of one wgmma / one stored part
+_SMEM_BYTES = 227 * 1024  # sm90's largest dynamic shared memory per block
+_GL_DTYPES = {}
+
+
+def _gl_dtype(torch_dtype):
+    import torch
+
+    if not _GL_DTYPES:
+        _GL_DTYPES.update({torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5,
+                           torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32})
+    return _GL_DTYPES[torch_dtype]
+
+
+def stages_for(block_n: int, out_bytes: int) -> int:
+    """The most operand stages (at most 6) that fit beside the output staging buffers."""
+    per_stage = (BLOCK_M + block_n) * BLOCK_K
+    out = BLOCK_M * block_n * out_bytes
+    return max(0, min(6, (_SMEM_BYTES - out - 2048) // per_stage))
+
+
+def gemm_fp8_nt(a, b, sa, sb, c, rowwise: bool, num_sms: int, *, block_n: int = 256, stages: int | None = None,
+                group_m: int = 8, a_regs: bool = True) -> None:
+    """``c[M, N] = (a[M, K] @ b[N, K]^T) * sa * sb`` on sm90.
+
+    ``a``, ``b``: FP8 (E4M3 / E5M2, any pairing), row-major, ``K % 16 == 0``, 16-byte aligned.
+    TENSORWISE: ``sa``, ``sb`` one-element fp32 tensors. ROWWISE (``rowwise``): ``sa`` holds ``M``
+    fp32 values at stride ``sa.stride(0)`` (a ``[M, 1]`` tensor), ``sb`` ``N`` values (``[N, 1]``
+    or ``[1, N]``). ``c``: ``[M, N]`` row-major bf16, fp16 or fp32, written (not accumulated).
+    ``block_n``: 128 or 256; ``stages``: operand buffers (default: as many as fit).
+    """
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    m, k = a.shape
+    n = b.shape[0]
+    if block_n not in (2 * PART_N, 4 * PART_N):
+        raise ValueError(f"block_n: expected {2 * PART_N} or {4 * PART_N}, got {block_n}")
+    stages = stages or stages_for(block_n, c.element_size())
+    if stages < 2:
+        raise ValueError(f"block_n={block_n} with a {c.dtype} output leaves room for {stages} stages (need 2)")
+    a_layout = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], _gl_dtype(a.dtype))
+    b_layout = gl.NVMMASharedLayout.get_default_for([block_n, BLOCK_K], _gl_dtype(b.dtype))
+    c_layout = gl.NVMMASharedLayout.get_default_for([BLOCK_M, PART_N], _gl_dtype(c.dtype))
+    a_desc = TensorDescriptor.from_tensor(a, [BLOCK_M, BLOCK_K], a_layout)
+    b_desc = TensorDescriptor.from_tensor(b, [block_n, BLOCK_K], b_layout)
+    c_desc = TensorDescriptor.from_tensor(c, [BLOCK_M, PART_N], c_layout)
+    tiles = -(-m // BLOCK_M) * -(-n // block_n)
+    programs = max(1, min(num_sms, tiles))
+    s_am = sa.stride(0) if rowwise else 0
+    s_bn = (sb.stride(0) if sb.shape[0] == n else sb.stride(-1)) if rowwise else 0
+    # 8 consumer warps at 232 registers and one producer warp at 40 (its warpgroup): 168 on average.
+    gemm_fp8_ws_kernel[(programs,)](
+        a_desc, b_desc, c_desc, sa, sb, m, n, k, s_am, s_bn,
+        SCALING=ROWWISE if rowwise else TENSORWISE, STAGES=stages, GROUP_M=group_m, NUM_PROGRAMS=programs,
+        PRODUCER_REGS=40, A_REGS=a_regs, num_warps=8, maxnreg=168,
+    )
