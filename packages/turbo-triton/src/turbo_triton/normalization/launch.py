@@ -52,8 +52,8 @@ def pick(hidden: int, backward: bool, interp: bool) -> RowConfig:
     with a 1-2 programs a SM persistent grid and walks longer rows in 4-row x 2048 chunks. At 4096
     and 8192 wide the backward's row loop is software-pipelined 3 deep (the session-10 sweep: 74-80%
     -> 88-93% of the copy bandwidth); at 16384 that costs (two rows of 32 KB a stage). At 16384 the
-    backward takes the split kernel (4 unrolled chunks of 4096, 16 warps, one program a SM): the
-    whole-row tile spilled there (session 12: 65% -> 73% of the copy bandwidth).
+    backward takes the split kernel (2 unrolled chunks of 8192, 16 warps, one program a SM, row loop
+    pipelined 2 deep): the whole-row tile spilled there (session 12: 66% -> 78% of the copy bandwidth).
     """
     width = triton.next_power_of_2(hidden)
     if interp:  # few, large programs: the interpreter's cost is per program and per op
@@ -67,7 +67,7 @@ def pick(hidden: int, backward: bool, interp: bool) -> RowConfig:
         return RowConfig(block_m, width, warps, max(1, 32 // warps))
     if backward:
         return {4096: RowConfig(2, 4096, 16, 1, 3), 8192: RowConfig(1, 8192, 16, 1, 3),
-                16384: RowConfig(1, 4096, 16, 1, chunks=4)}.get(width, RowConfig(1, width, 8, 2))
+                16384: RowConfig(1, 8192, 16, 1, 2, chunks=2)}.get(width, RowConfig(1, width, 8, 2))
     warps = 16 if width >= 32768 else 8
     return RowConfig(1, width, warps, max(1, 32 // warps))
 
