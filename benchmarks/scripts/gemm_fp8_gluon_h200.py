@@ -39,8 +39,8 @@ PAIRS = {"e4m3": (E4, E4), "e5m2": (E5, E5), "hybrid": (E4, E5)}
 DEV = "cuda"
 SHAPES = [(8192, 8192, 8192), (8192, 4096, 14336), (8192, 28672, 4096), (8192, 4096, 4096),
           (8192, 14336, 4096), (8192, 8192, 28672)]
-VARIANTS = [dict(block_n=256, a_regs=False), dict(block_n=256, a_regs=False, group_m=16),
-            dict(block_n=256, a_regs=True), dict(block_n=128, a_regs=False)]
+VARIANTS = [dict(block_n=256), dict(block_n=256, group_m=16), dict(block_n=256, group_m=16, decoupled=False),
+            dict(block_n=256, group_m=4), dict(block_n=128)]
 
 
 def operands(rowwise, m, n, k, pair="e4m3"):
@@ -104,8 +104,8 @@ def check(rows):
         except Exception as exc:  # e.g. shapes cuBLAS declines
             base = float("nan")
             print(f"  cuBLAS declined {m}x{n}x{k}: {str(exc)[:80]}", flush=True)
-        for kw in ({"block_n": 256, "a_regs": True}, {"block_n": 128, "a_regs": True},
-                   {"block_n": 256, "a_regs": False}):
+        for kw in ({"block_n": 256}, {"block_n": 128}, {"block_n": 256, "decoupled": False},
+                   {"block_n": 256, "a_regs": True}):
             if gluon_sm90.stages_for(kw["block_n"], torch.empty((), dtype=od).element_size()) < 2:
                 continue
             torch.full((m, n), float("nan"), device=DEV, dtype=od)  # leave NaN in the allocator's free block

@@ -84,6 +84,14 @@ def _part(b, p: gl.constexpr, W: gl.constexpr):
 
 
 @gluon.jit
+def _rows(a_smem, ROW0: gl.constexpr, ROWS: gl.constexpr, BM: gl.constexpr):
+    if ROWS == BM:
+        return a_smem
+    else:
+        return a_smem.slice(ROW0, ROWS)
+
+
+@gluon.jit
 def _a_operand(a_smem, a_layout: gl.constexpr, A_REGS: gl.constexpr):
     """The A tile as the wgmma reads it: from shared memory, or (``A_REGS``) loaded into registers once
     per K step, so that the step's wgmmas but the last read only B from shared memory. The last part
@@ -135,8 +143,11 @@ def _store(acc, c_desc, c_smem, p: gl.constexpr, off_m, off_n):
 @gluon.jit
 def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
               SCALING: gl.constexpr, GROUP_M: gl.constexpr, NUM_PROGRAMS: gl.constexpr, A_REGS: gl.constexpr,
-              num_warps: gl.constexpr):
+              ROW0: gl.constexpr, num_warps: gl.constexpr):
+    """Rows ``[ROW0, ROW0 + ROWS)`` of every tile, ``ROWS`` being ``c_desc``'s block height (the whole
+    ``BLOCK_M`` on 8 warps, or one warpgroup's 64 rows when each warpgroup is its own partition)."""
     BM: gl.constexpr = a_bufs.type.shape[1]
+    ROWS: gl.constexpr = c_desc.block_type.shape[0]
     BK: gl.constexpr = a_bufs.type.shape[2]
     BN: gl.constexpr = b_bufs.type.shape[1]
     W: gl.constexpr = c_desc.block_type.shape[1]
@@ -151,7 +162,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
     k_steps = gl.cdiv(K, BK)
-    zero = gl.zeros([BM, W], gl.float32, acc_layout)
+    zero = gl.zeros([ROWS, W], gl.float32, acc_layout)
     it = 0
     for tile in range(gl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
@@ -160,7 +171,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
         # The tile's row scales (a few registers) are fetched before its K loop; column scales per part
         # in the epilogue.
         if SCALING == ROWWISE:
-            rows = off_m + gl.arange(0, BM, layout=row_layout)
+            rows = off_m + ROW0 + gl.arange(0, ROWS, layout=row_layout)
             sa = gl.load(sa_ptr + rows * s_am, mask=rows < M, other=0.0)
             scale = 1.0
         else:
@@ -180,7 +191,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
         for kk in range(k_steps):
             s = it % STAGES
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-            a_s = a_bufs.index(s)
+            a_s = _rows(a_bufs.index(s), ROW0, ROWS, BM)
             a = _a_operand(a_s, a_layout, A_REGS)
             b = b_bufs.index(s)
             tA = warpgroup_mma(_pick(a, a_s, 0, P), _part(b, 0, W), tA, use_acc=False, is_async=True)
@@ -202,23 +213,28 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
             _release(empty.index(s), A_REGS)
             it += 1
         tma.store_wait(pendings=0)  # the previous tile's stores have read c_smem
-        _store(_scaled(sum0, sa, sb_ptr, off_n, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 0, off_m, off_n)
+        _store(_scaled(sum0, sa, sb_ptr, off_n, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 0, off_m + ROW0, off_n)
         _store(_scaled(sum1, sa, sb_ptr, off_n + W, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 1,
-               off_m, off_n)
+               off_m + ROW0, off_n)
         if P == 4:
             _store(_scaled(sum2, sa, sb_ptr, off_n + 2 * W, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 2,
-                   off_m, off_n)
+                   off_m + ROW0, off_n)
             _store(_scaled(sum3, sa, sb_ptr, off_n + 3 * W, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 3,
-                   off_m, off_n)
+                   off_m + ROW0, off_n)
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
 def gemm_fp8_ws_kernel(a_desc, b_desc, c_desc, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
                        SCALING: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                       NUM_PROGRAMS: gl.constexpr, PRODUCER_REGS: gl.constexpr, A_REGS: gl.constexpr,
-                       num_warps: gl.constexpr):
-    """``c_desc`` blocks are ``[BLOCK_M, W]``, one part of a tile each (``BLOCK_N = 2 W`` or ``4 W``)."""
+                       NUM_PROGRAMS: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                       A_REGS: gl.constexpr, DECOUPLED: gl.constexpr, num_warps: gl.constexpr):
+    """``c_desc`` blocks are ``[ROWS, W]``, one part of a tile each (``BLOCK_N = 2 W`` or ``4 W``).
+
+    ``DECOUPLED``: the two consumer warpgroups are separate partitions (the default one and a worker,
+    ``num_warps == 4``), each computing 64 rows of every tile; a stage is free once both have
+    arrived on its ``empty`` barrier, so neither waits for the other and one's adds and epilogue
+    overlap the other's wgmmas. Otherwise one 8-warp partition computes the whole tile."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
     P: gl.constexpr = b_desc.block_type.shape[0] // c_desc.block_type.shape[1]
@@ -227,12 +243,24 @@ def gemm_fp8_ws_kernel(a_desc, b_desc, c_desc, sa_ptr, sb_ptr, M, N, K, s_am, s_
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-    gl.warp_specialize([
-        (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
-                     SCALING, GROUP_M, NUM_PROGRAMS, A_REGS, num_warps)),
-        (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, NUM_PROGRAMS)),
-    ], [1], [PRODUCER_REGS])
+        mbarrier.init(empty.index(i), count=2 if DECOUPLED else 1)
+    ROW_LO: gl.constexpr = 0
+    ROW_HI: gl.constexpr = c_desc.block_type.shape[0]
+    if DECOUPLED:
+        c_smem1 = gl.allocate_shared_memory(c_desc.dtype, [P] + c_desc.block_type.shape, c_desc.layout)
+        gl.warp_specialize([
+            (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
+                         SCALING, GROUP_M, NUM_PROGRAMS, A_REGS, ROW_LO, num_warps)),
+            (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem1, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
+                         SCALING, GROUP_M, NUM_PROGRAMS, A_REGS, ROW_HI, num_warps)),
+            (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, NUM_PROGRAMS)),
+        ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
+                         SCALING, GROUP_M, NUM_PROGRAMS, A_REGS, ROW_LO, num_warps)),
+            (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, NUM_PROGRAMS)),
+        ], [1], [PRODUCER_REGS])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -263,7 +291,7 @@ def stages_for(block_n: int, out_bytes: int) -> int:
 
 
 def gemm_fp8_nt(a, b, sa, sb, c, rowwise: bool, num_sms: int, *, block_n: int = 256, stages: int | None = None,
-                group_m: int = 8, a_regs: bool = True) -> None:
+                group_m: int = 8, a_regs: bool = False, decoupled: bool = True) -> None:
     """``c[M, N] = (a[M, K] @ b[N, K]^T) * sa * sb`` on sm90.
 
     ``a``, ``b``: FP8 (E4M3 / E5M2, any pairing), row-major, ``K % 16 == 0``, 16-byte aligned.
@@ -283,10 +311,11 @@ def gemm_fp8_nt(a, b, sa, sb, c, rowwise: bool, num_sms: int, *, block_n: int = 
         raise ValueError(f"block_n={block_n} with a {c.dtype} output leaves room for {stages} stages (need 2)")
     a_layout = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], _gl_dtype(a.dtype))
     b_layout = gl.NVMMASharedLayout.get_default_for([block_n, BLOCK_K], _gl_dtype(b.dtype))
-    c_layout = gl.NVMMASharedLayout.get_default_for([BLOCK_M, PART_N], _gl_dtype(c.dtype))
+    rows = BLOCK_M // 2 if decoupled else BLOCK_M
+    c_layout = gl.NVMMASharedLayout.get_default_for([rows, PART_N], _gl_dtype(c.dtype))
     a_desc = TensorDescriptor.from_tensor(a, [BLOCK_M, BLOCK_K], a_layout)
     b_desc = TensorDescriptor.from_tensor(b, [block_n, BLOCK_K], b_layout)
-    c_desc = TensorDescriptor.from_tensor(c, [BLOCK_M, PART_N], c_layout)
+    c_desc = TensorDescriptor.from_tensor(c, [rows, PART_N], c_layout)
     tiles = -(-m // BLOCK_M) * -(-n // block_n)
     programs = max(1, min(num_sms, tiles))
     s_am = sa.stride(0) if rowwise else 0
@@ -295,5 +324,6 @@ def gemm_fp8_nt(a, b, sa, sb, c, rowwise: bool, num_sms: int, *, block_n: int = 
     gemm_fp8_ws_kernel[(programs,)](
         a_desc, b_desc, c_desc, sa, sb, m, n, k, s_am, s_bn,
         SCALING=ROWWISE if rowwise else TENSORWISE, STAGES=stages, GROUP_M=group_m, NUM_PROGRAMS=programs,
-        PRODUCER_REGS=40, A_REGS=a_regs, num_warps=8, maxnreg=168,
+        PRODUCER_REGS=40, CONSUMER_REGS=232, A_REGS=a_regs, DECOUPLED=decoupled,
+        num_warps=4 if decoupled else 8, maxnreg=168,
     )
