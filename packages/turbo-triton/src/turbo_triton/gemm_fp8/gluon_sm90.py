@@ -2,29 +2,34 @@
 
 Why a second kernel. Hopper's FP8 tensor cores add products at reduced precision, so an accurate
 FP8 GEMM adds each 128-deep partial product into an fp32 sum on the CUDA cores ("promotion", what
-cuBLAS and ``torch._scaled_mm`` do by default). Plain Triton serializes that add with the tensor
-cores (benchmarks/gemm-fp8-h200-2026-11-30.md: 0.75-0.83x ``torch._scaled_mm``). Here the schedule
-is written out:
+cuBLAS and ``torch._scaled_mm`` do by default). The plain Triton kernel (``kernels.py``) promotes
+through ``max_num_imprecise_acc`` and reaches 0.75-0.83x ``torch._scaled_mm``
+(benchmarks/gemm-fp8-h200-2026-11-30.md). Here the schedule is written out:
 
-* one producer warp streams A and B tiles into a ring of ``STAGES`` shared-memory buffers with TMA
-  (``ready`` / ``empty`` mbarriers per stage);
-* two consumer warpgroups (the default partition, 8 warps, each warpgroup 64 rows of a
-  ``128 x BLOCK_N`` tile) issue ``wgmma`` on the buffers. Each K step's product is computed as two
-  64-wide parts (``BLOCK_N / 64`` of them) into two alternating temporaries; while one part is in
-  flight on the tensor cores the previous part's finished temporary is added into its fp32 sum.
-  Registers per thread: the sums (``BLOCK_N / 2``) plus two temporaries (32 each): 192 at
-  ``BLOCK_N = 256``, within the 232 a consumer thread gets;
+* one producer warp streams ``128 x 128`` A and ``BLOCK_N x 128`` B tiles into a ring of ``STAGES``
+  shared-memory buffers with TMA (``ready`` / ``empty`` mbarriers per stage);
+* two consumer warpgroups, each its own partition (``DECOUPLED``), each computing 64 rows of every
+  ``128 x BLOCK_N`` tile from the same buffers; a stage is refilled once both have released it, so
+  neither waits for the other and one's adds and epilogue overlap the other's wgmmas;
+* a K step's product is computed in 64-wide parts (``BLOCK_N / 64`` of them) into two alternating
+  temporaries: a part is issued, the previous one is waited for and added into its fp32 sum, so a
+  wgmma is queued while the CUDA cores add. Registers per consumer thread: the sums (``BLOCK_N / 2``)
+  plus two temporaries (32 each), 192 at ``BLOCK_N = 256``, within the 232 it gets;
+* no wgmma is in flight across the K loop's back edge: ptxas cannot follow a wgmma group around a
+  loop, and reading its result in the next iteration made it serialize every wgmma of the kernel
+  (ptxas C7514; measured: 0.66-0.88x cuBLAS serialized, 0.89-1.14x not);
 * the epilogue multiplies by the scales (TENSORWISE: one number each; ROWWISE: ``sa[m] * sb[n]``),
-  rounds to the output dtype and stores through shared memory with TMA, asynchronously, while the
-  producer already fills the next tile's stages.
+  rounds to the output dtype and stores each 64-wide part through shared memory with TMA,
+  asynchronously, while the producer already fills the next tile's stages.
 
 Operands are K-major: ``a`` is ``[M, K]`` and ``b`` is ``[N, K]``, both row-major (the layout Hopper's
-FP8 MMA reads; the launcher copies other layouts K-major first). Tiles are walked persistently in
+FP8 MMA reads; ``launch.py`` copies other layouts K-major first). Tiles are walked persistently in
 grouped order. Numerics: the products are exact, each 128-deep partial sum is the tensor core's,
-everything above it fp32 (as ``torch._scaled_mm``).
+everything above it fp32 — ``torch._scaled_mm``'s result bit for bit on the H200 (TENSORWISE).
 
-Runs only on sm90 GPUs (``triton.experimental.gluon``, Triton >= 3.5); the interpreter and other
-GPUs take the portable kernels in ``turbo_triton.gemm_fp8.kernels``.
+Runs only on sm90 GPUs (``triton.experimental.gluon``, written against Triton 3.6); the interpreter
+and other GPUs take the portable kernels in ``turbo_triton.gemm_fp8.kernels``, and ``launch.py``
+falls back to them for good if this one fails to compile.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 TENSORWISE = gl.constexpr(0)
 ROWWISE = gl.constexpr(1)
+BLOCKWISE = gl.constexpr(2)
 
 
 @gluon.jit
@@ -127,8 +133,34 @@ def _scaled(acc, sa, sb_ptr, col0, N, s_bn, scale, SCALING: gl.constexpr, col_la
         cols = col0 + gl.arange(0, W, layout=col_layout)
         sb = gl.load(sb_ptr + cols * s_bn, mask=cols < N, other=0.0)
         return acc * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
-    else:
+    elif SCALING == TENSORWISE:
         return acc * scale
+    else:  # BLOCKWISE: scaled as the partial sums were promoted
+        return acc
+
+
+@gluon.jit
+def _promote(acc, t, sa_k, sb_k, SCALING: gl.constexpr):
+    """``acc + t``, or for BLOCKWISE ``acc + t * sa[m, kb] * sb[kb, n block]``."""
+    if SCALING == BLOCKWISE:
+        return acc + t * gl.expand_dims(sa_k * sb_k, 1)
+    else:
+        return acc + t
+
+
+@gluon.jit
+def _block_scales(sa_ptr, sb_ptr, rows, off_n, kb, M, N, s_am, s_ak, s_bk, s_bn, A_ROW_DIV: gl.constexpr,
+                  BN: gl.constexpr):
+    """K block ``kb``'s scales: ``sa`` for the rows (``rows // A_ROW_DIV``: 1 for 1 x 128 blocks, 128 for
+    128 x 128 tiles) and the weights' 128 x 128 tile scales of the tile's columns: the low half's and
+    (``BLOCK_N = 256``) the high half's."""
+    sa = gl.load(sa_ptr + (rows // A_ROW_DIV) * s_am + kb * s_ak, mask=rows < M, other=0.0)
+    base = sb_ptr + kb * s_bk
+    sb_lo = gl.load(base + (off_n // 128) * s_bn)
+    sb_hi = sb_lo
+    if BN == 256:
+        sb_hi = gl.load(base + (gl.minimum(off_n + 128, N - 1) // 128) * s_bn)
+    return sa, sb_lo, sb_hi
 
 
 @gluon.jit
@@ -141,9 +173,9 @@ def _store(acc, c_desc, c_smem, p: gl.constexpr, off_m, off_n):
 
 
 @gluon.jit
-def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
-              SCALING: gl.constexpr, GROUP_M: gl.constexpr, NUM_PROGRAMS: gl.constexpr, A_REGS: gl.constexpr,
-              ROW0: gl.constexpr, num_warps: gl.constexpr):
+def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_ak, s_bk, s_bn,
+              SCALING: gl.constexpr, A_ROW_DIV: gl.constexpr, GROUP_M: gl.constexpr,
+              NUM_PROGRAMS: gl.constexpr, A_REGS: gl.constexpr, ROW0: gl.constexpr, num_warps: gl.constexpr):
     """Rows ``[ROW0, ROW0 + ROWS)`` of every tile, ``ROWS`` being ``c_desc``'s block height (the whole
     ``BLOCK_M`` on 8 warps, or one warpgroup's 64 rows when each warpgroup is its own partition)."""
     BM: gl.constexpr = a_bufs.type.shape[1]
@@ -168,15 +200,21 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BM
         off_n = pid_n * BN
-        # The tile's row scales (a few registers) are fetched before its K loop; column scales per part
-        # in the epilogue.
+        # ROWWISE: the tile's row scales (a few registers) are fetched before its K loop, column
+        # scales per part in the epilogue. BLOCKWISE: each K step's scales are fetched one step ahead.
+        rows = off_m + ROW0 + gl.arange(0, ROWS, layout=row_layout)
+        sa = 1.0
+        scale = 1.0
+        sa_k = 1.0
+        sb_lo = 1.0
+        sb_hi = 1.0
         if SCALING == ROWWISE:
-            rows = off_m + ROW0 + gl.arange(0, ROWS, layout=row_layout)
             sa = gl.load(sa_ptr + rows * s_am, mask=rows < M, other=0.0)
-            scale = 1.0
-        else:
-            sa = 1.0
+        elif SCALING == TENSORWISE:
             scale = gl.load(sa_ptr) * gl.load(sb_ptr)
+        else:  # typed like the K loop's loads below (a loop-carried value keeps its type)
+            sa_k, sb_lo, sb_hi = _block_scales(sa_ptr, sb_ptr, rows, off_n, 0, M, N, s_am, s_ak, s_bk, s_bn,
+                                               A_ROW_DIV, BN)
         # A K step's parts go through two temporaries, tA (even parts) and tB (odd parts): a part is
         # issued, then the one before it is waited for (wgmma groups retire in order) and added into
         # its sum, so a wgmma is queued while the CUDA cores add. Nothing stays in flight across the
@@ -188,8 +226,11 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
         sum3 = zero
         tA = zero
         tB = zero
-        for kk in range(k_steps):
+        for _step in range(k_steps):
             s = it % STAGES
+            if SCALING == BLOCKWISE:  # fetched while the stage's TMA lands and the first part runs
+                sa_k, sb_lo, sb_hi = _block_scales(sa_ptr, sb_ptr, rows, off_n, _step, M, N, s_am, s_ak, s_bk, s_bn,
+                                                   A_ROW_DIV, BN)
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
             a_s = _rows(a_bufs.index(s), ROW0, ROWS, BM)
             a = _a_operand(a_s, a_layout, A_REGS)
@@ -197,19 +238,19 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
             tA = warpgroup_mma(_pick(a, a_s, 0, P), _part(b, 0, W), tA, use_acc=False, is_async=True)
             tB = warpgroup_mma(_pick(a, a_s, 1, P), _part(b, 1, W), tB, use_acc=False, is_async=True)
             tA = warpgroup_mma_wait(num_outstanding=1, deps=(tA,))
-            sum0 = sum0 + tA
+            sum0 = _promote(sum0, tA, sa_k, sb_lo, SCALING)
             if P == 4:
                 tA = warpgroup_mma(_pick(a, a_s, 2, P), _part(b, 2, W), tA, use_acc=False, is_async=True)
                 tB = warpgroup_mma_wait(num_outstanding=1, deps=(tB,))
-                sum1 = sum1 + tB
+                sum1 = _promote(sum1, tB, sa_k, sb_lo, SCALING)
                 tB = warpgroup_mma(_pick(a, a_s, 3, P), _part(b, 3, W), tB, use_acc=False, is_async=True)
                 tA = warpgroup_mma_wait(num_outstanding=1, deps=(tA,))
-                sum2 = sum2 + tA
+                sum2 = _promote(sum2, tA, sa_k, sb_hi, SCALING)
                 tB = warpgroup_mma_wait(num_outstanding=0, deps=(tB,))
-                sum3 = sum3 + tB
+                sum3 = _promote(sum3, tB, sa_k, sb_hi, SCALING)
             else:
                 tB = warpgroup_mma_wait(num_outstanding=0, deps=(tB,))
-                sum1 = sum1 + tB
+                sum1 = _promote(sum1, tB, sa_k, sb_lo, SCALING)
             _release(empty.index(s), A_REGS)
             it += 1
         tma.store_wait(pendings=0)  # the previous tile's stores have read c_smem
@@ -225,8 +266,9 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
 
 
 @gluon.jit
-def gemm_fp8_ws_kernel(a_desc, b_desc, c_desc, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
-                       SCALING: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+def gemm_fp8_ws_kernel(a_desc, b_desc, c_desc, sa_ptr, sb_ptr, M, N, K, s_am, s_ak, s_bk, s_bn,
+                       SCALING: gl.constexpr, A_ROW_DIV: gl.constexpr,
+                       STAGES: gl.constexpr, GROUP_M: gl.constexpr,
                        NUM_PROGRAMS: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                        A_REGS: gl.constexpr, DECOUPLED: gl.constexpr, num_warps: gl.constexpr):
     """``c_desc`` blocks are ``[ROWS, W]``, one part of a tile each (``BLOCK_N = 2 W`` or ``4 W``).
@@ -249,16 +291,16 @@ def gemm_fp8_ws_kernel(a_desc, b_desc, c_desc, sa_ptr, sb_ptr, M, N, K, s_am, s_
     if DECOUPLED:
         c_smem1 = gl.allocate_shared_memory(c_desc.dtype, [P] + c_desc.block_type.shape, c_desc.layout)
         gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
-                         SCALING, GROUP_M, NUM_PROGRAMS, A_REGS, ROW_LO, num_warps)),
-            (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem1, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
-                         SCALING, GROUP_M, NUM_PROGRAMS, A_REGS, ROW_HI, num_warps)),
+            (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_ak, s_bk,
+                         s_bn, SCALING, A_ROW_DIV, GROUP_M, NUM_PROGRAMS, A_REGS, ROW_LO, num_warps)),
+            (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem1, sa_ptr, sb_ptr, M, N, K, s_am, s_ak, s_bk,
+                         s_bn, SCALING, A_ROW_DIV, GROUP_M, NUM_PROGRAMS, A_REGS, ROW_HI, num_warps)),
             (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, NUM_PROGRAMS)),
         ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_bn,
-                         SCALING, GROUP_M, NUM_PROGRAMS, A_REGS, ROW_LO, num_warps)),
+            (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_ak, s_bk,
+                         s_bn, SCALING, A_ROW_DIV, GROUP_M, NUM_PROGRAMS, A_REGS, ROW_LO, num_warps)),
             (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, NUM_PROGRAMS)),
         ], [1], [PRODUCER_REGS])
 
@@ -290,40 +332,54 @@ def stages_for(block_n: int, out_bytes: int) -> int:
     return max(0, min(6, (_SMEM_BYTES - out - 2048) // per_stage))
 
 
-def gemm_fp8_nt(a, b, sa, sb, c, rowwise: bool, num_sms: int, *, block_n: int = 256, stages: int | None = None,
-                group_m: int = 8, a_regs: bool = False, decoupled: bool = True) -> None:
-    """``c[M, N] = (a[M, K] @ b[N, K]^T) * sa * sb`` on sm90.
+def gemm_fp8_nt(a, b, sa, sb, c, scaling: str, num_sms: int, *, block_n: int = 256, stages: int | None = None,
+                group_m: int = 8, a_regs: bool = False, decoupled: bool = True, s_am: int | None = None,
+                s_ak: int = 0, s_bk: int = 0, s_bn: int | None = None, a_row_div: int = 1) -> None:
+    """``c[M, N] = dequant(a[M, K]) @ dequant(b[N, K])^T`` on sm90.
 
     ``a``, ``b``: FP8 (E4M3 / E5M2, any pairing), row-major, ``K % 16 == 0``, 16-byte aligned.
-    TENSORWISE: ``sa``, ``sb`` one-element fp32 tensors. ROWWISE (``rowwise``): ``sa`` holds ``M``
-    fp32 values at stride ``sa.stride(0)`` (a ``[M, 1]`` tensor), ``sb`` ``N`` values (``[N, 1]``
-    or ``[1, N]``). ``c``: ``[M, N]`` row-major bf16, fp16 or fp32, written (not accumulated).
-    ``block_n``: 128 or 256; ``stages``: operand buffers (default: as many as fit).
+    ``scaling``: ``"TENSORWISE"`` (``sa``, ``sb`` one-element fp32 tensors), ``"ROWWISE"`` (``M`` fp32
+    values ``sa[m * s_am]``, ``N`` values ``sb[n * s_bn]``; by default the strides of ``[M, 1]`` and
+    ``[N, 1]`` / ``[1, N]`` tensors) or ``"BLOCKWISE"`` with 128-deep K blocks (``sa[(m // a_row_div)
+    * s_am + kb * s_ak]``: ``a_row_div`` 1 for 1 x 128 blocks, 128 for 128 x 128 tiles;
+    ``sb[kb * s_bk + (n // 128) * s_bn]``: the weights' 128 x 128 tiles). ``c``: ``[M, N]`` row-major bf16, fp16 or fp32, written (not
+    accumulated).
+    ``block_n``: 128 or 256; ``stages``: operand buffers (default: as many as fit); ``group_m``: tiles
+    per group of the grouped order; ``a_regs``: load A into registers once per K step (measured
+    slower); ``decoupled``: one partition per consumer warpgroup (else one 8-warp partition).
     """
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     m, k = a.shape
     n = b.shape[0]
+    modes = {"TENSORWISE": TENSORWISE, "ROWWISE": ROWWISE, "BLOCKWISE": BLOCKWISE}
+    if scaling not in modes:
+        raise ValueError(f"scaling: expected one of {sorted(modes)}, got {scaling!r}")
     if block_n not in (2 * PART_N, 4 * PART_N):
         raise ValueError(f"block_n: expected {2 * PART_N} or {4 * PART_N}, got {block_n}")
+    if scaling == "BLOCKWISE" and a_row_div not in (1, BLOCK_M):
+        raise ValueError(f"BLOCKWISE: a_row_div must be 1 or {BLOCK_M}, got {a_row_div}")
     stages = stages or stages_for(block_n, c.element_size())
     if stages < 2:
         raise ValueError(f"block_n={block_n} with a {c.dtype} output leaves room for {stages} stages (need 2)")
+    rows = BLOCK_M // 2 if decoupled else BLOCK_M
     a_layout = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], _gl_dtype(a.dtype))
     b_layout = gl.NVMMASharedLayout.get_default_for([block_n, BLOCK_K], _gl_dtype(b.dtype))
-    rows = BLOCK_M // 2 if decoupled else BLOCK_M
     c_layout = gl.NVMMASharedLayout.get_default_for([rows, PART_N], _gl_dtype(c.dtype))
     a_desc = TensorDescriptor.from_tensor(a, [BLOCK_M, BLOCK_K], a_layout)
     b_desc = TensorDescriptor.from_tensor(b, [block_n, BLOCK_K], b_layout)
     c_desc = TensorDescriptor.from_tensor(c, [rows, PART_N], c_layout)
     tiles = -(-m // BLOCK_M) * -(-n // block_n)
     programs = max(1, min(num_sms, tiles))
-    s_am = sa.stride(0) if rowwise else 0
-    s_bn = (sb.stride(0) if sb.shape[0] == n else sb.stride(-1)) if rowwise else 0
-    # 8 consumer warps at 232 registers and one producer warp at 40 (its warpgroup): 168 on average.
+    rowwise = scaling == "ROWWISE"
+    if s_am is None:
+        s_am = sa.stride(0) if rowwise else 0
+    if s_bn is None:
+        s_bn = (sb.stride(0) if sb.shape[0] == n else sb.stride(-1)) if rowwise else 0
+    # Two consumer warpgroups at 232 registers and one producer warp at 40 (its warpgroup): 168 on average.
     gemm_fp8_ws_kernel[(programs,)](
-        a_desc, b_desc, c_desc, sa, sb, m, n, k, s_am, s_bn,
-        SCALING=ROWWISE if rowwise else TENSORWISE, STAGES=stages, GROUP_M=group_m, NUM_PROGRAMS=programs,
-        PRODUCER_REGS=40, CONSUMER_REGS=232, A_REGS=a_regs, DECOUPLED=decoupled,
+        a_desc, b_desc, c_desc, sa, sb, m, n, k, s_am, s_ak, s_bk, s_bn,
+        SCALING=modes[scaling], A_ROW_DIV=a_row_div, STAGES=stages, GROUP_M=group_m,
+        NUM_PROGRAMS=programs, PRODUCER_REGS=40, CONSUMER_REGS=232, A_REGS=a_regs, DECOUPLED=decoupled,
         num_warps=4 if decoupled else 8, maxnreg=168,
     )

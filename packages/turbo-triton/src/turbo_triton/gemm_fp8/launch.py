@@ -3,10 +3,16 @@
 Every layout (NN, NT, TN, TT; trans_c; accumulate into ``out``) and every granularity runs without
 copying operands or scales: layouts become strides or descriptor block shapes, scale layouts become
 scale strides (see ``turbo_triton.gemm_fp8.kernels``). Compiled variants are cached by Triton.
+
+On sm90, large TENSORWISE / ROWWISE problems with a fresh output go to the Gluon kernel
+(``turbo_triton.gemm_fp8.gluon_sm90``: warp-specialized, its fp32 promotion overlapped with the
+tensor cores); :func:`gluon_reason` says when and why not. ``TURBO_TRITON_FP8_GLUON=0`` turns it off.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, replace
 
 import torch
@@ -19,7 +25,10 @@ from turbo_triton.gemm.launch import _tma_eligible, _tma_ok
 from turbo_triton.gemm_fp8 import configs
 from turbo_triton.transpose import transpose_last2
 
-__all__ = ["can_handle", "gemm_fp8", "kernel_path"]
+__all__ = ["can_handle", "gemm_fp8", "gluon_reason", "kernel_path"]
+
+_log = logging.getLogger(__name__)
+_GLUON_BROKEN: list[str] = []  # the first error of a Gluon launch (then never tried again in this process)
 
 G = ScalingGranularity
 _FNUZ = (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
@@ -92,7 +101,75 @@ def kernel_path(args: GemmFp8Args) -> str:
     a = args.a.new_empty(args.a.shape[::-1]) if copied and args.trans_a else args.a  # as the copy would be
     b = args.b.new_empty(args.b.shape[::-1]) if copied and not args.trans_b else args.b
     path = "tma" if _tma_eligible(arch, k, a, b) else "pointer"
+    if gluon_reason(replace(args, a=a, b=b, trans_a=args.trans_a and not copied,
+                            trans_b=args.trans_b or copied), arch, k, scale_addressing(args)) is None:
+        path = "gluon"
     return path + "+kmajor" if copied else path
+
+
+_GLUON_A = (torch.float8_e4m3fn, torch.float8_e5m2)
+_GLUON_C = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def gluon_reason(args: GemmFp8Args, arch: str, k: int, scales: _Scales, out: torch.Tensor | None = None) -> str | None:
+    """Why the Gluon sm90 kernel does not take these (already K-major) arguments, or ``None``.
+
+    It takes TENSORWISE, ROWWISE and BLOCKWISE (128-deep blocks: 1 x 128 or 128 x 128 for ``a``,
+    128 x 128 for ``b``) with fp32 scales (``scales``: their addressing, from
+    :func:`scale_addressing` of the arguments as given), NT operands (``a [M, K]``, ``b [N, K]``) in
+    E4M3/E5M2, a fresh row-major bf16/fp16/fp32 output, TMA-compatible strides, and problems of at
+    least one wave of its tiles (smaller ones keep the Triton kernel's smaller tiles)."""
+    if os.environ.get("TURBO_TRITON_FP8_GLUON", "1").strip().lower() in ("0", "false", "no", "off"):
+        return "TURBO_TRITON_FP8_GLUON=0"
+    if _GLUON_BROKEN:
+        return f"the Gluon kernel failed earlier in this process: {_GLUON_BROKEN[0]}"
+    if arch != "sm90" or _runtime.interpreting():
+        return f"the Gluon kernel is written for sm90 (wgmma), this is {arch}"
+    gran = G(args.granularity)
+    if gran == G.BLOCKWISE:
+        if args.block_size != 128 or scales.b_div != 128:
+            return "the Gluon kernel's BLOCKWISE takes 128-deep blocks with 128 x 128 tiles for b"
+    elif gran not in (G.TENSORWISE, G.ROWWISE):
+        return f"{gran.name} is not implemented in the Gluon kernel"
+    if configs.fast_accumulate():
+        return "TURBO_TRITON_FP8_FAST_ACCUM=1 runs the unpromoted Triton kernel"
+    if args.out is not None or args.trans_c or args.trans_a or not args.trans_b:
+        return "the Gluon kernel writes a fresh [M, N] output from K-major a [M, K] and b [N, K]"
+    if args.a.dtype not in _GLUON_A or args.b.dtype not in _GLUON_A or args.result_dtype not in _GLUON_C:
+        return f"dtypes {args.a.dtype}/{args.b.dtype} -> {args.result_dtype} are not the Gluon kernel's"
+    if args.a_scale_inv.dtype != torch.float32 or args.b_scale_inv.dtype != torch.float32:
+        return "the Gluon kernel reads fp32 scales"
+    if k % 16 or not _tma_ok(args.a, args.b) or (out is not None and not _tma_ok(out)):
+        return "TMA needs 16-byte aligned rows and bases"
+    m, n = args.a.shape[0], args.b.shape[0]
+    bm, bn = 128, _gluon_block_n(gran, args.result_dtype)
+    tiles = -(-m // bm) * -(-n // bn)
+    if tiles < _runtime.num_sms(args.a.device.index or 0):
+        return f"{tiles} tiles of {bm} x {bn} are less than one wave"
+    return None
+
+
+def _gluon_block_n(gran: G, out_dtype: torch.dtype) -> int:
+    """256-wide tiles, but 128 for BLOCKWISE (the per-step scales spill registers at 256) and for fp32
+    outputs (their staging leaves room for 5 operand stages at 128, 2 at 256)."""
+    return 128 if gran == G.BLOCKWISE or out_dtype == torch.float32 else 256
+
+
+def _launch_gluon(args: GemmFp8Args, c: torch.Tensor, scales: _Scales, sms: int) -> bool:
+    """Run the Gluon kernel; ``False`` (and a warning, once) if it cannot compile or launch here."""
+    try:
+        from turbo_triton.gemm_fp8 import gluon_sm90
+
+        gran = G(args.granularity)
+        gluon_sm90.gemm_fp8_nt(args.a, args.b, args.a_scale_inv, args.b_scale_inv, c, gran.name, sms,
+                               block_n=_gluon_block_n(gran, c.dtype), group_m=16, s_am=scales.s_am,
+                               s_ak=scales.s_ak, s_bk=scales.s_bk, s_bn=scales.s_bn, a_row_div=scales.a_div)
+        return True
+    except Exception as exc:  # an unsupported Triton version, a driver without the features: keep working
+        _GLUON_BROKEN.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
+        _log.warning("turbo-triton: the Gluon FP8 GEMM failed (%s); using the Triton kernel from now on",
+                     _GLUON_BROKEN[0])
+        return False
 
 
 def _k_major_needed(arch: str, k: int) -> bool:
@@ -139,6 +216,8 @@ def gemm_fp8(args: GemmFp8Args, config: gemm_configs.GemmConfig | None = None) -
     scales = scale_addressing(args)  # logical (row, K block) addressing: unchanged by the copies below
     args = _k_major(args, arch, k)
     a, b = args.a, args.b
+    if config is None and gluon_reason(args, arch, k, scales, c) is None and _launch_gluon(args, c, scales, sms):
+        return c
     tma = arch != "interpreter" and _tma_eligible(arch, k, a, b)
     tma_store = tma and _tma_ok(c)
     block_k = args.block_size if gran == G.BLOCKWISE else None
