@@ -1,5 +1,8 @@
 """The Gluon sm90 FP8 GEMM (``turbo_triton.gemm_fp8.gluon_sm90``): which calls it takes and why not
-(CPU), and its results against the reference on a Hopper GPU (``@pytest.mark.gpu``)."""
+(CPU), and its results against the reference on a Hopper GPU (``@pytest.mark.gpu``:
+``TRITON_INTERPRET=0 pytest -m gpu packages/turbo-triton/tests/test_gemm_fp8_gluon.py``)."""
+
+import os
 
 import pytest
 import torch
@@ -86,11 +89,14 @@ def test_stage_budget():
 
 
 def _sm90() -> bool:
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+    """A Hopper GPU and the compiled kernels (this package's tests default to the interpreter:
+    run these with ``TRITON_INTERPRET=0 pytest -m gpu``)."""
+    return (os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available()
+            and torch.cuda.get_device_capability() == (9, 0))
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _sm90(), reason="the Gluon FP8 GEMM runs on sm90 (Hopper) GPUs only")
+@pytest.mark.skipif(not _sm90(), reason="the Gluon FP8 GEMM runs on sm90 (Hopper) GPUs, not in the interpreter")
 @pytest.mark.parametrize("gran", ["TENSORWISE", "ROWWISE", "BLOCKWISE"])
 @pytest.mark.parametrize("shape", [(4096, 8192, 1024), (4000, 8200, 1040)])
 @pytest.mark.parametrize("out", [torch.bfloat16, torch.float32])
