@@ -46,7 +46,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 TENSORWISE = gl.constexpr(0)
 ROWWISE = gl.constexpr(1)
-BLOCKWISE = gl.constexpr(2)
+BLOCKWISE = gl.constexpr(2)  # b scales per 128 x 128 tile
+BLOCKWISE_VEC = gl.constexpr(3)  # b scales per column and 128-deep block (wgrad's 1 x 128 gradients)
 
 
 @gluon.jit
@@ -141,26 +142,42 @@ def _scaled(acc, sa, sb_ptr, col0, N, s_bn, scale, SCALING: gl.constexpr, col_la
 
 @gluon.jit
 def _promote(acc, t, sa_k, sb_k, SCALING: gl.constexpr):
-    """``acc + t``, or for BLOCKWISE ``acc + t * sa[m, kb] * sb[kb, n block]``."""
+    """``acc + t``, or for BLOCKWISE ``acc + t * sa[m, kb] * sb[kb, n block]`` (``sb[kb, n]``)."""
     if SCALING == BLOCKWISE:
         return acc + t * gl.expand_dims(sa_k * sb_k, 1)
+    elif SCALING == BLOCKWISE_VEC:
+        return acc + (t * gl.expand_dims(sa_k, 1)) * gl.expand_dims(sb_k, 0)
     else:
         return acc + t
 
 
 @gluon.jit
 def _block_scales(sa_ptr, sb_ptr, rows, off_n, kb, M, N, s_am, s_ak, s_bk, s_bn, A_ROW_DIV: gl.constexpr,
-                  BN: gl.constexpr):
+                  BN: gl.constexpr, SCALING: gl.constexpr, col_layout: gl.constexpr):
     """K block ``kb``'s scales: ``sa`` for the rows (``rows // A_ROW_DIV``: 1 for 1 x 128 blocks, 128 for
     128 x 128 tiles) and the weights' 128 x 128 tile scales of the tile's columns: the low half's and
     (``BLOCK_N = 256``) the high half's."""
     sa = gl.load(sa_ptr + (rows // A_ROW_DIV) * s_am + kb * s_ak, mask=rows < M, other=0.0)
     base = sb_ptr + kb * s_bk
-    sb_lo = gl.load(base + (off_n // 128) * s_bn)
-    sb_hi = sb_lo
-    if BN == 256:
-        sb_hi = gl.load(base + (gl.minimum(off_n + 128, N - 1) // 128) * s_bn)
+    if SCALING == BLOCKWISE_VEC:  # BLOCK_N = 128: one vector per 64-wide part
+        cols = off_n + gl.arange(0, BN // 2, layout=col_layout)
+        sb_lo = gl.load(base + cols * s_bn, mask=cols < N, other=0.0)
+        sb_hi = gl.load(base + (cols + BN // 2) * s_bn, mask=cols + BN // 2 < N, other=0.0)
+    else:
+        sb_lo = gl.load(base + (off_n // 128) * s_bn)
+        sb_hi = sb_lo
+        if BN == 256:
+            sb_hi = gl.load(base + (gl.minimum(off_n + 128, N - 1) // 128) * s_bn)
     return sa, sb_lo, sb_hi
+
+
+@gluon.jit
+def _second_half(sb_lo, sb_hi, SCALING: gl.constexpr):
+    """Part 1's b scale when ``BLOCK_N = 128``: the high half's vector, or the one tile's scale."""
+    if SCALING == BLOCKWISE_VEC:
+        return sb_hi
+    else:
+        return sb_lo
 
 
 @gluon.jit
@@ -214,7 +231,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
             scale = gl.load(sa_ptr) * gl.load(sb_ptr)
         else:  # typed like the K loop's loads below (a loop-carried value keeps its type)
             sa_k, sb_lo, sb_hi = _block_scales(sa_ptr, sb_ptr, rows, off_n, 0, M, N, s_am, s_ak, s_bk, s_bn,
-                                               A_ROW_DIV, BN)
+                                               A_ROW_DIV, BN, SCALING, col_layout)
         # A K step's parts go through two temporaries, tA (even parts) and tB (odd parts): a part is
         # issued, then the one before it is waited for (wgmma groups retire in order) and added into
         # its sum, so a wgmma is queued while the CUDA cores add. Nothing stays in flight across the
@@ -228,9 +245,9 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
         tB = zero
         for _step in range(k_steps):
             s = it % STAGES
-            if SCALING == BLOCKWISE:  # fetched while the stage's TMA lands and the first part runs
+            if SCALING >= BLOCKWISE:  # fetched while the stage's TMA lands and the first part runs
                 sa_k, sb_lo, sb_hi = _block_scales(sa_ptr, sb_ptr, rows, off_n, _step, M, N, s_am, s_ak, s_bk, s_bn,
-                                                   A_ROW_DIV, BN)
+                                                   A_ROW_DIV, BN, SCALING, col_layout)
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
             a_s = _rows(a_bufs.index(s), ROW0, ROWS, BM)
             a = _a_operand(a_s, a_layout, A_REGS)
@@ -250,7 +267,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
                 sum3 = _promote(sum3, tB, sa_k, sb_hi, SCALING)
             else:
                 tB = warpgroup_mma_wait(num_outstanding=0, deps=(tB,))
-                sum1 = _promote(sum1, tB, sa_k, sb_lo, SCALING)
+                sum1 = _promote(sum1, tB, sa_k, _second_half(sb_lo, sb_hi, SCALING), SCALING)
             _release(empty.index(s), A_REGS)
             it += 1
         tma.store_wait(pendings=0)  # the previous tile's stores have read c_smem
@@ -334,7 +351,8 @@ def stages_for(block_n: int, out_bytes: int) -> int:
 
 def gemm_fp8_nt(a, b, sa, sb, c, scaling: str, num_sms: int, *, block_n: int = 256, stages: int | None = None,
                 group_m: int = 8, a_regs: bool = False, decoupled: bool = True, s_am: int | None = None,
-                s_ak: int = 0, s_bk: int = 0, s_bn: int | None = None, a_row_div: int = 1) -> None:
+                s_ak: int = 0, s_bk: int = 0, s_bn: int | None = None, a_row_div: int = 1,
+                b_col_div: int = 128) -> None:
     """``c[M, N] = dequant(a[M, K]) @ dequant(b[N, K])^T`` on sm90.
 
     ``a``, ``b``: FP8 (E4M3 / E5M2, any pairing), row-major, ``K % 16 == 0``, 16-byte aligned.
@@ -342,7 +360,8 @@ def gemm_fp8_nt(a, b, sa, sb, c, scaling: str, num_sms: int, *, block_n: int = 2
     values ``sa[m * s_am]``, ``N`` values ``sb[n * s_bn]``; by default the strides of ``[M, 1]`` and
     ``[N, 1]`` / ``[1, N]`` tensors) or ``"BLOCKWISE"`` with 128-deep K blocks (``sa[(m // a_row_div)
     * s_am + kb * s_ak]``: ``a_row_div`` 1 for 1 x 128 blocks, 128 for 128 x 128 tiles;
-    ``sb[kb * s_bk + (n // 128) * s_bn]``: the weights' 128 x 128 tiles). ``c``: ``[M, N]`` row-major bf16, fp16 or fp32, written (not
+    ``sb[kb * s_bk + (n // b_col_div) * s_bn]``: ``b_col_div`` 128 for the weights' 128 x 128 tiles, 1
+    for per-column 1 x 128 blocks as wgrad's gradients have, with ``block_n=128``). ``c``: ``[M, N]`` row-major bf16, fp16 or fp32, written (not
     accumulated).
     ``block_n``: 128 or 256; ``stages``: operand buffers (default: as many as fit); ``group_m``: tiles
     per group of the grouped order; ``a_regs``: load A into registers once per K step (measured
@@ -353,12 +372,18 @@ def gemm_fp8_nt(a, b, sa, sb, c, scaling: str, num_sms: int, *, block_n: int = 2
     m, k = a.shape
     n = b.shape[0]
     modes = {"TENSORWISE": TENSORWISE, "ROWWISE": ROWWISE, "BLOCKWISE": BLOCKWISE}
+    mode = modes.get(scaling)
+    if scaling == "BLOCKWISE" and b_col_div == 1:
+        mode = BLOCKWISE_VEC
+        if block_n != 2 * PART_N:
+            raise ValueError(f"BLOCKWISE with per-column b scales (b_col_div=1) runs with block_n={2 * PART_N}")
     if scaling not in modes:
         raise ValueError(f"scaling: expected one of {sorted(modes)}, got {scaling!r}")
     if block_n not in (2 * PART_N, 4 * PART_N):
         raise ValueError(f"block_n: expected {2 * PART_N} or {4 * PART_N}, got {block_n}")
-    if scaling == "BLOCKWISE" and a_row_div not in (1, BLOCK_M):
-        raise ValueError(f"BLOCKWISE: a_row_div must be 1 or {BLOCK_M}, got {a_row_div}")
+    if scaling == "BLOCKWISE" and (a_row_div not in (1, BLOCK_M) or b_col_div not in (1, 128)):
+        raise ValueError(f"BLOCKWISE: a_row_div must be 1 or {BLOCK_M} and b_col_div 1 or 128, got {a_row_div} "
+                         f"and {b_col_div}")
     stages = stages or stages_for(block_n, c.element_size())
     if stages < 2:
         raise ValueError(f"block_n={block_n} with a {c.dtype} output leaves room for {stages} stages (need 2)")
@@ -379,7 +404,7 @@ def gemm_fp8_nt(a, b, sa, sb, c, scaling: str, num_sms: int, *, block_n: int = 2
     # Two consumer warpgroups at 232 registers and one producer warp at 40 (its warpgroup): 168 on average.
     gemm_fp8_ws_kernel[(programs,)](
         a_desc, b_desc, c_desc, sa, sb, m, n, k, s_am, s_ak, s_bk, s_bn,
-        SCALING=modes[scaling], A_ROW_DIV=a_row_div, STAGES=stages, GROUP_M=group_m,
+        SCALING=mode, A_ROW_DIV=a_row_div, STAGES=stages, GROUP_M=group_m,
         NUM_PROGRAMS=programs, PRODUCER_REGS=40, CONSUMER_REGS=232, A_REGS=a_regs, DECOUPLED=decoupled,
         num_warps=4 if decoupled else 8, maxnreg=168,
     )

@@ -114,8 +114,8 @@ _GLUON_C = (torch.bfloat16, torch.float16, torch.float32)
 def gluon_reason(args: GemmFp8Args, arch: str, k: int, scales: _Scales, out: torch.Tensor | None = None) -> str | None:
     """Why the Gluon sm90 kernel does not take these (already K-major) arguments, or ``None``.
 
-    It takes TENSORWISE, ROWWISE and BLOCKWISE (128-deep blocks: 1 x 128 or 128 x 128 for ``a``,
-    128 x 128 for ``b``) with fp32 scales (``scales``: their addressing, from
+    It takes TENSORWISE, ROWWISE and BLOCKWISE (128-deep blocks: 1 x 128 or 128 x 128 for ``a`` and
+    for ``b``) with fp32 scales (``scales``: their addressing, from
     :func:`scale_addressing` of the arguments as given), NT operands (``a [M, K]``, ``b [N, K]``) in
     E4M3/E5M2, a fresh row-major bf16/fp16/fp32 output, TMA-compatible strides, and problems of at
     least one wave of its tiles (smaller ones keep the Triton kernel's smaller tiles)."""
@@ -127,8 +127,9 @@ def gluon_reason(args: GemmFp8Args, arch: str, k: int, scales: _Scales, out: tor
         return f"the Gluon kernel is written for sm90 (wgmma), this is {arch}"
     gran = G(args.granularity)
     if gran == G.BLOCKWISE:
-        if args.block_size != 128 or scales.b_div != 128:
-            return "the Gluon kernel's BLOCKWISE takes 128-deep blocks with 128 x 128 tiles for b"
+        if args.block_size != 128 or scales.b_div not in (1, 128) or (scales.b_div == 1 and scales.s_bn != 1):
+            return ("the Gluon kernel's BLOCKWISE takes 128-deep blocks (for b 128 x 128 tiles, or 1 x 128 blocks "
+                    "with unit-stride columns)")
     elif gran not in (G.TENSORWISE, G.ROWWISE):
         return f"{gran.name} is not implemented in the Gluon kernel"
     if configs.fast_accumulate():
@@ -163,7 +164,8 @@ def _launch_gluon(args: GemmFp8Args, c: torch.Tensor, scales: _Scales, sms: int)
         gran = G(args.granularity)
         gluon_sm90.gemm_fp8_nt(args.a, args.b, args.a_scale_inv, args.b_scale_inv, c, gran.name, sms,
                                block_n=_gluon_block_n(gran, c.dtype), group_m=16, s_am=scales.s_am,
-                               s_ak=scales.s_ak, s_bk=scales.s_bk, s_bn=scales.s_bn, a_row_div=scales.a_div)
+                               s_ak=scales.s_ak, s_bk=scales.s_bk, s_bn=scales.s_bn, a_row_div=scales.a_div,
+                               b_col_div=scales.b_div)
         return True
     except Exception as exc:  # an unsupported Triton version, a driver without the features: keep working
         _GLUON_BROKEN.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
