@@ -114,7 +114,7 @@ def test_gpu_against_reference(gran, shape, out):
     assert not launch._GLUON_BROKEN
     # the reference's dequantized math, fp32 sums on the GPU (float64 on the CPU would take minutes here)
     want = reference(GemmFp8Args(args.a, args.a_scale_inv, args.b, args.b_scale_inv, False, True, torch.float32,
-                                 gran)).double()
+                                 gran, args.block_size)).double()
     err = ((got.double() - want).abs().max() / want.abs().max()).item()
     assert torch.isfinite(got).all()
     # cuBLAS's errors on such inputs: 1.5-3.5e-3 (bf16 out), 1.5-2.2e-4 (fp32 out; Hopper's FP8 partial sums)
