@@ -12,10 +12,12 @@ Parts (``--parts``, default all, in this order; each stops starting new cases af
   captured in one CUDA graph, replayed 15 times, median (``graph_timing.graph_us``), so Python launch cost is
   excluded on both sides; a call that cannot be captured (a host sync) is timed by ``turbo_core.bench.timing.measure``
   (GPU held by a sleep kernel while the calls are queued: also device time) and flagged ``timing: events``.
-* ``resbwd``: the rmsnorm_residual backward (the op's composition: ``rmsnorm_bwd`` on x_plus_r, then
-  ``+ grad_x_plus_r``) at 16384 tokens, hidden 4096/7168/8192/16384: eager, torch.compile of the autograd of
-  the same expression, TRITON, TRITON's ``rmsnorm_bwd`` kernel alone (no add), liger-kernel's
-  ``LigerFusedAddRMSNormFunction`` backward when importable. ``turbo bench`` runner (device time).
+* ``resbwd``: the rmsnorm_residual backward (the op's composition: ``rmsnorm_bwd`` on x_plus_r with
+  ``grad_x_plus_r`` as its ``dresidual``, added in the same pass since session 12) at 16384 tokens, hidden
+  4096/7168/8192/16384: eager, torch.compile of the autograd of the same expression, TRITON, TRITON's
+  ``rmsnorm_bwd`` kernel alone (no add), the session-12 composition before the fusion (``rmsnorm_bwd``, then
+  ``+ grad_x_plus_r`` in a second pass: ``triton:two-pass``), liger-kernel's ``LigerFusedAddRMSNormFunction``
+  backward when importable. ``turbo bench`` runner (device time).
 * ``quantcompile``: FP8 quantize / with_trans / dequantize in every granularity at 16384 x 7168 bf16 (E4M3):
   eager reference, torch.compile of the reference function, TRITON. ``turbo bench`` runner.
 * ``grouped``: grouped FP8 / MXFP4 quantization at 16384 x 7168 over 32 skewed groups (the shape of the
@@ -261,16 +263,16 @@ class ResBwdSuite:
         return "rmsnorm_bwd", RmsNormBwdArgs(dy, x, w, rstd)
 
     @classmethod
-    def turbo_provider(cls, case, backend, with_add=True):
+    def turbo_provider(cls, case, backend, with_add=True, fused=True):
         def prepare(inputs):
             s, rstd = cls._fwd(backend, inputs)
             _, w, _, dy, ds = inputs
-            args = RmsNormBwdArgs(dy, s, w, rstd)
+            args = RmsNormBwdArgs(dy, s, w, rstd, False, ds if (with_add and fused) else None)
 
-            def once():  # what ops/normalization.py's _RmsNormResidualFunction.backward does
+            def once():  # fused: what ops/normalization.py's _RmsNormResidualFunction.backward does
                 with use_backend(backend):
                     dx, dw = call("rmsnorm_bwd", args)
-                return [dx + ds, dw] if with_add else [dx, dw]
+                return [dx + ds, dw] if (with_add and not fused) else [dx, dw]
 
             return once
 
@@ -281,7 +283,11 @@ class ResBwdSuite:
         peers = [Peer("triton:kernel-only", prepare=cls.turbo_provider(case, "TRITON", with_add=False),
                       reference=lambda inputs: cls.reference(case, inputs, with_add=False),
                       note="TRITON rmsnorm_bwd on x_plus_r alone (no + grad_x_plus_r); GB/s from the case's "
-                           "bytes, which count one more [T, H] read than this kernel does")]
+                           "bytes, which count one more [T, H] read than this kernel does"),
+                 Peer("triton:two-pass", prepare=cls.turbo_provider(case, "TRITON", fused=False),
+                      reference=lambda inputs: cls.reference(case, inputs),
+                      note="the composition before session 12's fusion: TRITON rmsnorm_bwd, then + grad_x_plus_r "
+                           "in a second pass")]
         fn, info = liger_attr("liger_kernel.ops.fused_add_rms_norm", "LigerFusedAddRMSNormFunction")
         if fn is None:
             peers.append(Peer("liger", declined=info))
@@ -553,7 +559,7 @@ def _bench_rows(part, suite, cases, deadline, providers):
 def part_resbwd(deadline):
     tokens = 32 if QUICK else 16384
     _bench_rows("resbwd", ResBwdSuite, ResBwdSuite.cases(tokens, QUICK), deadline,
-                ["torch", "torch.compile", "turbo:TRITON", "triton:kernel-only", "liger"])
+                ["torch", "torch.compile", "turbo:TRITON", "triton:kernel-only", "triton:two-pass", "liger"])
 
 
 def part_quantcompile(deadline):

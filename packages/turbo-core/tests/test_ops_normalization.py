@@ -103,6 +103,51 @@ def test_primitive_validation_names_the_argument():
         bwd.check_args(RmsNormBwdArgs(x, x, None, torch.ones(5)))
     with pytest.raises(ValueError, match=r"^gamma: expected shape \(10,\)"):
         bwd.check_args(RmsNormBwdArgs(x, x, torch.ones(9), rstd))
+    bwd.check_args(RmsNormBwdArgs(x, x, None, rstd, False, torch.randn(6, 10)))
+    with pytest.raises(TypeError, match="^dresidual: expected the dtype of x"):
+        bwd.check_args(RmsNormBwdArgs(x, x, None, rstd, False, x.half()))
+    with pytest.raises(ValueError, match=r"^dresidual: expected shape \(6, 10\)"):
+        bwd.check_args(RmsNormBwdArgs(x, x, None, rstd, False, torch.randn(6, 9)))
+    with pytest.raises(ValueError, match="^dresidual: expected a contiguous tensor"):
+        bwd.check_args(RmsNormBwdArgs(x, x, None, rstd, False, torch.randn(10, 6).t()))
+    with pytest.raises(ValueError, match="^dresidual: expected a tensor on cpu"):
+        bwd.check_args(RmsNormBwdArgs(x, x, None, rstd, False, torch.randn(6, 10, device="meta")))
+
+
+def test_residual_backward_is_one_primitive_call_with_dresidual(monkeypatch):
+    # rmsnorm_residual's backward hands grad_x_plus_r to rmsnorm_bwd (dresidual): one call, no add after it.
+    from turbo_core.dispatch.launch import normalization as launch
+
+    seen = []
+    real = launch.call
+    monkeypatch.setattr(launch, "call", lambda name, args: seen.append((name, args)) or real(name, args))
+    x, r = torch.randn(4, 9, requires_grad=True), torch.randn(4, 9, requires_grad=True)
+    g = torch.randn(9, requires_grad=True)
+    ds = torch.randn(4, 9)
+    y, s = rmsnorm_residual(x, r, g)
+    torch.autograd.backward([y, s], [torch.randn(4, 9), ds])
+    bwd = [a for name, a in seen if name == "rmsnorm_bwd"]
+    assert len(bwd) == 1 and bwd[0].dresidual is not None
+    torch.testing.assert_close(bwd[0].dresidual, ds)
+    torch.testing.assert_close(x.grad, r.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reference_dresidual_is_added_before_the_one_rounding(dtype):
+    torch.manual_seed(5)
+    x, dy, dres = (torch.randn(7, 33).to(dtype) for _ in range(3))
+    gamma = torch.randn(33).to(dtype)
+    rstd = torch.rsqrt(x.double().square().mean(-1) + 1e-6).float()
+    from turbo_core.reference.normalization import rmsnorm_bwd as ref_bwd
+
+    dx0, dg0 = ref_bwd(RmsNormBwdArgs(dy, x, gamma, rstd))
+    dx1, dg1 = ref_bwd(RmsNormBwdArgs(dy, x, gamma, rstd, False, dres))
+    assert torch.equal(dg0, dg1) and dx1.dtype == dtype
+    # one rounding of the float64 sum
+    n = x.double() * rstd.double()[:, None]
+    dn = dy.double() * gamma.double()
+    want = rstd.double()[:, None] * (dn - n * (dn * n).mean(-1, keepdim=True)) + dres.double()
+    assert torch.equal(dx1, want.to(dtype))
 
 
 def test_non_contiguous_input_and_gamma():
@@ -142,6 +187,8 @@ def test_opcheck_custom_ops():
     xb = x.bfloat16()
     torch.library.opcheck(torch.ops.turbo.rmsnorm_fwd.default, (xb, g, r.bfloat16(), 1e-6, False))
     torch.library.opcheck(torch.ops.turbo.rmsnorm_bwd.default, (xb, xb, g, torch.ones(5), False))
+    torch.library.opcheck(torch.ops.turbo.rmsnorm_bwd.default, (xb, xb, g, torch.ones(5), False, xb))
+    torch.library.opcheck(torch.ops.turbo.rmsnorm_bwd.default, (x, x, None, torch.ones(5), True, r))
 
 
 def _float64_rmsnorm(x, g, eps, zero_centered=False):

@@ -52,17 +52,22 @@ def _close(actual, expected, dtype, what):
                                                 ("chunked", 9, 300), ("chunked", 3, 1000),
                                                 ("chunked_2rows", 19, 300), ("split", 9, 300), ("split", 3, 257),
                                 ("split_2rows", 19, 1000)])
-@pytest.mark.parametrize("variant", ["gamma", "zero_centered_residual", "no_gamma"])
+@pytest.mark.parametrize("variant", ["gamma", "zero_centered_residual_dres", "no_gamma", "no_gamma_dres"])
 def test_forward_and_backward_against_float64(path, tokens, hidden, dtype, variant):
+    """``*_dres``: the backward also gets ``dresidual`` (rmsnorm_residual's x_plus_r gradient),
+    which ``dx`` must include: ``ds + dresidual`` in float64, rounded once."""
     torch.manual_seed(tokens * 1000 + hidden)
     cfg = CONFIGS[path]
     x = torch.randn(tokens, hidden).to(dtype)
     residual = torch.randn(tokens, hidden).to(dtype) if "residual" in variant else None
     zero_centered = variant.startswith("zero_centered")
-    gamma = None if variant == "no_gamma" else (0.5 * torch.randn(hidden) + (0.0 if zero_centered else 1.0)).to(dtype)
+    gamma = None if variant.startswith("no_gamma") else (0.5 * torch.randn(hidden) + (0.0 if zero_centered else 1.0)).to(dtype)
     dy = torch.randn(tokens, hidden).to(dtype)
+    dres = torch.randn(tokens, hidden).to(dtype) if variant.endswith("_dres") else None
     eps = 1e-5
     y64, rstd64, s64, ds64, dg64 = _expected(x, residual, gamma, zero_centered, eps, dy)
+    if dres is not None:
+        ds64 = ds64 + dres.double()
 
     y, rstd, s = rmsnorm_fwd(RmsNormFwdArgs(x, gamma, eps, zero_centered, residual), cfg)
     assert y.dtype == dtype and rstd.dtype == torch.float32 and rstd.shape == (tokens,)
@@ -75,9 +80,13 @@ def test_forward_and_backward_against_float64(path, tokens, hidden, dtype, varia
         torch.testing.assert_close(s.double(), s64, rtol=0, atol=0)  # rounded once, like the spec
 
     s_in = s if s is not None else x
-    dx, dgamma = rmsnorm_bwd(RmsNormBwdArgs(dy, s_in, gamma, rstd, zero_centered), cfg)
+    bwd = RmsNormBwdArgs(dy, s_in, gamma, rstd, zero_centered, dres)
+    dx, dgamma = rmsnorm_bwd(bwd, cfg)
     assert dx.dtype == dtype
     _close(dx, ds64, dtype, "dx")
+    if dres is not None:  # the reference backend, from the same rstd: the same one rounding of the fp32 sum
+        dx_ref, _ = ref_bwd(bwd)
+        _close(dx, dx_ref.double(), dtype, "dx vs reference")
     if gamma is None:
         assert dgamma is None
     else:
@@ -107,6 +116,9 @@ def test_zero_tokens(path):
     dx, dgamma = rmsnorm_bwd(RmsNormBwdArgs(torch.empty_like(x), x, gamma, rstd), CONFIGS[path])
     assert dx.shape == (0, 300)
     assert torch.equal(dgamma, torch.zeros_like(gamma))
+    dx, dgamma = rmsnorm_bwd(RmsNormBwdArgs(torch.empty_like(x), x, gamma, rstd, False, torch.empty_like(x)),
+                             CONFIGS[path])
+    assert dx.shape == (0, 300) and torch.equal(dgamma, torch.zeros_like(gamma))
 
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the interpreter's numpy sees inf * 0
@@ -124,7 +136,9 @@ def test_nan_and_inf_propagate_like_the_reference(path):
     torch.testing.assert_close(rstd, rstd_ref, rtol=1e-5, atol=1e-6, equal_nan=True)
     assert torch.isfinite(y[[0, 3]]).all()  # one row's NaN stays in its row
     dy = torch.randn(4, 300)
-    bwd = RmsNormBwdArgs(dy, x, gamma, rstd_ref)
+    dres = torch.randn(4, 300)
+    dres[0, 3] = float("nan")  # a NaN in the added gradient stays in its element
+    bwd = RmsNormBwdArgs(dy, x, gamma, rstd_ref, False, dres)
     dx, dgamma = rmsnorm_bwd(bwd, CONFIGS[path])
     dx_ref, dgamma_ref = ref_bwd(bwd)
     torch.testing.assert_close(dx, dx_ref, rtol=1e-4, atol=1e-4, equal_nan=True)
@@ -154,5 +168,7 @@ def test_declines_with_reasons(monkeypatch):
     rstd = torch.ones(4)
     assert can_handle(RmsNormBwdArgs(x, x, None, rstd)) is None
     assert "contiguous dy" in can_handle(RmsNormBwdArgs(torch.randn(8, 4).t(), x, None, rstd))
+    assert can_handle(RmsNormBwdArgs(x, x, None, rstd, False, torch.randn(4, 8))) is None
+    assert "contiguous dresidual" in can_handle(RmsNormBwdArgs(x, x, None, rstd, False, torch.randn(8, 4).t()))
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert "TRITON_INTERPRET=1" in can_handle(RmsNormFwdArgs(x, gamma))

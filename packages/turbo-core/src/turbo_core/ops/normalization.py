@@ -37,9 +37,10 @@ class _RmsNormResidualFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y, grad_x_plus_r):
         s, gamma, rstd = ctx.saved_tensors
-        ds, dgamma = launch.rmsnorm_bwd(grad_y.contiguous(), s, gamma, rstd, zero_centered=ctx.zero_centered)
-        # x_plus_r's own consumers add their gradient; x and residual both receive the sum.
-        ds = ds + grad_x_plus_r
+        # x_plus_r's own consumers add their gradient; x and residual both receive the sum, which
+        # the primitive adds into its dx in the same pass (dresidual) and rounds once.
+        ds, dgamma = launch.rmsnorm_bwd(grad_y.contiguous(), s, gamma, rstd, zero_centered=ctx.zero_centered,
+                                        dresidual=grad_x_plus_r.to(s.dtype).contiguous())
         return ds, ds, (dgamma if ctx.needs_input_grad[2] else None), None, None
 
 
@@ -99,7 +100,8 @@ def rmsnorm_residual(x: torch.Tensor, residual: torch.Tensor, gamma: torch.Tenso
         ``(y, x_plus_r)``, both x's shape and dtype. ``x_plus_r`` is ``x + residual`` added in fp32
         and rounded once to x's dtype; ``y`` normalizes exactly that rounded sum. In the backward,
         x and residual receive the same gradient: the norm's ``dx`` plus ``x_plus_r``'s own
-        gradient.
+        gradient, added in fp32 inside the ``rmsnorm_bwd`` primitive (its ``dresidual``) and
+        rounded once.
     """
     x2d, r2d, gamma = _flatten(x, gamma, eps, zero_centered, fused=True, residual=residual)
     y, x_plus_r = _RmsNormResidualFunction.apply(x2d, r2d, gamma, float(eps), zero_centered)

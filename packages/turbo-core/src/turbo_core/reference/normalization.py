@@ -45,6 +45,8 @@ def rmsnorm_bwd(args: RmsNormBwdArgs) -> tuple[torch.Tensor, torch.Tensor | None
     g = _weight(args.gamma, args.zero_centered)
     dn = dy * g if g is not None else dy
     dx = rstd * (dn - n * (dn * n).mean(dim=1, keepdim=True))
+    if args.dresidual is not None:
+        dx = dx + args.dresidual.to(_F64)
     dgamma = None
     if args.gamma is not None:
         dgamma = (dy * n).sum(dim=0).to(args.gamma.dtype)

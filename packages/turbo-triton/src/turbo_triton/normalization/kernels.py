@@ -6,7 +6,9 @@ chunks (sum of squares, then the normalized output; the second walk is served by
 
 Backward: a persistent grid; each program walks its share of the rows, writes ``dx`` and keeps
 its own fp32 partial sum of ``dy * x * rstd`` (dgamma), written to row ``pid`` of a
-``[programs, H]`` fp32 buffer that the launcher reduces: no atomics, deterministic.
+``[programs, H]`` fp32 buffer that the launcher reduces: no atomics, deterministic. With
+``HAS_DRES`` each kernel also reads ``dresidual`` (``dr_ptr``) where it writes ``dx`` and adds it in
+fp32 before the one rounding (``rmsnorm_residual``'s backward: no second pass for the add).
 
 Row offsets are int64 (``T * H`` passes 2^31 at 65536 x 32768). ``ROUND_BF16`` rounds fp32 to
 bf16 to nearest-even by bit arithmetic: the CPU interpreter's own conversion truncates (the GPU's
@@ -111,8 +113,8 @@ def rmsnorm_fwd_chunked_kernel(
 
 @triton.jit
 def rmsnorm_bwd_kernel(
-    dy_ptr, x_ptr, g_ptr, rstd_ptr, dx_ptr, dg_ptr, T, H, num_programs,
-    HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ROUND_BF16: tl.constexpr,
+    dy_ptr, x_ptr, g_ptr, rstd_ptr, dx_ptr, dr_ptr, dg_ptr, T, H, num_programs,
+    HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ROUND_BF16: tl.constexpr, HAS_DRES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr = 1,
 ):
     """Whole rows in one tile; row blocks ``pid, pid + num_programs, ...``; the dgamma partial
@@ -138,6 +140,8 @@ def rmsnorm_bwd_kernel(
             dn = dy * g[None, :]
         c = tl.sum(dn * n, axis=1) / H
         dx = rstd[:, None] * (dn - n * c[:, None])
+        if HAS_DRES:
+            dx += tl.load(dr_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         tl.store(dx_ptr + offs, to_out(dx, dx_ptr, ROUND_BF16), mask=mask)
         if HAS_GAMMA:
             acc += tl.sum(dy * n, axis=0)
@@ -147,8 +151,8 @@ def rmsnorm_bwd_kernel(
 
 @triton.jit
 def rmsnorm_bwd_chunked_kernel(
-    dy_ptr, x_ptr, g_ptr, rstd_ptr, dx_ptr, dg_ptr, T, H, num_programs,
-    HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ROUND_BF16: tl.constexpr,
+    dy_ptr, x_ptr, g_ptr, rstd_ptr, dx_ptr, dr_ptr, dg_ptr, T, H, num_programs,
+    HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ROUND_BF16: tl.constexpr, HAS_DRES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """Row blocks ``pid, pid + num_programs, ...`` of ``BLOCK_M`` rows, in ``BLOCK_M x BLOCK_N``
@@ -188,6 +192,8 @@ def rmsnorm_bwd_chunked_kernel(
             if HAS_GAMMA:
                 dn = dy * _weight(g_ptr, c, col_ok, ZERO_CENTERED)[None, :]
             dx = rstd * (dn - n * mean)
+            if HAS_DRES:
+                dx += tl.load(dr_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             tl.store(dx_ptr + base + c[None, :], to_out(dx, dx_ptr, ROUND_BF16), mask=mask)
             if HAS_GAMMA:
                 part = tl.sum(dy * n, axis=0)
@@ -218,9 +224,11 @@ def _split_pass1(dy_ptr, x_ptr, g_ptr, base, rstd, row_ok, cols, start, H,
 
 
 @triton.jit
-def _split_pass2(dy_ptr, x_ptr, g_ptr, dx_ptr, base, rstd, mean, row_ok, cols, start, H,
-                 HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ROUND_BF16: tl.constexpr):
-    """One chunk of the second walk: ``dx`` from ``x`` and ``dy`` read again (cache hits)."""
+def _split_pass2(dy_ptr, x_ptr, g_ptr, dx_ptr, dr_ptr, base, rstd, mean, row_ok, cols, start, H,
+                 HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ROUND_BF16: tl.constexpr,
+                 HAS_DRES: tl.constexpr):
+    """One chunk of the second walk: ``dx`` from ``x`` and ``dy`` read again (cache hits), plus
+    ``dresidual`` (read once, here) with ``HAS_DRES``."""
     c = start + cols
     col_ok = c < H
     mask = row_ok[:, None] & col_ok[None, :]
@@ -229,6 +237,8 @@ def _split_pass2(dy_ptr, x_ptr, g_ptr, dx_ptr, base, rstd, mean, row_ok, cols, s
     if HAS_GAMMA:
         dn = dn * _weight(g_ptr, c, col_ok, ZERO_CENTERED)[None, :]
     dx = rstd * (dn - n * mean)
+    if HAS_DRES:
+        dx += tl.load(dr_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32)
     tl.store(dx_ptr + base + c[None, :], to_out(dx, dx_ptr, ROUND_BF16), mask=mask)
 
 
@@ -243,8 +253,8 @@ def _split_store(dg_row, acc, cols, start, H, ACC_M: tl.constexpr):
 
 @triton.jit
 def rmsnorm_bwd_split_kernel(
-    dy_ptr, x_ptr, g_ptr, rstd_ptr, dx_ptr, dg_ptr, T, H, num_programs,
-    HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ROUND_BF16: tl.constexpr,
+    dy_ptr, x_ptr, g_ptr, rstd_ptr, dx_ptr, dr_ptr, dg_ptr, T, H, num_programs,
+    HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ROUND_BF16: tl.constexpr, HAS_DRES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, STAGES: tl.constexpr = 1,
 ):
     """Rows too wide to hold whole in registers (``H <= CHUNKS * BLOCK_N``, ``CHUNKS`` in 2..4):
@@ -287,8 +297,8 @@ def rmsnorm_bwd_split_kernel(
             acc3 += part
         mean = (tl.sum(prod, axis=1) / H)[:, None]
         for k in tl.static_range(CHUNKS):
-            _split_pass2(dy_ptr, x_ptr, g_ptr, dx_ptr, base, rstd, mean, row_ok, cols, k * BLOCK_N, H,
-                         HAS_GAMMA, ZERO_CENTERED, ROUND_BF16)
+            _split_pass2(dy_ptr, x_ptr, g_ptr, dx_ptr, dr_ptr, base, rstd, mean, row_ok, cols, k * BLOCK_N, H,
+                         HAS_GAMMA, ZERO_CENTERED, ROUND_BF16, HAS_DRES)
     if HAS_GAMMA:
         dg_row = dg_ptr + pid.to(tl.int64) * H
         _split_store(dg_row, acc0, cols, 0, H, ACC_M)

@@ -90,7 +90,7 @@ def can_handle(args: RmsNormFwdArgs | RmsNormBwdArgs) -> str | None:
     if isinstance(args, RmsNormFwdArgs):
         named = {"x": args.x, "gamma": args.gamma, "residual": args.residual}
     else:
-        named = {"x": args.x, "dy": args.dy, "gamma": args.gamma, "rstd": args.rstd}
+        named = {"x": args.x, "dy": args.dy, "gamma": args.gamma, "rstd": args.rstd, "dresidual": args.dresidual}
     return _tensors_reason(named)
 
 
@@ -127,10 +127,11 @@ def rmsnorm_fwd(args: RmsNormFwdArgs, config: RowConfig | None = None):
 
 
 def rmsnorm_bwd(args: RmsNormBwdArgs, config: RowConfig | None = None):
-    """``(dx, dgamma or None)``; dgamma from per-program fp32 partials summed on the device."""
+    """``(dx, dgamma or None)``; dgamma from per-program fp32 partials summed on the device. With
+    ``args.dresidual``, ``dx`` includes it (read in the same pass, added in fp32, rounded once)."""
     from turbo_triton.normalization import kernels
 
-    dy, x, gamma, rstd = args.dy, args.x, args.gamma, args.rstd
+    dy, x, gamma, rstd, dres = args.dy, args.x, args.gamma, args.rstd, args.dresidual
     tokens, hidden = x.shape
     interp = _runtime.interpreting()
     dx = torch.empty_like(x)
@@ -146,8 +147,9 @@ def rmsnorm_bwd(args: RmsNormBwdArgs, config: RowConfig | None = None):
     partials = (torch.empty((programs, hidden), dtype=torch.float32, device=x.device)
                 if gamma is not None else rstd)
     flags = dict(HAS_GAMMA=gamma is not None, ZERO_CENTERED=bool(args.zero_centered),
-                 ROUND_BF16=interp and x.dtype == torch.bfloat16)
-    ptrs = (dy, x, gamma if gamma is not None else x, rstd, dx, partials, tokens, hidden, programs)
+                 ROUND_BF16=interp and x.dtype == torch.bfloat16, HAS_DRES=dres is not None)
+    ptrs = (dy, x, gamma if gamma is not None else x, rstd, dx, dres if dres is not None else x, partials, tokens,
+            hidden, programs)
     if split:
         kernels.rmsnorm_bwd_split_kernel[(programs,)](
             *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CHUNKS=cfg.chunks, STAGES=cfg.stages,

@@ -33,13 +33,13 @@ def _rmsnorm_fwd_fake(x, gamma, residual, eps, zero_centered):
 
 @torch.library.custom_op("turbo::rmsnorm_bwd", mutates_args=())
 def _rmsnorm_bwd_op(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor | None, rstd: torch.Tensor,
-                    zero_centered: bool) -> list[torch.Tensor]:
-    dx, dgamma = call("rmsnorm_bwd", RmsNormBwdArgs(dy, x, gamma, rstd, zero_centered))
+                    zero_centered: bool, dresidual: torch.Tensor | None = None) -> list[torch.Tensor]:
+    dx, dgamma = call("rmsnorm_bwd", RmsNormBwdArgs(dy, x, gamma, rstd, zero_centered, dresidual))
     return [dx] if dgamma is None else [dx, dgamma]
 
 
 @_rmsnorm_bwd_op.register_fake
-def _rmsnorm_bwd_fake(dy, x, gamma, rstd, zero_centered):
+def _rmsnorm_bwd_fake(dy, x, gamma, rstd, zero_centered, dresidual=None):
     outs = [torch.empty_like(x)]
     if gamma is not None:
         outs.append(torch.empty_like(gamma))
@@ -56,9 +56,10 @@ def rmsnorm_fwd(x: torch.Tensor, gamma: torch.Tensor | None, *, eps: float, zero
 
 
 def rmsnorm_bwd(dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor | None, rstd: torch.Tensor, *,
-                zero_centered: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Run ``rmsnorm_bwd`` (see :class:`RmsNormBwdArgs`): ``(dx, dgamma or None)``."""
+                zero_centered: bool = False,
+                dresidual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run ``rmsnorm_bwd`` (see :class:`RmsNormBwdArgs`): ``(dx (+ dresidual), dgamma or None)``."""
     if torch.compiler.is_compiling():
-        outs = torch.ops.turbo.rmsnorm_bwd(dy, x, gamma, rstd, zero_centered)
+        outs = torch.ops.turbo.rmsnorm_bwd(dy, x, gamma, rstd, zero_centered, dresidual)
         return outs[0], (outs[1] if gamma is not None else None)
-    return call("rmsnorm_bwd", RmsNormBwdArgs(dy, x, gamma, rstd, zero_centered))
+    return call("rmsnorm_bwd", RmsNormBwdArgs(dy, x, gamma, rstd, zero_centered, dresidual))

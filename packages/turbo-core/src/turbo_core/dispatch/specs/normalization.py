@@ -70,14 +70,20 @@ class RmsNormBwdArgs:
     * ``dy``: ``[T, H]``, x's dtype. ``x``: ``[T, H]``, fp16/bf16/fp32 (with the fused residual,
       the forward's ``x_plus_r``). ``gamma``: ``[H]`` or ``None``, as in the forward.
       ``rstd``: ``[T]`` fp32, the forward's. ``zero_centered``: as in the forward.
+    * ``dresidual``: ``None``, or ``[T, H]`` in x's dtype: a gradient added into ``dx`` in the same
+      pass (``rmsnorm_residual``'s backward passes ``x_plus_r``'s own gradient here, so x and
+      residual receive ``dx + grad_x_plus_r`` without a second pass over ``[T, H]``).
 
     Numerics, in fp32 (or wider), with ``n = x * rstd`` and ``dn = dy * g``::
 
         dx     = rstd * (dn - n * mean(dn * n))          (row-wise mean over H)
+                 (+ dresidual, when given)
         dgamma = sum over rows of dy * n                 (same for zero_centered: d(1+gamma) = dgamma)
 
-    ``dx`` is rounded once to x's dtype. ``dgamma`` is accumulated in fp32 (or wider), e.g. per
-    block of rows then reduced, and rounded once to gamma's dtype.
+    ``dx`` (the sum, with ``dresidual``) is rounded once to x's dtype. ``dgamma`` is accumulated in
+    fp32 (or wider), e.g. per block of rows then reduced, and rounded once to gamma's dtype. A kernel
+    that does not implement ``dresidual`` must decline calls that pass it (its capability check),
+    never ignore it.
 
     Result: a 2-tuple ``(dx, dgamma)``: ``dx`` ``[T, H]``; ``dgamma`` ``[H]``, or ``None`` when
     ``gamma`` is ``None``. For ``T == 0``, ``dgamma`` is zeros.
@@ -88,6 +94,7 @@ class RmsNormBwdArgs:
     gamma: torch.Tensor | None
     rstd: torch.Tensor
     zero_centered: bool = False
+    dresidual: torch.Tensor | None = None
 
 
 def require_contiguous(name: str, value: torch.Tensor) -> None:
@@ -156,7 +163,9 @@ def _validate_bwd(args: RmsNormBwdArgs) -> None:
         raise ValueError(f"rstd: expected shape ({x.shape[0]},) (one per row of x), got {tuple(args.rstd.shape)}")
     require_contiguous("rstd", args.rstd)
     require_bool("zero_centered", args.zero_centered)
-    require_same_device(x=x, dy=args.dy, gamma=args.gamma, rstd=args.rstd)
+    if args.dresidual is not None:
+        _check_like_x("dresidual", args.dresidual, x)
+    require_same_device(x=x, dy=args.dy, gamma=args.gamma, rstd=args.rstd, dresidual=args.dresidual)
 
 
 RMSNORM_FWD = define_primitive(Primitive(
@@ -175,5 +184,6 @@ RMSNORM_BWD = define_primitive(Primitive(
     precision=PrecisionType.BF16_FP16_FP32,
     family="rmsnorm",
     validate=_validate_bwd,
-    doc="RMSNorm backward from the forward's rstd: (dx, dgamma or None), dgamma accumulated in fp32.",
+    doc="RMSNorm backward from the forward's rstd: (dx, dgamma or None), dgamma accumulated in fp32;"
+        " an optional dresidual [T, H] is added into dx before its one rounding.",
 ))

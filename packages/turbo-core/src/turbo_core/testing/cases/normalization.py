@@ -2,7 +2,8 @@
 
 Hidden sizes 1, 33, 127, 1000 (a single element, odd, just under a power of two, and a wide
 unaligned row that spans several blocks) times 1, 5 and 64 tokens in fp32/fp16/bf16: the edges
-that break row tiling and masked tails. Then zero-centred gamma, the fused residual add, no affine,
+that break row tiling and masked tails. Then zero-centred gamma, the fused residual add (whose
+backward adds x_plus_r's gradient inside ``rmsnorm_bwd``: its ``dresidual``), no affine,
 a gamma in fp32 under a bf16 input, leading dims, and zero tokens. The expected values are float64
 autograd of the formula written here, never a backend's output.
 """
@@ -107,6 +108,8 @@ CASES = (
     + [_case("residual", (t, h), dt, residual=True)
        for (t, h), dt in itertools.product([(5, 1), (5, 33), (64, 127), (5, 1000)], DTYPES)]
     + [_case("residual-zero_centered", (7, 127), dt, residual=True, affine="zero_centered") for dt in DTYPES]
+    + [_case("residual-no_affine", (t, h), dt, residual=True, affine="none")
+       for (t, h), dt in itertools.product([(3, 1), (64, 127), (5, 1000)], DTYPES)]
     + [_case("no_affine", (t, h), dt, affine="none") for (t, h), dt in itertools.product([(5, 1), (64, 127)], DTYPES)]
     + [_case("fp32_gamma", (5, 127), torch.bfloat16, gamma_dtype=torch.float32),
        _case("fp32_gamma", (5, 33), torch.float16, gamma_dtype=torch.float32, residual=True),
