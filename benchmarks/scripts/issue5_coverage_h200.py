@@ -62,7 +62,7 @@ def _parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--parts", default=",".join(PARTS))
-    p.add_argument("--limits", default="", help="part=seconds,... (defaults: %s)" % LIMITS)
+    p.add_argument("--limits", default="", help=f"part=seconds,... (defaults: {LIMITS})")
     p.add_argument("--tokens", default="1,16,128", help="small: token counts")
     p.add_argument("--conf-workers", type=int, default=8)
     p.add_argument("--dry", action="store_true", help="tiny sizes on the CPU interpreter")
@@ -79,7 +79,6 @@ from turbo_core.bench import timing  # noqa: E402
 from turbo_core.bench.suites import activation as act_suite  # noqa: E402
 from turbo_core.bench.suites import moe as moe_suite  # noqa: E402
 from turbo_core.bench.suites import norm as norm_suite  # noqa: E402
-from turbo_core.bench.suites import quant as quant_suite  # noqa: E402
 from turbo_core.bench.suites.norm import MemCase, Peer, _max_rel_err, liger_attr, run_bandwidth  # noqa: E402
 from turbo_core.dispatch.dispatcher import call  # noqa: E402
 from turbo_core.dispatch.manager import use_backend  # noqa: E402
@@ -184,7 +183,7 @@ def compare(actual, expected) -> str | None:
 def compare_all(outs, refs) -> dict:
     outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
     refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
-    errs = {str(i): e for i, (a, b) in enumerate(zip(outs, refs)) if (e := compare(a, b))}
+    errs = {str(i): e for i, (a, b) in enumerate(zip(outs, refs, strict=False)) if (e := compare(a, b))}
     if len(outs) != len(refs):
         errs["count"] = f"{len(outs)} vs {len(refs)}"
     return errs
