@@ -99,35 +99,6 @@ def _rows(a_smem, ROW0: gl.constexpr, ROWS: gl.constexpr, BM: gl.constexpr):
 
 
 @gluon.jit
-def _a_operand(a_smem, a_layout: gl.constexpr, A_REGS: gl.constexpr):
-    """The A tile as the wgmma reads it: from shared memory, or (``A_REGS``) loaded into registers once
-    per K step, so that the step's wgmmas but the last read only B from shared memory. The last part
-    reads A from shared memory: it is the one still in flight when the next step loads its A, and a
-    wgmma reads register operands asynchronously, so the registers must be free by then (the wait
-    after the last part's issue retires every register-A wgmma of the step)."""
-    if A_REGS:
-        return a_smem.load(a_layout)
-    else:
-        return a_smem
-
-
-@gluon.jit
-def _pick(a, a_smem, p: gl.constexpr, P: gl.constexpr):
-    """Part ``p``'s A operand: the last part of a step reads shared memory (see :func:`_a_operand`)."""
-    if p == P - 1:
-        return a_smem
-    else:
-        return a
-
-
-@gluon.jit
-def _release(empty_bar, A_REGS: gl.constexpr):
-    if A_REGS:
-        fence_async_shared()  # order this partition's shared loads before the producer's next TMA write
-    mbarrier.arrive(empty_bar, count=1)
-
-
-@gluon.jit
 def _scaled(acc, sa, sb_ptr, col0, N, s_bn, scale, SCALING: gl.constexpr, col_layout: gl.constexpr):
     if SCALING == ROWWISE:
         W: gl.constexpr = acc.shape[1]
@@ -192,7 +163,7 @@ def _store(acc, c_desc, c_smem, p: gl.constexpr, off_m, off_n):
 @gluon.jit
 def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_ak, s_bk, s_bn,
               SCALING: gl.constexpr, A_ROW_DIV: gl.constexpr, GROUP_M: gl.constexpr,
-              NUM_PROGRAMS: gl.constexpr, A_REGS: gl.constexpr, ROW0: gl.constexpr, num_warps: gl.constexpr):
+              NUM_PROGRAMS: gl.constexpr, ROW0: gl.constexpr, num_warps: gl.constexpr):
     """Rows ``[ROW0, ROW0 + ROWS)`` of every tile, ``ROWS`` being ``c_desc``'s block height (the whole
     ``BLOCK_M`` on 8 warps, or one warpgroup's 64 rows when each warpgroup is its own partition)."""
     BM: gl.constexpr = a_bufs.type.shape[1]
@@ -207,7 +178,6 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
                                                          instr_shape=[16, W, 32])
     row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=4)
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
     k_steps = gl.cdiv(K, BK)
@@ -249,18 +219,17 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
                 sa_k, sb_lo, sb_hi = _block_scales(sa_ptr, sb_ptr, rows, off_n, _step, M, N, s_am, s_ak, s_bk, s_bn,
                                                    A_ROW_DIV, BN, SCALING, col_layout)
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-            a_s = _rows(a_bufs.index(s), ROW0, ROWS, BM)
-            a = _a_operand(a_s, a_layout, A_REGS)
+            a = _rows(a_bufs.index(s), ROW0, ROWS, BM)
             b = b_bufs.index(s)
-            tA = warpgroup_mma(_pick(a, a_s, 0, P), _part(b, 0, W), tA, use_acc=False, is_async=True)
-            tB = warpgroup_mma(_pick(a, a_s, 1, P), _part(b, 1, W), tB, use_acc=False, is_async=True)
+            tA = warpgroup_mma(a, _part(b, 0, W), tA, use_acc=False, is_async=True)
+            tB = warpgroup_mma(a, _part(b, 1, W), tB, use_acc=False, is_async=True)
             tA = warpgroup_mma_wait(num_outstanding=1, deps=(tA,))
             sum0 = _promote(sum0, tA, sa_k, sb_lo, SCALING)
             if P == 4:
-                tA = warpgroup_mma(_pick(a, a_s, 2, P), _part(b, 2, W), tA, use_acc=False, is_async=True)
+                tA = warpgroup_mma(a, _part(b, 2, W), tA, use_acc=False, is_async=True)
                 tB = warpgroup_mma_wait(num_outstanding=1, deps=(tB,))
                 sum1 = _promote(sum1, tB, sa_k, sb_lo, SCALING)
-                tB = warpgroup_mma(_pick(a, a_s, 3, P), _part(b, 3, W), tB, use_acc=False, is_async=True)
+                tB = warpgroup_mma(a, _part(b, 3, W), tB, use_acc=False, is_async=True)
                 tA = warpgroup_mma_wait(num_outstanding=1, deps=(tA,))
                 sum2 = _promote(sum2, tA, sa_k, sb_hi, SCALING)
                 tB = warpgroup_mma_wait(num_outstanding=0, deps=(tB,))
@@ -268,7 +237,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
             else:
                 tB = warpgroup_mma_wait(num_outstanding=0, deps=(tB,))
                 sum1 = _promote(sum1, tB, sa_k, _second_half(sb_lo, sb_hi, SCALING), SCALING)
-            _release(empty.index(s), A_REGS)
+            mbarrier.arrive(empty.index(s), count=1)
             it += 1
         tma.store_wait(pendings=0)  # the previous tile's stores have read c_smem
         _store(_scaled(sum0, sa, sb_ptr, off_n, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 0, off_m + ROW0, off_n)
@@ -287,7 +256,7 @@ def gemm_fp8_ws_kernel(a_desc, b_desc, c_desc, sa_ptr, sb_ptr, M, N, K, s_am, s_
                        SCALING: gl.constexpr, A_ROW_DIV: gl.constexpr,
                        STAGES: gl.constexpr, GROUP_M: gl.constexpr,
                        NUM_PROGRAMS: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                       A_REGS: gl.constexpr, DECOUPLED: gl.constexpr, num_warps: gl.constexpr):
+                       DECOUPLED: gl.constexpr, num_warps: gl.constexpr):
     """``c_desc`` blocks are ``[ROWS, W]``, one part of a tile each (``BLOCK_N = 2 W`` or ``4 W``).
 
     ``DECOUPLED``: the two consumer warpgroups are separate partitions (the default one and a worker,
@@ -309,15 +278,15 @@ def gemm_fp8_ws_kernel(a_desc, b_desc, c_desc, sa_ptr, sb_ptr, M, N, K, s_am, s_
         c_smem1 = gl.allocate_shared_memory(c_desc.dtype, [P] + c_desc.block_type.shape, c_desc.layout)
         gl.warp_specialize([
             (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_ak, s_bk,
-                         s_bn, SCALING, A_ROW_DIV, GROUP_M, NUM_PROGRAMS, A_REGS, ROW_LO, num_warps)),
+                         s_bn, SCALING, A_ROW_DIV, GROUP_M, NUM_PROGRAMS, ROW_LO, num_warps)),
             (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem1, sa_ptr, sb_ptr, M, N, K, s_am, s_ak, s_bk,
-                         s_bn, SCALING, A_ROW_DIV, GROUP_M, NUM_PROGRAMS, A_REGS, ROW_HI, num_warps)),
+                         s_bn, SCALING, A_ROW_DIV, GROUP_M, NUM_PROGRAMS, ROW_HI, num_warps)),
             (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, NUM_PROGRAMS)),
         ], [num_warps, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_ak, s_bk,
-                         s_bn, SCALING, A_ROW_DIV, GROUP_M, NUM_PROGRAMS, A_REGS, ROW_LO, num_warps)),
+                         s_bn, SCALING, A_ROW_DIV, GROUP_M, NUM_PROGRAMS, ROW_LO, num_warps)),
             (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, NUM_PROGRAMS)),
         ], [1], [PRODUCER_REGS])
 
@@ -350,7 +319,7 @@ def stages_for(block_n: int, out_bytes: int) -> int:
 
 
 def gemm_fp8_nt(a, b, sa, sb, c, scaling: str, num_sms: int, *, block_n: int = 256, stages: int | None = None,
-                group_m: int = 8, a_regs: bool = False, decoupled: bool = True, s_am: int | None = None,
+                group_m: int = 8, decoupled: bool = True, s_am: int | None = None,
                 s_ak: int = 0, s_bk: int = 0, s_bn: int | None = None, a_row_div: int = 1,
                 b_col_div: int = 128) -> None:
     """``c[M, N] = dequant(a[M, K]) @ dequant(b[N, K])^T`` on sm90.
@@ -364,8 +333,8 @@ def gemm_fp8_nt(a, b, sa, sb, c, scaling: str, num_sms: int, *, block_n: int = 2
     for per-column 1 x 128 blocks as wgrad's gradients have, with ``block_n=128``). ``c``: ``[M, N]`` row-major bf16, fp16 or fp32, written (not
     accumulated).
     ``block_n``: 128 or 256; ``stages``: operand buffers (default: as many as fit); ``group_m``: tiles
-    per group of the grouped order; ``a_regs``: load A into registers once per K step (measured
-    slower); ``decoupled``: one partition per consumer warpgroup (else one 8-warp partition).
+    per group of the grouped order; ``decoupled``: one partition per consumer warpgroup (else one 8-warp
+    partition, measured slower).
     """
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -405,6 +374,6 @@ def gemm_fp8_nt(a, b, sa, sb, c, scaling: str, num_sms: int, *, block_n: int = 2
     gemm_fp8_ws_kernel[(programs,)](
         a_desc, b_desc, c_desc, sa, sb, m, n, k, s_am, s_ak, s_bk, s_bn,
         SCALING=mode, A_ROW_DIV=a_row_div, STAGES=stages, GROUP_M=group_m,
-        NUM_PROGRAMS=programs, PRODUCER_REGS=40, CONSUMER_REGS=232, A_REGS=a_regs, DECOUPLED=decoupled,
+        NUM_PROGRAMS=programs, PRODUCER_REGS=40, CONSUMER_REGS=232, DECOUPLED=decoupled,
         num_warps=4 if decoupled else 8, maxnreg=168,
     )
