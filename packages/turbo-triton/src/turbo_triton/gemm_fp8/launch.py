@@ -4,9 +4,11 @@ Every layout (NN, NT, TN, TT; trans_c; accumulate into ``out``) and every granul
 copying operands or scales: layouts become strides or descriptor block shapes, scale layouts become
 scale strides (see ``turbo_triton.gemm_fp8.kernels``). Compiled variants are cached by Triton.
 
-On sm90, large TENSORWISE / ROWWISE problems with a fresh output go to the Gluon kernel
-(``turbo_triton.gemm_fp8.gluon_sm90``: warp-specialized, its fp32 promotion overlapped with the
-tensor cores); :func:`gluon_reason` says when and why not. ``TURBO_TRITON_FP8_GLUON=0`` turns it off.
+On sm90, TENSORWISE / ROWWISE / BLOCKWISE (128-deep blocks) problems of at least one wave of tiles,
+with a fresh output, go to the Gluon kernel (``turbo_triton.gemm_fp8.gluon_sm90``: warp-specialized, its
+fp32 promotion overlapped with the tensor cores); :func:`gluon_reason` says when and why not.
+``TURBO_TRITON_FP8_GLUON=0`` turns it off; a Gluon kernel that fails to compile or launch is reported
+once (a warning) and not tried again in the process.
 """
 
 from __future__ import annotations
