@@ -21,8 +21,10 @@ Parts (``--parts``, default all, in this order; each stops starting new cases af
 * ``quantcompile``: FP8 quantize / with_trans / dequantize in every granularity at 16384 x 7168 bf16 (E4M3):
   eager reference, torch.compile of the reference function, TRITON. ``turbo bench`` runner.
 * ``grouped``: grouped FP8 / MXFP4 quantization at 16384 x 7168 over 32 skewed groups (the shape of the
-  session-7 rows), each output bit-compared with the TORCH reference, then TRITON timed by
-  ``triton.testing.do_bench`` (median), GB/s and fraction of the copy bandwidth as before.
+  session-7 rows), each output bit-compared with the TORCH reference, then TRITON's device time
+  (``turbo_core.bench.timing.measure``, the GPU held while the calls are enqueued; the session-12 run timed
+  with bare ``triton.testing.do_bench``, which measured the host for these ~0.1 ms calls), GB/s and fraction
+  of the copy bandwidth.
 * ``index``: ``indices_to_multihot`` (+ bwd), ``tokens_per_expert_to_mask``, ``moe_permute_preprocess``
   (DeepSeek-V3: 256 experts, top 8) at tokens 1, 16, 128, 4096: TRITON vs the TORCH reference, bit-compared,
   device time as in ``small``.
@@ -581,13 +583,16 @@ def _groups(m, g, seed):
     return lens.to(DEV), offs.to(DEV)
 
 
-def _do_bench_ms(fn):
+def _device_ms(fn, anchor):
+    """Median device time of ``fn()``: ``turbo_core.bench.timing.measure``, the GPU held while the calls
+    are enqueued. (Bare ``triton.testing.do_bench`` timed the host for these ~0.1 ms calls: 90-140 µs of
+    Python each; see the session-12 grouped re-check in gpu-checks-h200-2026-11-30.md.)"""
     if DEV != "cuda":
         fn()
         return float("nan")
-    import triton.testing
+    from turbo_core.bench import timing
 
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    return timing.measure(lambda _anchor: fn(), [(anchor,)], warmup=25, iters=100).median_ms
 
 
 def part_grouped(deadline):
@@ -640,7 +645,7 @@ def part_grouped(deadline):
             data = [t for t in out if t.dtype not in (torch.int32, torch.int64)]
             moved = _nbytes([x] + data) if mode == "quant" else _nbytes([args.x, args.scale_inv] + data)
             if not errs:
-                t_tri = _do_bench_ms(lambda fn=fn, args=args: fn(args))
+                t_tri = _device_ms(lambda fn=fn, args=args: fn(args), x)
                 row.update({"bytes": moved, "triton_ms": t_tri, "triton_GBps": moved / t_tri / 1e6,
                             "of_copy": moved / t_tri / 1e6 / cp})
                 log(f"{cid:22s} {row['triton_GBps']:12.0f} {row['of_copy']:8.1%} {t_tri:8.3f} yes")
