@@ -188,7 +188,8 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
         off_m = pid_m * BM
         off_n = pid_n * BN
         # ROWWISE: the tile's row scales (a few registers) are fetched before its K loop, column
-        # scales per part in the epilogue. BLOCKWISE: each K step's scales are fetched one step ahead.
+        # scales per part in the epilogue. BLOCKWISE: each K step's scales at the top of the step, their
+        # loads in flight while the stage's barrier is awaited and the first parts run.
         rows = off_m + ROW0 + gl.arange(0, ROWS, layout=row_layout)
         sa = 1.0
         scale = 1.0
