@@ -34,6 +34,7 @@ falls back to them for good if this one fails to compile.
 
 from __future__ import annotations
 
+import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -300,16 +301,8 @@ BLOCK_M = 128
 BLOCK_K = 128
 PART_N = 64  # width of one wgmma / one stored part
 _SMEM_BYTES = 227 * 1024  # sm90's largest dynamic shared memory per block
-_GL_DTYPES = {}
-
-
-def _gl_dtype(torch_dtype):
-    import torch
-
-    if not _GL_DTYPES:
-        _GL_DTYPES.update({torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5,
-                           torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32})
-    return _GL_DTYPES[torch_dtype]
+_GL_DTYPES = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5, torch.bfloat16: gl.bfloat16,
+              torch.float16: gl.float16, torch.float32: gl.float32}
 
 
 def stages_for(block_n: int, out_bytes: int) -> int:
@@ -358,9 +351,9 @@ def gemm_fp8_nt(a, b, sa, sb, c, scaling: str, num_sms: int, *, block_n: int = 2
     if stages < 2:
         raise ValueError(f"block_n={block_n} with a {c.dtype} output leaves room for {stages} stages (need 2)")
     rows = BLOCK_M // 2 if decoupled else BLOCK_M
-    a_layout = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], _gl_dtype(a.dtype))
-    b_layout = gl.NVMMASharedLayout.get_default_for([block_n, BLOCK_K], _gl_dtype(b.dtype))
-    c_layout = gl.NVMMASharedLayout.get_default_for([rows, PART_N], _gl_dtype(c.dtype))
+    a_layout = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], _GL_DTYPES[a.dtype])
+    b_layout = gl.NVMMASharedLayout.get_default_for([block_n, BLOCK_K], _GL_DTYPES[b.dtype])
+    c_layout = gl.NVMMASharedLayout.get_default_for([rows, PART_N], _GL_DTYPES[c.dtype])
     a_desc = TensorDescriptor.from_tensor(a, [BLOCK_M, BLOCK_K], a_layout)
     b_desc = TensorDescriptor.from_tensor(b, [block_n, BLOCK_K], b_layout)
     c_desc = TensorDescriptor.from_tensor(c, [rows, PART_N], c_layout)
