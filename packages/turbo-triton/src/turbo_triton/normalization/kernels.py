@@ -150,6 +150,30 @@ def rmsnorm_bwd_kernel(
 
 
 @triton.jit
+def _chunk(dy_ptr, x_ptr, g_ptr, base, rstd, row_ok, cols, start, H,
+           HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr):
+    """The chunk of a row block at columns ``start + cols``: ``(c, col_ok, mask, n, dy, dn)`` in fp32,
+    ``n = x * rstd`` and ``dn = dy * gamma`` (``dy`` itself without gamma)."""
+    c = start + cols
+    col_ok = c < H
+    mask = row_ok[:, None] & col_ok[None, :]
+    n = tl.load(x_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32) * rstd
+    dy = tl.load(dy_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+    dn = dy
+    if HAS_GAMMA:
+        dn = dy * _weight(g_ptr, c, col_ok, ZERO_CENTERED)[None, :]
+    return c, col_ok, mask, n, dy, dn
+
+
+@triton.jit
+def _store_dx(dx_ptr, dr_ptr, base, c, mask, dx, ROUND_BF16: tl.constexpr, HAS_DRES: tl.constexpr):
+    """Store a chunk's ``dx`` (plus ``dresidual``, read here, with ``HAS_DRES``), rounded once."""
+    if HAS_DRES:
+        dx += tl.load(dr_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(dx_ptr + base + c[None, :], to_out(dx, dx_ptr, ROUND_BF16), mask=mask)
+
+
+@triton.jit
 def rmsnorm_bwd_chunked_kernel(
     dy_ptr, x_ptr, g_ptr, rstd_ptr, dx_ptr, dr_ptr, dg_ptr, T, H, num_programs,
     HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ROUND_BF16: tl.constexpr, HAS_DRES: tl.constexpr,
@@ -173,28 +197,14 @@ def rmsnorm_bwd_chunked_kernel(
         later = block != pid  # not the program's first block: its partial row holds a sum
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for start in range(0, H, BLOCK_N):
-            c = start + cols
-            col_ok = c < H
-            mask = row_ok[:, None] & col_ok[None, :]
-            n = tl.load(x_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32) * rstd
-            dn = tl.load(dy_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            if HAS_GAMMA:
-                dn = dn * _weight(g_ptr, c, col_ok, ZERO_CENTERED)[None, :]
+            _, _, _, n, _, dn = _chunk(dy_ptr, x_ptr, g_ptr, base, rstd, row_ok, cols, start, H, HAS_GAMMA,
+                                       ZERO_CENTERED)
             acc += dn * n
         mean = (tl.sum(acc, axis=1) / H)[:, None]
         for start in range(0, H, BLOCK_N):
-            c = start + cols
-            col_ok = c < H
-            mask = row_ok[:, None] & col_ok[None, :]
-            n = tl.load(x_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32) * rstd
-            dy = tl.load(dy_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            dn = dy
-            if HAS_GAMMA:
-                dn = dy * _weight(g_ptr, c, col_ok, ZERO_CENTERED)[None, :]
-            dx = rstd * (dn - n * mean)
-            if HAS_DRES:
-                dx += tl.load(dr_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            tl.store(dx_ptr + base + c[None, :], to_out(dx, dx_ptr, ROUND_BF16), mask=mask)
+            c, col_ok, mask, n, dy, dn = _chunk(dy_ptr, x_ptr, g_ptr, base, rstd, row_ok, cols, start, H,
+                                                HAS_GAMMA, ZERO_CENTERED)
+            _store_dx(dx_ptr, dr_ptr, base, c, mask, rstd * (dn - n * mean), ROUND_BF16, HAS_DRES)
             if HAS_GAMMA:
                 part = tl.sum(dy * n, axis=0)
                 prev = tl.load(dg_row + c, mask=col_ok, other=0.0)  # (garbage before the first block)
@@ -202,20 +212,12 @@ def rmsnorm_bwd_chunked_kernel(
                 tl.store(dg_row + c, part, mask=col_ok)
 
 
-
 @triton.jit
 def _split_pass1(dy_ptr, x_ptr, g_ptr, base, rstd, row_ok, cols, start, H,
                  HAS_GAMMA: tl.constexpr, ZERO_CENTERED: tl.constexpr, ACC_M: tl.constexpr):
     """One chunk of the first walk: ``(dn * n, dy * n)``, the latter summed over the rows unless
     ``ACC_M`` (one row: kept ``[1, BLOCK_N]``, no layout change)."""
-    c = start + cols
-    col_ok = c < H
-    mask = row_ok[:, None] & col_ok[None, :]
-    n = tl.load(x_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32) * rstd
-    dy = tl.load(dy_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32)
-    dn = dy
-    if HAS_GAMMA:
-        dn = dy * _weight(g_ptr, c, col_ok, ZERO_CENTERED)[None, :]
+    _, _, _, n, dy, dn = _chunk(dy_ptr, x_ptr, g_ptr, base, rstd, row_ok, cols, start, H, HAS_GAMMA, ZERO_CENTERED)
     if ACC_M == 1:
         part = dy * n
     else:
@@ -229,17 +231,9 @@ def _split_pass2(dy_ptr, x_ptr, g_ptr, dx_ptr, dr_ptr, base, rstd, mean, row_ok,
                  HAS_DRES: tl.constexpr):
     """One chunk of the second walk: ``dx`` from ``x`` and ``dy`` read again (cache hits), plus
     ``dresidual`` (read once, here) with ``HAS_DRES``."""
-    c = start + cols
-    col_ok = c < H
-    mask = row_ok[:, None] & col_ok[None, :]
-    n = tl.load(x_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32) * rstd
-    dn = tl.load(dy_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32)
-    if HAS_GAMMA:
-        dn = dn * _weight(g_ptr, c, col_ok, ZERO_CENTERED)[None, :]
-    dx = rstd * (dn - n * mean)
-    if HAS_DRES:
-        dx += tl.load(dr_ptr + base + c[None, :], mask=mask, other=0.0).to(tl.float32)
-    tl.store(dx_ptr + base + c[None, :], to_out(dx, dx_ptr, ROUND_BF16), mask=mask)
+    c, _, mask, n, _, dn = _chunk(dy_ptr, x_ptr, g_ptr, base, rstd, row_ok, cols, start, H, HAS_GAMMA,
+                                  ZERO_CENTERED)
+    _store_dx(dx_ptr, dr_ptr, base, c, mask, rstd * (dn - n * mean), ROUND_BF16, HAS_DRES)
 
 
 @triton.jit
