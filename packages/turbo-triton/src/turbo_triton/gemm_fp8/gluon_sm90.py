@@ -162,6 +162,83 @@ def _store(acc, c_desc, c_smem, p: gl.constexpr, off_m, off_n):
 
 
 @gluon.jit
+def _tile_sums(a_bufs, b_bufs, ready, empty, it, rows, off_n, M, N, K, sa_ptr, sb_ptr, s_am, s_ak, s_bk, s_bn,
+               SCALING: gl.constexpr, A_ROW_DIV: gl.constexpr, ROW0: gl.constexpr, ROWS: gl.constexpr,
+               W: gl.constexpr, acc_layout: gl.constexpr):
+    """One tile's K loop for its rows ``rows`` (``[ROW0, ROW0 + ROWS)`` of the stage buffers' ``BLOCK_M``;
+    rows at or past ``M`` get zero BLOCKWISE scales): ``(sum0, sum1, sum2, sum3, it)``, the fp32 sums of
+    the tile's 64-wide parts (``sum2`` and ``sum3`` stay zero when ``BLOCK_N = 2 W``) and the ring
+    position after the tile's ``cdiv(K, BLOCK_K)`` stages."""
+    BM: gl.constexpr = a_bufs.type.shape[1]
+    BK: gl.constexpr = a_bufs.type.shape[2]
+    BN: gl.constexpr = b_bufs.type.shape[1]
+    P: gl.constexpr = BN // W
+    STAGES: gl.constexpr = a_bufs.type.shape[0]
+    col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
+    k_steps = gl.cdiv(K, BK)
+    zero = gl.zeros([ROWS, W], gl.float32, acc_layout)
+    # BLOCKWISE: each K step's scales at the top of the step, their loads in flight while the stage's
+    # barrier is awaited and the first parts run.
+    sa_k = 1.0
+    sb_lo = 1.0
+    sb_hi = 1.0
+    if SCALING >= BLOCKWISE:  # typed like the K loop's loads below (a loop-carried value keeps its type)
+        sa_k, sb_lo, sb_hi = _block_scales(sa_ptr, sb_ptr, rows, off_n, 0, M, N, s_am, s_ak, s_bk, s_bn,
+                                           A_ROW_DIV, BN, SCALING, col_layout)
+    # A K step's parts go through two temporaries, tA (even parts) and tB (odd parts): a part is
+    # issued, then the one before it is waited for (wgmma groups retire in order) and added into
+    # its sum, so a wgmma is queued while the CUDA cores add. Nothing stays in flight across the
+    # loop's back edge: ptxas cannot follow a wgmma group through it and would serialize every
+    # wgmma of the kernel (C7514) when its result is read in the next iteration.
+    sum0 = zero
+    sum1 = zero
+    sum2 = zero
+    sum3 = zero
+    tA = zero
+    tB = zero
+    for _step in range(k_steps):
+        s = it % STAGES
+        if SCALING >= BLOCKWISE:  # fetched while the stage's TMA lands and the first part runs
+            sa_k, sb_lo, sb_hi = _block_scales(sa_ptr, sb_ptr, rows, off_n, _step, M, N, s_am, s_ak, s_bk, s_bn,
+                                               A_ROW_DIV, BN, SCALING, col_layout)
+        mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+        a = _rows(a_bufs.index(s), ROW0, ROWS, BM)
+        b = b_bufs.index(s)
+        tA = warpgroup_mma(a, _part(b, 0, W), tA, use_acc=False, is_async=True)
+        tB = warpgroup_mma(a, _part(b, 1, W), tB, use_acc=False, is_async=True)
+        tA = warpgroup_mma_wait(num_outstanding=1, deps=(tA,))
+        sum0 = _promote(sum0, tA, sa_k, sb_lo, SCALING)
+        if P == 4:
+            tA = warpgroup_mma(a, _part(b, 2, W), tA, use_acc=False, is_async=True)
+            tB = warpgroup_mma_wait(num_outstanding=1, deps=(tB,))
+            sum1 = _promote(sum1, tB, sa_k, sb_lo, SCALING)
+            tB = warpgroup_mma(a, _part(b, 3, W), tB, use_acc=False, is_async=True)
+            tA = warpgroup_mma_wait(num_outstanding=1, deps=(tA,))
+            sum2 = _promote(sum2, tA, sa_k, sb_hi, SCALING)
+            tB = warpgroup_mma_wait(num_outstanding=0, deps=(tB,))
+            sum3 = _promote(sum3, tB, sa_k, sb_hi, SCALING)
+        else:
+            tB = warpgroup_mma_wait(num_outstanding=0, deps=(tB,))
+            sum1 = _promote(sum1, tB, sa_k, _second_half(sb_lo, sb_hi, SCALING), SCALING)
+        mbarrier.arrive(empty.index(s), count=1)
+        it += 1
+    return sum0, sum1, sum2, sum3, it
+
+
+@gluon.jit
+def _epilogue_scales(sa_ptr, sb_ptr, rows, M, s_am, SCALING: gl.constexpr):
+    """``(sa, scale)``: ROWWISE the rows' scales (fetched before the K loop: a few registers; the
+    column scales are read per part in the epilogue), TENSORWISE the product of the two scalars."""
+    sa = 1.0
+    scale = 1.0
+    if SCALING == ROWWISE:
+        sa = gl.load(sa_ptr + rows * s_am, mask=rows < M, other=0.0)
+    elif SCALING == TENSORWISE:
+        scale = gl.load(sa_ptr) * gl.load(sb_ptr)
+    return sa, scale
+
+
+@gluon.jit
 def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N, K, s_am, s_ak, s_bk, s_bn,
               SCALING: gl.constexpr, A_ROW_DIV: gl.constexpr, GROUP_M: gl.constexpr,
               NUM_PROGRAMS: gl.constexpr, ROW0: gl.constexpr, num_warps: gl.constexpr):
@@ -169,78 +246,26 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
     ``BLOCK_M`` on 8 warps, or one warpgroup's 64 rows when each warpgroup is its own partition)."""
     BM: gl.constexpr = a_bufs.type.shape[1]
     ROWS: gl.constexpr = c_desc.block_type.shape[0]
-    BK: gl.constexpr = a_bufs.type.shape[2]
     BN: gl.constexpr = b_bufs.type.shape[1]
     W: gl.constexpr = c_desc.block_type.shape[1]
     P: gl.constexpr = BN // W
     gl.static_assert(P == 2 or P == 4, "BLOCK_N must be 2 or 4 parts of the store width")
-    STAGES: gl.constexpr = a_bufs.type.shape[0]
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, W, 32])
     row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
-    k_steps = gl.cdiv(K, BK)
-    zero = gl.zeros([ROWS, W], gl.float32, acc_layout)
     it = 0
     for tile in range(gl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BM
         off_n = pid_n * BN
-        # ROWWISE: the tile's row scales (a few registers) are fetched before its K loop, column
-        # scales per part in the epilogue. BLOCKWISE: each K step's scales at the top of the step, their
-        # loads in flight while the stage's barrier is awaited and the first parts run.
         rows = off_m + ROW0 + gl.arange(0, ROWS, layout=row_layout)
-        sa = 1.0
-        scale = 1.0
-        sa_k = 1.0
-        sb_lo = 1.0
-        sb_hi = 1.0
-        if SCALING == ROWWISE:
-            sa = gl.load(sa_ptr + rows * s_am, mask=rows < M, other=0.0)
-        elif SCALING == TENSORWISE:
-            scale = gl.load(sa_ptr) * gl.load(sb_ptr)
-        else:  # typed like the K loop's loads below (a loop-carried value keeps its type)
-            sa_k, sb_lo, sb_hi = _block_scales(sa_ptr, sb_ptr, rows, off_n, 0, M, N, s_am, s_ak, s_bk, s_bn,
-                                               A_ROW_DIV, BN, SCALING, col_layout)
-        # A K step's parts go through two temporaries, tA (even parts) and tB (odd parts): a part is
-        # issued, then the one before it is waited for (wgmma groups retire in order) and added into
-        # its sum, so a wgmma is queued while the CUDA cores add. Nothing stays in flight across the
-        # loop's back edge: ptxas cannot follow a wgmma group through it and would serialize every
-        # wgmma of the kernel (C7514) when its result is read in the next iteration.
-        sum0 = zero
-        sum1 = zero
-        sum2 = zero
-        sum3 = zero
-        tA = zero
-        tB = zero
-        for _step in range(k_steps):
-            s = it % STAGES
-            if SCALING >= BLOCKWISE:  # fetched while the stage's TMA lands and the first part runs
-                sa_k, sb_lo, sb_hi = _block_scales(sa_ptr, sb_ptr, rows, off_n, _step, M, N, s_am, s_ak, s_bk, s_bn,
-                                                   A_ROW_DIV, BN, SCALING, col_layout)
-            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-            a = _rows(a_bufs.index(s), ROW0, ROWS, BM)
-            b = b_bufs.index(s)
-            tA = warpgroup_mma(a, _part(b, 0, W), tA, use_acc=False, is_async=True)
-            tB = warpgroup_mma(a, _part(b, 1, W), tB, use_acc=False, is_async=True)
-            tA = warpgroup_mma_wait(num_outstanding=1, deps=(tA,))
-            sum0 = _promote(sum0, tA, sa_k, sb_lo, SCALING)
-            if P == 4:
-                tA = warpgroup_mma(a, _part(b, 2, W), tA, use_acc=False, is_async=True)
-                tB = warpgroup_mma_wait(num_outstanding=1, deps=(tB,))
-                sum1 = _promote(sum1, tB, sa_k, sb_lo, SCALING)
-                tB = warpgroup_mma(a, _part(b, 3, W), tB, use_acc=False, is_async=True)
-                tA = warpgroup_mma_wait(num_outstanding=1, deps=(tA,))
-                sum2 = _promote(sum2, tA, sa_k, sb_hi, SCALING)
-                tB = warpgroup_mma_wait(num_outstanding=0, deps=(tB,))
-                sum3 = _promote(sum3, tB, sa_k, sb_hi, SCALING)
-            else:
-                tB = warpgroup_mma_wait(num_outstanding=0, deps=(tB,))
-                sum1 = _promote(sum1, tB, sa_k, _second_half(sb_lo, sb_hi, SCALING), SCALING)
-            mbarrier.arrive(empty.index(s), count=1)
-            it += 1
+        sa, scale = _epilogue_scales(sa_ptr, sb_ptr, rows, M, s_am, SCALING)
+        sum0, sum1, sum2, sum3, it = _tile_sums(a_bufs, b_bufs, ready, empty, it, rows, off_n, M, N, K, sa_ptr,
+                                                sb_ptr, s_am, s_ak, s_bk, s_bn, SCALING, A_ROW_DIV, ROW0, ROWS, W,
+                                                acc_layout)
         tma.store_wait(pendings=0)  # the previous tile's stores have read c_smem
         _store(_scaled(sum0, sa, sb_ptr, off_n, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 0, off_m + ROW0, off_n)
         _store(_scaled(sum1, sa, sb_ptr, off_n + W, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 1,
