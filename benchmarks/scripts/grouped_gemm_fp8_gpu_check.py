@@ -23,13 +23,16 @@
    skewed; CUDA-graph replay (kernel time) and eager (with the Python launcher's overhead), inputs
    rotated beyond L2 (turbo_core.bench.timing). The kernel path is printed per case. Baselines run
    with unit scales (the scale values do not change their speed) and are checked against float64.
+   ``--gluon`` adds the opt-in Gluon forward kernel (``turbo_triton.grouped_gemm_fp8.gluon_sm90``;
+   ``TURBO_TRITON_GG8_GLUON=1`` set around each call) for TENSORWISE / ROWWISE / BLOCKWISE, forward and
+   dgrad (the latter on b's K-major copy), as providers ``triton:<GRAN>-gluon``.
 5. ``--sweep``: candidate tile configs on a few shapes (graph timing).
 
 Usage (repository root, no install needed):
   PYTHONPATH=packages/turbo-core/src:packages/turbo-triton/src \
   TURBO_PLUGINS=turbo_core.reference.plugin,turbo_triton.plugin \
   python3 benchmarks/scripts/grouped_gemm_fp8_gpu_check.py --out grouped_fp8.json \
-      [--check-only | --skip-check] [--sweep] [--models deepseek-v3 ...] [--max-minutes 9]
+      [--check-only | --skip-check] [--sweep] [--gluon] [--models deepseek-v3 ...] [--max-minutes 9]
 
 ``--cpu-smoke`` runs the same code on the CPU under TRITON_INTERPRET=1 at tiny shapes (the script's
 own smoke test; torch's grouped GEMMs are CUDA-only and show as errors there). The JSON is rewritten
@@ -66,6 +69,7 @@ from turbo_triton.grouped_gemm_fp8 import configs  # noqa: E402
 from turbo_triton.grouped_gemm_fp8 import launch as gl  # noqa: E402
 
 DEV = "cpu" if SMOKE else "cuda"
+GLUON = "--gluon" in sys.argv  # also time the opt-in Gluon forward kernel (TURBO_TRITON_GG8_GLUON)
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 BS = 32 if SMOKE else 128
 GATE = {torch.float32: 2e-3, torch.float16: 1e-2, torch.bfloat16: 1e-2}
@@ -552,12 +556,29 @@ def _triton_args(case, gran, gen, *, precise=False, hybrid=False):
     return args, cfg
 
 
-def _triton_runner(pass_, path=None):
-    """``run(args, config, anchor)``: the launcher; ``anchor`` (a's data) is there for timing.measure."""
+@contextlib.contextmanager
+def gluon_opt_in(on: bool):
+    """``TURBO_TRITON_GG8_GLUON=1`` for the calls inside (the forward then takes the Gluon kernel where
+    it can; no config given), else the variable unset."""
+    before = os.environ.pop(gl.GLUON_ENV, None)
+    if on:
+        os.environ[gl.GLUON_ENV] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(gl.GLUON_ENV, None)
+        if before is not None:
+            os.environ[gl.GLUON_ENV] = before
+
+
+def _triton_runner(pass_, path=None, gluon=False):
+    """``run(args, config, anchor)``: the launcher; ``anchor`` (a's data) is there for timing.measure.
+    ``gluon``: opted in to the Gluon forward kernel (at capture time, for graphs)."""
     launcher = gl.grouped_gemm_fp8_variable_k if pass_ == "wgrad" else gl.grouped_gemm_fp8
 
     def run(args, cfg, _anchor):
-        return launcher(args, cfg, path)
+        with gluon_opt_in(gluon):
+            return launcher(args, cfg, path)
 
     return run
 
@@ -609,17 +630,22 @@ def _bench_case(case, gen, warmup, iters, modes):
     trit = [("TENSORWISE", {}), ("ROWWISE", {}), ("BLOCKWISE", {}), ("ROWWISE", {"precise": True})]
     if case.pass_ != "fwd":
         trit += [("ROWWISE", {"hybrid": True}), ("ROWWISE", {"path": "pointer"}), ("BLOCKWISE", {"path": "pointer"})]
+    if case.pass_ != "wgrad" and GLUON:  # the opt-in Gluon forward kernel (dgrad: on b's K-major copy)
+        trit += [("TENSORWISE", {"gluon": True}), ("ROWWISE", {"gluon": True}), ("BLOCKWISE", {"gluon": True})]
     paths = {}
     for gran, kw in trit:
         path = kw.pop("path", None)
+        gluon = kw.pop("gluon", False)
         sets = []
         for _ in range(copies):
             args, cfg = _triton_args(case, gran, gen, **kw)
             sets.append((args, cfg, args.a))
-        name = f"triton:{gran}" + "".join(f"-{k}" for k in kw) + (f"-{path}" if path else "")
+        name = f"triton:{gran}" + "".join(f"-{k}" for k in kw) + (f"-{path}" if path else "") + ("-gluon" if gluon else "")
         args, cfg, _ = sets[0]
-        paths[name] = path or (gl.variable_k_kernel_path(args) if case.pass_ == "wgrad" else gl.kernel_path(args, cfg))
-        providers.append((name, _triton_runner(case.pass_, path), sets, None))
+        with gluon_opt_in(gluon):
+            paths[name] = path or (gl.variable_k_kernel_path(args) if case.pass_ == "wgrad"
+                                   else gl.kernel_path(args, cfg))
+        providers.append((name, _triton_runner(case.pass_, path, gluon), sets, None))
     base = {}
     for name, fn, sets, ref in providers:
         for mode in modes:
@@ -743,6 +769,8 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--max-minutes", type=float, default=9.0)
     parser.add_argument("--cpu-smoke", action="store_true")
+    parser.add_argument("--gluon", action="store_true",
+                        help="bench: also the Gluon forward kernel (opted in per call), forward and dgrad")
     opts = parser.parse_args()
     OUT["path"] = opts.out
     OUT["deadline"] = T0 + 60 * opts.max_minutes

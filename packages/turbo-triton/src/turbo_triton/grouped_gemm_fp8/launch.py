@@ -11,10 +11,17 @@ Kernel paths: ``"tma"`` on sm90+ (Triton with host tensor descriptors) when the 
 K step divides K; ``"pointer"`` otherwise (AMD, other NVIDIA GPUs, the interpreter). On NVIDIA the
 operands the FP8 MMA would read M-major are first copied K-major (``+kmajor``: b of the NN forward,
 both operands of the wgrad); those copies are the only data the launchers write besides the output.
+
+``"gluon"`` (sm90, opt-in with ``TURBO_TRITON_GG8_GLUON=1``): the forward on the warp-specialized Gluon
+kernel (``turbo_triton.grouped_gemm_fp8.gluon_sm90``); :func:`gluon_reason` says when and why not. It is
+opt-in because it has been compiled for sm90 (no register spills) but not yet run on a GPU. A Gluon
+kernel that fails to compile or launch is reported once (a warning) and not tried again in the process.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, replace
 
 import torch
@@ -42,8 +49,12 @@ from turbo_triton.grouped_gemm.launch import (
 from turbo_triton.grouped_gemm_fp8 import configs
 from turbo_triton.transpose import transpose_last2
 
-__all__ = ["can_handle", "can_handle_variable_k", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k",
+__all__ = ["can_handle", "can_handle_variable_k", "gluon_reason", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k",
            "kernel_path", "variable_k_kernel_path"]
+
+_log = logging.getLogger(__name__)
+_GLUON_BROKEN: list[str] = []  # the first error of a Gluon launch (then never tried again in this process)
+GLUON_ENV = "TURBO_TRITON_GG8_GLUON"
 
 G = ScalingGranularity
 _FNUZ = (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
@@ -185,6 +196,13 @@ def _k_major_b(args: GroupedGemmFp8Args, arch: str) -> GroupedGemmFp8Args:
                    b_scale_inv=sb.transpose(1, 2) if sb.dim() == 3 else sb)
 
 
+def _as_k_major_b(args: GroupedGemmFp8Args) -> GroupedGemmFp8Args:
+    """The arguments as :func:`_k_major_b` leaves them, with an unwritten ``[G, N, K]`` b (no copy made)."""
+    sb = args.b_scale_inv
+    return replace(args, b=args.b.new_empty((args.b.shape[0], args.b.shape[2], args.b.shape[1])), trans_b=True,
+                   b_scale_inv=sb.transpose(1, 2) if sb.dim() == 3 else sb)
+
+
 def _tuned(cfg: configs.Fp8GroupedConfig, arch: str) -> configs.Fp8GroupedConfig:
     """The table's config adjusted for the call: on sm90 the FP8 sum is promoted to fp32 once per K
     step (the accuracy of cuBLAS; ``TURBO_TRITON_FP8_FAST_ACCUM=1`` turns it off, as for the dense
@@ -195,17 +213,89 @@ def _tuned(cfg: configs.Fp8GroupedConfig, arch: str) -> configs.Fp8GroupedConfig
 
 
 def kernel_path(args: GroupedGemmFp8Args, config: configs.Fp8GroupedConfig | None = None) -> str:
-    """``"tma"`` or ``"pointer"``: which kernel :func:`grouped_gemm_fp8` launches for these arguments,
-    with ``"+kmajor"`` when b is first copied K-major (:func:`_k_major_b`)."""
+    """``"gluon"``, ``"tma"`` or ``"pointer"``: which kernel :func:`grouped_gemm_fp8` launches for these
+    arguments, with ``"+kmajor"`` when b is first copied K-major (:func:`_k_major_b`)."""
     if _runtime.interpreting() or args.a.device.type != "cuda":
         return "pointer"
     arch, sms = _device_facts(args.a)
     copied = not args.trans_b and _tma_arch(arch)
     if copied:
-        args = replace(args, b=args.b.new_empty((args.b.shape[0], args.b.shape[2], args.b.shape[1])), trans_b=True)
+        args = _as_k_major_b(args)
     cfg = config or _fwd_config(args, arch, sms)
     path = "tma" if _tma_arch(arch) and _tma_fwd_ok(args, cfg, arch) else "pointer"
+    if config is None and gluon_reason(args, arch, sms) is None:
+        path = "gluon"
     return path + "+kmajor" if copied else path
+
+
+_GLUON_AB = (torch.float8_e4m3fn, torch.float8_e5m2)
+_GLUON_C = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def gluon_reason(args: GroupedGemmFp8Args, arch: str, sms: int, out: torch.Tensor | None = None) -> str | None:
+    """Why the Gluon sm90 kernel does not take these forward arguments (b already K-major, as
+    :func:`_k_major_b` leaves it), or ``None``.
+
+    It takes TENSORWISE, ROWWISE and BLOCKWISE (1 x 128 blocks for a, 128 x 128 tiles for b) with fp32
+    scales, E4M3/E5M2 operands in any pairing, ``a [M, K]`` and a contiguous ``b [G, N, K]`` with
+    16-byte aligned rows, bf16/fp16/fp32 results, and problems of at least one wave of its tiles
+    (counted as if the rows were one group; smaller ones keep the Triton kernel's smaller tiles)."""
+    if os.environ.get(GLUON_ENV, "0").strip().lower() not in ("1", "true", "yes", "on"):
+        return f"{GLUON_ENV}=1 is not set (the Gluon grouped kernel is opt-in until it has run on a GPU)"
+    if _GLUON_BROKEN:
+        return f"the Gluon kernel failed earlier in this process: {_GLUON_BROKEN[0]}"
+    if arch != "sm90" or _runtime.interpreting():
+        return f"the Gluon kernel is written for sm90 (wgmma), this is {arch}"
+    gran = as_granularity(args.granularity)
+    if gran == G.BLOCKWISE:
+        if args.block_size != 128 or _fwd_scales(args).b_div != 128:
+            return "the Gluon kernel's BLOCKWISE takes 128-deep blocks with 128 x 128 tiles for b"
+    elif gran not in (G.TENSORWISE, G.ROWWISE):
+        return f"{gran.name} is not implemented in the Gluon kernel"
+    if fast_accumulate():
+        return "TURBO_TRITON_FP8_FAST_ACCUM=1 runs the unpromoted Triton kernel"
+    if not args.trans_b:
+        return "the Gluon kernel reads b K-major ([G, N, K])"
+    if args.a.dtype not in _GLUON_AB or args.b.dtype not in _GLUON_AB or args.out_dtype not in _GLUON_C:
+        return f"dtypes {args.a.dtype}/{args.b.dtype} -> {args.out_dtype} are not the Gluon kernel's"
+    if args.a_scale_inv.dtype != torch.float32 or args.b_scale_inv.dtype != torch.float32:
+        return "the Gluon kernel reads fp32 scales"
+    g, m, n, k = grouped_lowp_dims(args)
+    if k % 16 or not (_aligned(args.a) and args.b.is_contiguous() and _aligned(args.b)) or (
+            out is not None and not _aligned(out)):
+        return "TMA needs 16-byte aligned rows and bases (K a multiple of 16)"
+    if g * n > _INT32:
+        return f"the Gluon kernel indexes b's rows with int32: {g} x {n} rows are too many"
+    bn = _gluon_block_n(gran, args.out_dtype)
+    tiles = -(-m // 128) * -(-n // bn)
+    if tiles < min(sms, args.num_cu or sms):
+        return f"{tiles} tiles of 128 x {bn} are less than one wave"
+    return None
+
+
+def _gluon_block_n(gran, out_dtype: torch.dtype) -> int:
+    """256-wide tiles, 128 for BLOCKWISE and fp32 outputs (as the dense Gluon kernel)."""
+    return 128 if gran == G.BLOCKWISE or out_dtype == torch.float32 else 256
+
+
+def _launch_gluon(args: GroupedGemmFp8Args, c: torch.Tensor, g: int, m: int, n: int, sms: int) -> bool:
+    """Run the Gluon kernel; ``False`` (and a warning, once) if it cannot compile or launch here."""
+    try:
+        from turbo_triton.grouped_gemm_fp8 import gluon_sm90
+
+        gran = as_granularity(args.granularity)
+        bn = _gluon_block_n(gran, c.dtype)
+        s = _fwd_scales(args)
+        programs = _programs((-(-m // 128) + g) * -(-n // bn), sms, args.num_cu)
+        gluon_sm90.grouped_gemm_fp8_nt(args.a, args.b, args.a_scale_inv, args.b_scale_inv, _offsets(args.group_offs),
+                                       c, gran.name, programs, block_n=bn, s_am=s.s_am, s_ak=s.s_ak, s_bg=s.s_bg,
+                                       s_bk=s.s_bk, s_bn=s.s_bn)
+        return True
+    except Exception as exc:  # an unsupported Triton version, a driver without the features: keep working
+        _GLUON_BROKEN.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
+        _log.warning("turbo-triton: the Gluon grouped FP8 GEMM failed (%s); using the Triton kernel from now on",
+                     _GLUON_BROKEN[0])
+        return False
 
 
 def grouped_gemm_fp8(args: GroupedGemmFp8Args, config: configs.Fp8GroupedConfig | None = None,
@@ -214,7 +304,7 @@ def grouped_gemm_fp8(args: GroupedGemmFp8Args, config: configs.Fp8GroupedConfig 
     in ``out_dtype``, rows past ``group_offs[-1]`` zero. ``config`` overrides the heuristic table,
     ``path`` ("tma" or "pointer") the kernel choice ("tma" runs under the interpreter too, for tests)
     and ``upcast`` whether the FP8 tiles are converted to fp16 before the dot (default: only HYBRID
-    pairs on a GPU without a mixed FP8 dot)."""
+    pairs on a GPU without a mixed FP8 dot); with any of the three given, the Gluon kernel is not used."""
     a = args.a
     g, m, n, k = grouped_lowp_dims(args)
     c = torch.empty((m, n), dtype=args.out_dtype, device=a.device)
@@ -224,6 +314,9 @@ def grouped_gemm_fp8(args: GroupedGemmFp8Args, config: configs.Fp8GroupedConfig 
         return c.zero_()  # every row is outside the groups, or every product is an empty sum
     arch, sms = _device_facts(a)
     args = _k_major_b(args, arch)
+    if (config is None and path is None and upcast is None and gluon_reason(args, arch, sms, c) is None
+            and _launch_gluon(args, c, g, m, n, sms)):
+        return c
     cfg = config or _tuned(_fwd_config(args, arch, sms), arch)
     _check_block_k(cfg, _block_size(args))
     if path is None:

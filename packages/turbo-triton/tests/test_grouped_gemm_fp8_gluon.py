@@ -1,0 +1,198 @@
+"""The Gluon sm90 grouped FP8 GEMM (``turbo_triton.grouped_gemm_fp8.gluon_sm90``): which calls it takes and
+why not (CPU), and its results against the reference on a Hopper GPU (``@pytest.mark.gpu``:
+``TRITON_INTERPRET=0 pytest -m gpu packages/turbo-triton/tests/test_grouped_gemm_fp8_gluon.py``).
+
+The kernel is opt-in (``TURBO_TRITON_GG8_GLUON=1``) until these GPU tests have passed on an H200: the
+interpreter cannot run Gluon, so on the CPU only the eligibility rules are tested here."""
+
+import os
+
+import pytest
+import torch
+
+from turbo_core.dispatch.specs.grouped_gemm_fp8 import GroupedGemmFp8Args
+from turbo_core.reference.grouped_gemm_fp8 import grouped_gemm_fp8 as reference
+from turbo_triton.grouped_gemm_fp8 import launch
+
+E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
+ENV = launch.GLUON_ENV
+
+
+def _offs(lens, device) -> torch.Tensor:
+    offs = torch.zeros(len(lens) + 1, dtype=torch.int64)
+    offs[1:] = torch.tensor(lens, dtype=torch.int64).cumsum(0)
+    return offs.to(device)
+
+
+def _args(lens=(3000, 0, 4000, 1100), tail=92, n=4000, k=1040, gran="ROWWISE", trans_b=True, device="cpu",
+          da=E4, db=E4, out=torch.bfloat16, seed=0, b_2d=True):
+    """Random FP8 operands with random positive scales in the spec's layouts (BLOCKWISE: 1 x 128
+    activation blocks, b's scales as 128 x 128 tiles or, ``b_2d=False``, 1 x 128 blocks)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    g, m = len(lens), sum(lens) + tail
+    a = (torch.randn(m, k, generator=gen, device=device) * 3).to(da)
+    b = (torch.randn((g, n, k) if trans_b else (g, k, n), generator=gen, device=device) * 3).to(db)
+
+    def scale(*shape):
+        return torch.rand(shape, generator=gen, device=device) + 0.25
+
+    if gran == "TENSORWISE":
+        sa, sb = scale(), scale()
+    elif gran == "ROWWISE":
+        sa, sb = scale(m, 1), scale(g, n, 1) if trans_b else scale(g, 1, n)
+    else:
+        kb, nb = -(-k // 128), -(-n // 128)
+        sa = scale(kb, m)
+        if b_2d:
+            sb = scale(g, nb, kb) if trans_b else scale(g, kb, nb)
+        else:
+            sb = scale(g, n, kb) if trans_b else scale(g, kb, n)
+    return GroupedGemmFp8Args(a, sa, b, sb, torch.tensor(lens, dtype=torch.int64, device=device), _offs(lens, device),
+                              trans_b, out, gran, 128 if gran == "BLOCKWISE" else None)
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    """Make the eligibility check see a 132-SM sm90 GPU outside the interpreter, the kernel opted in."""
+    monkeypatch.setattr(launch._runtime, "interpreting", lambda: False)
+    monkeypatch.setenv(ENV, "1")
+    monkeypatch.delenv("TURBO_TRITON_FP8_FAST_ACCUM", raising=False)
+    monkeypatch.setattr(launch, "_GLUON_BROKEN", [])
+
+
+def _reason(args, arch="sm90"):
+    return launch.gluon_reason(args, arch, 132)
+
+
+def test_takes_large_forward_problems(hopper):
+    for gran in ("TENSORWISE", "ROWWISE", "BLOCKWISE"):
+        for out in (torch.bfloat16, torch.float16, torch.float32):
+            assert _reason(_args(gran=gran, out=out)) is None, (gran, out)
+    assert _reason(_args(da=E4, db=E5)) is None  # HYBRID
+    assert _reason(_args(da=E5, db=E5)) is None
+
+
+def test_declines_with_reasons(hopper, monkeypatch):
+    big = _args()
+    assert "sm90" in _reason(big, "sm100")
+    assert "less than one wave" in _reason(_args(lens=(500, 500), tail=0))  # 8 x 16 tiles
+    assert "less than one wave" in _reason(_args(lens=(1000, 1000), tail=0, gran="BLOCKWISE", n=1000))  # 16 x 8
+    assert "128 x 128 tiles" in _reason(_args(gran="BLOCKWISE", b_2d=False))
+    bw = _args(gran="BLOCKWISE")
+    small_blocks = GroupedGemmFp8Args(bw.a, bw.a_scale_inv, bw.b, bw.b_scale_inv, bw.group_lens, bw.group_offs,
+                                      True, torch.bfloat16, "BLOCKWISE", 64)
+    assert "128-deep blocks" in _reason(small_blocks)
+    mx = GroupedGemmFp8Args(big.a, big.a_scale_inv, big.b, big.b_scale_inv, big.group_lens, big.group_offs, True,
+                            torch.bfloat16, "MX_BLOCKWISE", 32)
+    assert "MX_BLOCKWISE is not implemented" in _reason(mx)
+    assert "K-major" in _reason(_args(trans_b=False))  # the launcher copies b K-major first
+    assert "TMA" in _reason(_args(k=1000))
+    assert "dtypes" in _reason(_args(out=torch.float64))
+    half_scales = GroupedGemmFp8Args(big.a, big.a_scale_inv.half(), big.b, big.b_scale_inv, big.group_lens,
+                                     big.group_offs, True, torch.bfloat16, "ROWWISE")
+    assert "fp32 scales" in _reason(half_scales)
+    monkeypatch.setattr(launch, "_GLUON_BROKEN", ["RuntimeError: no"])
+    assert "failed earlier" in _reason(big)
+    monkeypatch.setattr(launch, "_GLUON_BROKEN", [])
+    monkeypatch.setenv("TURBO_TRITON_FP8_FAST_ACCUM", "1")
+    assert "FAST_ACCUM" in _reason(big)
+    monkeypatch.delenv(ENV)
+    assert f"{ENV}=1 is not set" in _reason(big)
+
+
+def test_dgrad_layout_is_taken_after_the_copy(hopper):
+    """The dgrad's ``b [G, K, N]`` is declined as given and taken as the launcher's K-major copy leaves
+    it (the 128 x 128 tile scales then read transposed)."""
+    for gran in ("TENSORWISE", "ROWWISE", "BLOCKWISE"):
+        nn = _args(gran=gran, trans_b=False)
+        assert "K-major" in _reason(nn)
+        assert _reason(launch._as_k_major_b(nn)) is None, gran
+
+
+def _sm90() -> bool:
+    """A Hopper GPU and the compiled kernels (this package's tests default to the interpreter:
+    run these with ``TRITON_INTERPRET=0 pytest -m gpu``)."""
+    return (os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available()
+            and torch.cuda.get_device_capability() == (9, 0))
+
+
+needs_sm90 = pytest.mark.skipif(not _sm90(), reason="the Gluon grouped FP8 GEMM runs on sm90 (Hopper) GPUs, not in "
+                                                    "the interpreter")
+
+
+def _error(got, args) -> float:
+    """Max error relative to the largest result, against the reference's dequantized math (fp32 sums
+    on the GPU: float64 on the CPU would take minutes at these sizes)."""
+    want = reference(GroupedGemmFp8Args(args.a, args.a_scale_inv, args.b, args.b_scale_inv, args.group_lens,
+                                        args.group_offs, args.trans_b, torch.float32, args.granularity,
+                                        args.block_size)).double()
+    return ((got.double() - want).abs().max() / want.abs().max()).item()
+
+
+@pytest.fixture
+def opted_in(monkeypatch):
+    monkeypatch.setenv(ENV, "1")
+    monkeypatch.delenv("TURBO_TRITON_FP8_FAST_ACCUM", raising=False)
+    monkeypatch.setattr(launch, "_GLUON_BROKEN", [])
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.usefixtures("opted_in")
+@pytest.mark.parametrize("gran", ["TENSORWISE", "ROWWISE", "BLOCKWISE"])
+@pytest.mark.parametrize("trans_b", [True, False], ids=["fwd", "dgrad"])
+@pytest.mark.parametrize("out", [torch.bfloat16, torch.float32])
+def test_gpu_against_reference(gran, trans_b, out):
+    """Through ``grouped_gemm_fp8`` (the op's launcher): the Gluon path, groups of 3000, 0, 4000 and
+    1100 rows (partial row tiles, an empty group) and 92 rows past the last group (zeros), N and K
+    not multiples of the tiles, poisoned output memory; error at cuBLAS's level (cuBLAS's dense
+    errors on such inputs: 1.5-3.5e-3 with bf16 out, 1.5-2.2e-4 with fp32 out)."""
+    args = _args(gran=gran, trans_b=trans_b, out=out, device="cuda", seed=len(gran) + trans_b)
+    assert launch.kernel_path(args) == ("gluon" if trans_b else "gluon+kmajor")
+    torch.full((args.a.shape[0], 4000), float("nan"), device="cuda", dtype=out)  # a freed NaN block handed back
+    got = launch.grouped_gemm_fp8(args)
+    assert not launch._GLUON_BROKEN, launch._GLUON_BROKEN
+    assert torch.isfinite(got).all()
+    assert torch.count_nonzero(got[-92:]) == 0, "the rows past the last group must be zero"
+    err = _error(got, args)
+    assert err < (6e-3 if out == torch.bfloat16 else 6e-4), err
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("lens,tail", [((128, 256, 8192), 0), ((1, 8000, 63, 0, 400), 200), ((0, 0, 8704), 64)],
+                         ids=["aligned", "ragged", "empty-first"])
+def test_gpu_every_row_written(lens, tail):
+    """The kernel directly, into an output filled with NaN: group rows get their products, rows past
+    the last group zeros, nothing is left unwritten (single-row and empty groups included)."""
+    from turbo_triton.grouped_gemm_fp8 import gluon_sm90
+
+    args = _args(lens=lens, tail=tail, n=2048, k=512, device="cuda", seed=sum(lens))
+    c = torch.full((args.a.shape[0], 2048), float("nan"), device="cuda", dtype=torch.bfloat16)
+    s = launch._fwd_scales(args)
+    gluon_sm90.grouped_gemm_fp8_nt(args.a, args.b, args.a_scale_inv, args.b_scale_inv, args.group_offs, c,
+                                   "ROWWISE", 132, s_am=s.s_am, s_bg=s.s_bg, s_bn=s.s_bn)
+    assert torch.isfinite(c).all()
+    if tail:
+        assert torch.count_nonzero(c[-tail:]) == 0
+    assert _error(c, args) < 6e-3
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.usefixtures("opted_in")
+def test_gpu_graph_replays_new_group_sizes():
+    """Captured in a CUDA graph, the call reads the group offsets on the device: new lengths written
+    into the same tensors give the new result on replay (no host sync, no stale tile count)."""
+    args = _args(lens=(4096, 2048, 2048), tail=0, n=4096, k=1024, device="cuda", seed=3)
+    launch.grouped_gemm_fp8(args)  # compiled outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = launch.grouped_gemm_fp8(args)
+    assert not launch._GLUON_BROKEN, launch._GLUON_BROKEN
+    for lens in [(100, 8000, 92), (0, 0, 8192), (4096, 2048, 2048)]:
+        args.group_lens.copy_(torch.tensor(lens))
+        args.group_offs.copy_(_offs(lens, "cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _error(got, args) < 6e-3, lens
