@@ -31,9 +31,11 @@ from turbo_triton.grouped_gemm_fp8 import gluon_sm90 as grouped
 
 _TYPES = {"fp8e4nv": gl.float8e4nv, "bf16": gl.bfloat16, "fp16": gl.float16, "fp32": gl.float32}
 _BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-# (scaling mode, BLOCK_N, output type): what the launchers pick (BLOCKWISE and fp32 outputs at 128)
+# (scaling mode, BLOCK_N, output type): what the launchers pick (BLOCKWISE and fp32 outputs at 128);
+# mode 3 (dense only: BLOCKWISE with per-column b scales, wgrad's layout) runs with unit column stride,
+# which Triton specializes to the constant 1 as the launch does
 CONFIGS = [(0, 256, "bf16"), (1, 256, "bf16"), (1, 256, "fp16"), (2, 128, "bf16"), (1, 128, "fp32"),
-           (2, 128, "fp32")]
+           (2, 128, "fp32"), (3, 128, "bf16")]
 
 
 def _desc(dtype: str, shape: list[int]) -> str:
@@ -51,6 +53,8 @@ def _dense(mode: int, bn: int, out: str, stages: int):
            "s_am": "i32", "s_ak": "i32", "s_bk": "i32", "s_bn": "i32"}
     const = {"SCALING": mode, "A_ROW_DIV": 1, "STAGES": stages, "GROUP_M": 16, "NUM_PROGRAMS": 132,
              "PRODUCER_REGS": 40, "CONSUMER_REGS": 232, "DECOUPLED": True, "num_warps": 4}
+    if mode == 3:
+        const["s_bn"] = 1
     return dense.gemm_fp8_ws_kernel, sig, const
 
 
@@ -96,6 +100,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for kernel in opts.kernels.split(","):
             for mode, bn, out in CONFIGS:
+                if mode == 3 and kernel != "dense":
+                    continue
                 row = compile_one(kernel, mode, bn, out, tmp)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
