@@ -4,7 +4,7 @@
 # own time limit, and a failing part does not stop the next.
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normsweep normbench groupedcheck groupedbench
-#        tritonfp8check fp8bench gg8check gg8gluon gg8bench conformance dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
+#        tritonfp8check fp8bench gg8check gg8gluon gg8bench conformance issue5rest dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
 #        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbbwd hbgap hbalgotests accuracy profile
 #        deepepkernels moedispatch nccltests asynctp epcheck (the last four on the two-GPU kind)
 set -u
@@ -45,7 +45,14 @@ for part in $parts; do
       timeout 330 python3 benchmarks/scripts/grouped_gemm_fp8_gpu_check.py --out "$OUT/gg8_gluon_bench.json" --skip-check --gluon --max-minutes 5 \
         > "$OUT/gg8_gluon_bench.log" 2>&1; tail -45 "$OUT/gg8_gluon_bench.log" ;;
     gg8bench) timeout 300 python3 benchmarks/scripts/grouped_gemm_fp8_gpu_check.py --out "$OUT/gg8_bench.json" --skip-check --max-minutes 4 > "$OUT/gg8_bench.log" 2>&1; tail -40 "$OUT/gg8_bench.log" ;;
-    conformance) timeout 580 python3 benchmarks/scripts/conformance_gpu.py --out "$OUT/conformance_gpu.json" > "$OUT/conformance_gpu.log" 2>&1; tail -20 "$OUT/conformance_gpu.log" ;;
+    conformance)  # the shared conformance suite on the GPU (CONFORMANCE_BACKENDS, default TRITON: issues 5 and 11)
+      timeout 580 python3 benchmarks/scripts/conformance_gpu.py --backends "${CONFORMANCE_BACKENDS:-TRITON}" --out "$OUT/conformance_gpu.json" \
+        > "$OUT/conformance_gpu.log" 2>&1; tail -20 "$OUT/conformance_gpu.log" ;;
+    issue5rest)  # issue 5's two untimed changes: the fused rmsnorm_residual backward, and FP4/router in device time
+      timeout 120 python3 benchmarks/scripts/issue5_coverage_h200.py --out "$OUT/issue5_resbwd.json" --parts resbwd --limits resbwd=60 \
+        > "$OUT/issue5_resbwd.log" 2>&1; tail -15 "$OUT/issue5_resbwd.log"
+      timeout 300 python3 benchmarks/scripts/router_fp4_gpu_check.py --out "$OUT/router_fp4_held.json" --timing held \
+        > "$OUT/router_fp4_held.log" 2>&1; tail -30 "$OUT/router_fp4_held.log" ;;
     dispatch) timeout 60 python3 benchmarks/scripts/dispatch_overhead.py --device cuda --prims gemm,grouped_gemm --out "$OUT/dispatch_overhead.json" > "$OUT/dispatch.log" 2>&1; tail -30 "$OUT/dispatch.log" ;;
     quantcheck) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts check,graph --out "$OUT/quant_fp8.json" > "$OUT/quant_fp8.log" 2>&1; tail -30 "$OUT/quant_fp8.log" ;;
     quantsweep) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts sweep --out "$OUT/quant_sweep.json" > "$OUT/quant_sweep.log" 2>&1; tail -30 "$OUT/quant_sweep.log" ;;
