@@ -51,6 +51,12 @@ BLOCKWISE = gl.constexpr(2)  # b scales per 128 x 128 tile
 BLOCKWISE_VEC = gl.constexpr(3)  # b scales per column and 128-deep block (wgrad's 1 x 128 gradients)
 
 
+@gluon.constexpr_function
+def acc_layout(w, num_warps):
+    """The wgmma accumulator layout of a consumer's ``[rows, w]`` part: ``num_warps`` warps down the rows."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, w, 32])
+
+
 @gluon.jit
 def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
     group = GROUP_M * num_pid_n
@@ -164,7 +170,7 @@ def _store(acc, c_desc, c_smem, p: gl.constexpr, off_m, off_n):
 @gluon.jit
 def _tile_sums(a_bufs, b_bufs, ready, empty, it, rows, off_n, M, N, K, sa_ptr, sb_ptr, s_am, s_ak, s_bk, s_bn,
                SCALING: gl.constexpr, A_ROW_DIV: gl.constexpr, ROW0: gl.constexpr, ROWS: gl.constexpr,
-               W: gl.constexpr, acc_layout: gl.constexpr):
+               W: gl.constexpr, layout: gl.constexpr):
     """One tile's K loop for its rows ``rows`` (``[ROW0, ROW0 + ROWS)`` of the stage buffers' ``BLOCK_M``;
     rows at or past ``M`` get zero BLOCKWISE scales): ``(sum0, sum1, sum2, sum3, it)``, the fp32 sums of
     the tile's 64-wide parts (``sum2`` and ``sum3`` stay zero when ``BLOCK_N = 2 W``) and the ring
@@ -174,9 +180,9 @@ def _tile_sums(a_bufs, b_bufs, ready, empty, it, rows, off_n, M, N, K, sa_ptr, s
     BN: gl.constexpr = b_bufs.type.shape[1]
     P: gl.constexpr = BN // W
     STAGES: gl.constexpr = a_bufs.type.shape[0]
-    col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, layout)
     k_steps = gl.cdiv(K, BK)
-    zero = gl.zeros([ROWS, W], gl.float32, acc_layout)
+    zero = gl.zeros([ROWS, W], gl.float32, layout)
     # BLOCKWISE: each K step's scales at the top of the step, their loads in flight while the stage's
     # barrier is awaited and the first parts run.
     sa_k = 1.0
@@ -250,10 +256,9 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
     W: gl.constexpr = c_desc.block_type.shape[1]
     P: gl.constexpr = BN // W
     gl.static_assert(P == 2 or P == 4, "BLOCK_N must be 2 or 4 parts of the store width")
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                         instr_shape=[16, W, 32])
-    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
-    col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
+    layout: gl.constexpr = acc_layout(W, num_warps)
+    row_layout: gl.constexpr = gl.SliceLayout(1, layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, layout)
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
     it = 0
@@ -265,7 +270,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
         sa, scale = _epilogue_scales(sa_ptr, sb_ptr, rows, M, s_am, SCALING)
         sum0, sum1, sum2, sum3, it = _tile_sums(a_bufs, b_bufs, ready, empty, it, rows, off_n, M, N, K, sa_ptr,
                                                 sb_ptr, s_am, s_ak, s_bk, s_bn, SCALING, A_ROW_DIV, ROW0, ROWS, W,
-                                                acc_layout)
+                                                layout)
         tma.store_wait(pendings=0)  # the previous tile's stores have read c_smem
         _store(_scaled(sum0, sa, sb_ptr, off_n, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 0, off_m + ROW0, off_n)
         _store(_scaled(sum1, sa, sb_ptr, off_n + W, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 1,

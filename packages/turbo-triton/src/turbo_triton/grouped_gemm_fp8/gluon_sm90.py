@@ -45,6 +45,7 @@ from turbo_triton.gemm_fp8.gluon_sm90 import (
     _scaled,
     _tile_coords,
     _tile_sums,
+    acc_layout,
     stages_for,
 )
 
@@ -155,10 +156,9 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, c_ptr, stride_cm, sa
     W: gl.constexpr = c_desc.block_type.shape[1]
     P: gl.constexpr = BN // W
     gl.static_assert(P == 2 or P == 4, "BLOCK_N must be 2 or 4 parts of the store width")
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                         instr_shape=[16, W, 32])
-    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
-    col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
+    layout: gl.constexpr = acc_layout(W, num_warps)
+    row_layout: gl.constexpr = gl.SliceLayout(1, layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, layout)
     n_tiles = gl.cdiv(N, BN)
     _, tail = _group_rows(offs_ptr, G - 1, M)
     _zero_tail(c_ptr, stride_cm, tail, M, N, ROW0, ROWS, BM, W, NUM_PROGRAMS, num_warps)
@@ -176,7 +176,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, c_ptr, stride_cm, sa
             sa, scale = _epilogue_scales(sa_ptr, sb_g, rows, end, s_am, SCALING)
             sum0, sum1, sum2, sum3, it = _tile_sums(a_bufs, b_bufs, ready, empty, it, rows, off_n, end, N, K, sa_ptr,
                                                     sb_g, s_am, s_ak, s_bk, s_bn, SCALING, 1, ROW0, ROWS, W,
-                                                    acc_layout)
+                                                    layout)
             tma.store_wait(pendings=0)  # the previous tile's stores have read c_smem
             if row0 + ROWS <= end:
                 _store_tile(sum0, sum1, sum2, sum3, c_desc, c_smem, c_ptr, stride_cm, sa, sb_g, scale, rows, row0,

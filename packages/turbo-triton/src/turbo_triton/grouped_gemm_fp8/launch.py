@@ -37,6 +37,7 @@ from turbo_triton import _runtime
 from turbo_triton._runtime import device_facts as _device_facts
 from turbo_triton._runtime import tma_arch as _tma_arch
 from turbo_triton.gemm_fp8.configs import fast_accumulate
+from turbo_triton.gemm_fp8.launch import _gluon_block_n
 from turbo_triton.grouped_gemm.launch import (
     _INT32,
     _aligned,
@@ -271,11 +272,6 @@ def gluon_reason(args: GroupedGemmFp8Args, arch: str, sms: int, out: torch.Tenso
     if tiles < min(sms, args.num_cu or sms):
         return f"{tiles} tiles of 128 x {bn} are less than one wave"
     return None
-
-
-def _gluon_block_n(gran, out_dtype: torch.dtype) -> int:
-    """256-wide tiles, 128 for BLOCKWISE and fp32 outputs (as the dense Gluon kernel)."""
-    return 128 if gran == G.BLOCKWISE or out_dtype == torch.float32 else 256
 
 
 def _launch_gluon(args: GroupedGemmFp8Args, c: torch.Tensor, g: int, m: int, n: int, sms: int) -> bool:
