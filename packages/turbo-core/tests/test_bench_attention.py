@@ -142,8 +142,9 @@ def _triton_interpretable() -> str | None:
         import turbo_triton  # noqa: F401
     except ImportError:
         return "turbo-triton is not installed"
-    if "turbo_triton.attention.fwd_kernel" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-        return "the Triton attention kernels were imported without TRITON_INTERPRET=1 in this process"
+    if "triton.language" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        # its own @triton.jit helpers (tl.zeros, ...) were built for a GPU then: the interpreter cannot call them
+        return "triton was imported without TRITON_INTERPRET=1 in this process"
     return None
 
 
