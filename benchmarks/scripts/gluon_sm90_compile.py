@@ -1,4 +1,4 @@
-"""Compile turbo-triton's Gluon sm90 FP8 GEMM kernels for Hopper without a GPU and report what ptxas
+"""Compile turbo-triton's Gluon sm90 FP8 GEMM kernels (dense, grouped forward, grouped BLOCKWISE wgrad) for Hopper without a GPU and report what ptxas
 says: shared memory, register spills and the wgmma-serialization warning (C7514).
 
 What it checks: that each configuration the launchers use compiles to sm_90a, fits its shared memory,
@@ -28,6 +28,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 
 from turbo_triton.gemm_fp8 import gluon_sm90 as dense
 from turbo_triton.grouped_gemm_fp8 import gluon_sm90 as grouped
+from turbo_triton.grouped_gemm_fp8 import gluon_variable_k_sm90 as variable_k
 
 _TYPES = {"fp8e4nv": gl.float8e4nv, "bf16": gl.bfloat16, "fp16": gl.float16, "fp32": gl.float32}
 _BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -35,7 +36,9 @@ _BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 # mode 3 (dense only: BLOCKWISE with per-column b scales, wgrad's layout) runs with unit column stride,
 # which Triton specializes to the constant 1 as the launch does
 CONFIGS = [(0, 256, "bf16"), (1, 256, "bf16"), (1, 256, "fp16"), (2, 128, "bf16"), (1, 128, "fp32"),
-           (2, 128, "fp32"), (3, 128, "bf16")]
+           (2, 128, "fp32"), (3, 128, "bf16"), (3, 128, "fp32")]
+#: the BLOCKWISE wgrad kernel's configurations (per-column scales, BLOCK_N 128): bf16 and fp32 results
+VARIABLE_K = [(3, 128, "bf16"), (3, 128, "fp32")]
 
 
 def _desc(dtype: str, shape: list[int]) -> str:
@@ -67,9 +70,22 @@ def _grouped(mode: int, bn: int, out: str, stages: int):
     return grouped.grouped_gemm_fp8_ws_kernel, sig, const
 
 
+def _variable_k(mode: int, bn: int, out: str, stages: int, accumulate: bool = False):
+    sig = {"x_desc": _desc("fp8e4nv", [128, 128]), "y_desc": _desc("fp8e4nv", [bn, 128]),
+           "c_desc": _desc(out, [64, 64]), "c_ptr": f"*{out}", "stride_cg": "i32", "stride_cr": "i32",
+           "sx_ptr": "*fp32", "sy_ptr": "*fp32", "offs_ptr": "*i64", "G": "i32", "M": "i32", "R": "i32", "C": "i32",
+           "s_xr": "i32", "s_xb": "i32", "s_yb": "i32"}
+    const = {"s_xr": 1, "ACCUMULATE": accumulate, "STAGES": stages, "GROUP_M": 8, "NUM_PROGRAMS": 132,
+             "PRODUCER_REGS": 40, "CONSUMER_REGS": 232, "num_warps": 4}
+    return variable_k.grouped_gemm_fp8_variable_k_ws_kernel, sig, const
+
+
 def compile_one(kernel: str, mode: int, bn: int, out: str, tmp: str) -> dict:
-    stages = dense.stages_for(bn, _BYTES[out])
-    fn, sig, const = (_dense if kernel == "dense" else _grouped)(mode, bn, out, stages)
+    stages = dense.stages_for(bn, 0 if kernel == "variable_k+acc" else _BYTES[out])  # as the launchers count
+    if kernel.startswith("variable_k"):
+        fn, sig, const = _variable_k(mode, bn, out, stages, kernel.endswith("+acc"))
+    else:
+        fn, sig, const = (_dense if kernel == "dense" else _grouped)(mode, bn, out, stages)
     sig = {**sig, **{k: "constexpr" for k in const}}
     names = fn.arg_names
     src = GluonASTSource(fn, sig, {(names.index(k),): v for k, v in const.items()})
@@ -93,14 +109,18 @@ def compile_one(kernel: str, mode: int, bn: int, out: str, tmp: str) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--kernels", default="dense,grouped")
+    parser.add_argument("--kernels", default="dense,grouped,variable_k,variable_k+acc",
+                        help="dense, grouped (forward), variable_k (wgrad), variable_k+acc (wgrad accumulating)")
     parser.add_argument("--out", default=None, help="JSON rows to write")
     opts = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for kernel in opts.kernels.split(","):
             for mode, bn, out in CONFIGS:
-                if mode == 3 and kernel != "dense":
+                if kernel.startswith("variable_k"):
+                    if (mode, bn, out) not in VARIABLE_K:
+                        continue
+                elif kernel == "grouped" and mode == 3:  # per-column BLOCKWISE: the dense kernel's wgrad mode
                     continue
                 row = compile_one(kernel, mode, bn, out, tmp)
                 rows.append(row)

@@ -39,7 +39,7 @@ for part in $parts; do
     tritonfp8check) timeout 200 python3 benchmarks/scripts/gemm_fp8_triton_h200.py --out "$OUT/gemm_fp8_triton_check.json" --parts check > "$OUT/gemm_fp8_triton_check.log" 2>&1; tail -3 "$OUT/gemm_fp8_triton_check.log" ;;
     fp8bench) timeout 400 python3 benchmarks/scripts/fp8_bench_h200.py --out "$OUT/fp8_bench.json" --max-minutes 6 > "$OUT/fp8_bench.log" 2>&1; tail -30 "$OUT/fp8_bench.log" ;;
     gg8check) timeout 240 python3 benchmarks/scripts/grouped_gemm_fp8_gpu_check.py --out "$OUT/gg8_check.json" --check-only > "$OUT/gg8_check.log" 2>&1; tail -5 "$OUT/gg8_check.log" ;;
-    gg8gluon)  # the opt-in Gluon grouped FP8 forward: its GPU tests (and the dense Gluon kernel's), then the bench with it beside the others
+    gg8gluon)  # the opt-in Gluon grouped FP8 kernels (forward, dgrad, BLOCKWISE wgrad): their GPU tests (and the dense Gluon kernel's), then the bench with them beside the others
       TRITON_INTERPRET=0 timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider packages/turbo-triton/tests/test_grouped_gemm_fp8_gluon.py \
         packages/turbo-triton/tests/test_gemm_fp8_gluon.py > "$OUT/gg8_gluon_tests.log" 2>&1; tail -15 "$OUT/gg8_gluon_tests.log"
       timeout 330 python3 benchmarks/scripts/grouped_gemm_fp8_gpu_check.py --out "$OUT/gg8_gluon_bench.json" --skip-check --gluon --max-minutes 5 \

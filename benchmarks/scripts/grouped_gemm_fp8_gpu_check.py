@@ -23,9 +23,10 @@
    skewed; CUDA-graph replay (kernel time) and eager (with the Python launcher's overhead), inputs
    rotated beyond L2 (turbo_core.bench.timing). The kernel path is printed per case. Baselines run
    with unit scales (the scale values do not change their speed) and are checked against float64.
-   ``--gluon`` adds the opt-in Gluon forward kernel (``turbo_triton.grouped_gemm_fp8.gluon_sm90``;
-   ``TURBO_TRITON_GG8_GLUON=1`` set around each call) for TENSORWISE / ROWWISE / BLOCKWISE, forward and
-   dgrad (the latter on b's K-major copy), as providers ``triton:<GRAN>-gluon``.
+   ``--gluon`` adds the opt-in Gluon kernels (``turbo_triton.grouped_gemm_fp8.gluon_sm90`` and
+   ``gluon_variable_k_sm90``; ``TURBO_TRITON_GG8_GLUON=1`` set around each call): TENSORWISE / ROWWISE /
+   BLOCKWISE forward and dgrad (the latter on b's K-major copy), BLOCKWISE wgrad, as providers
+   ``triton:<GRAN>-gluon``.
 5. ``--sweep``: candidate tile configs on a few shapes (graph timing).
 
 Usage (repository root, no install needed):
@@ -630,8 +631,9 @@ def _bench_case(case, gen, warmup, iters, modes):
     trit = [("TENSORWISE", {}), ("ROWWISE", {}), ("BLOCKWISE", {}), ("ROWWISE", {"precise": True})]
     if case.pass_ != "fwd":
         trit += [("ROWWISE", {"hybrid": True}), ("ROWWISE", {"path": "pointer"}), ("BLOCKWISE", {"path": "pointer"})]
-    if case.pass_ != "wgrad" and GLUON:  # the opt-in Gluon forward kernel (dgrad: on b's K-major copy)
-        trit += [("TENSORWISE", {"gluon": True}), ("ROWWISE", {"gluon": True}), ("BLOCKWISE", {"gluon": True})]
+    if GLUON:  # the opt-in Gluon kernels: forward (dgrad: on b's K-major copy), BLOCKWISE wgrad
+        grans = ("BLOCKWISE",) if case.pass_ == "wgrad" else ("TENSORWISE", "ROWWISE", "BLOCKWISE")
+        trit += [(gran, {"gluon": True}) for gran in grans]
     paths = {}
     for gran, kw in trit:
         path = kw.pop("path", None)
@@ -770,7 +772,7 @@ def main() -> int:
     parser.add_argument("--max-minutes", type=float, default=9.0)
     parser.add_argument("--cpu-smoke", action="store_true")
     parser.add_argument("--gluon", action="store_true",
-                        help="bench: also the Gluon forward kernel (opted in per call), forward and dgrad")
+                        help="bench: also the opt-in Gluon kernels (forward, dgrad, BLOCKWISE wgrad)")
     opts = parser.parse_args()
     OUT["path"] = opts.out
     OUT["deadline"] = T0 + 60 * opts.max_minutes

@@ -1,8 +1,9 @@
-"""The Gluon sm90 grouped FP8 GEMM (``turbo_triton.grouped_gemm_fp8.gluon_sm90``): which calls it takes and
-why not (CPU), and its results against the reference on a Hopper GPU (``@pytest.mark.gpu``:
+"""The Gluon sm90 grouped FP8 GEMMs (``turbo_triton.grouped_gemm_fp8.gluon_sm90``: forward and dgrad;
+``gluon_variable_k_sm90``: the BLOCKWISE wgrad): which calls they take and why not (CPU), and their
+results against the reference on a Hopper GPU (``@pytest.mark.gpu``:
 ``TRITON_INTERPRET=0 pytest -m gpu packages/turbo-triton/tests/test_grouped_gemm_fp8_gluon.py``).
 
-The kernel is opt-in (``TURBO_TRITON_GG8_GLUON=1``) until these GPU tests have passed on an H200: the
+The kernels are opt-in (``TURBO_TRITON_GG8_GLUON=1``) until these GPU tests have passed on an H200: the
 interpreter cannot run Gluon, so on the CPU only the eligibility rules are tested here."""
 
 import os
@@ -10,8 +11,9 @@ import os
 import pytest
 import torch
 
-from turbo_core.dispatch.specs.grouped_gemm_fp8 import GroupedGemmFp8Args
+from turbo_core.dispatch.specs.grouped_gemm_fp8 import GroupedGemmFp8Args, GroupedGemmFp8VariableKArgs
 from turbo_core.reference.grouped_gemm_fp8 import grouped_gemm_fp8 as reference
+from turbo_core.reference.grouped_gemm_fp8 import grouped_gemm_fp8_variable_k as reference_variable_k
 from turbo_triton.grouped_gemm_fp8 import launch
 
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -109,6 +111,56 @@ def test_dgrad_layout_is_taken_after_the_copy(hopper):
         assert _reason(launch._as_k_major_b(nn)) is None, gran
 
 
+def _vk_args(lens=(1024, 0, 2048, 384, 640), k=2048, n=1024, gran="BLOCKWISE", trans_c=True, device="cpu",
+             da=E4, db=E5, out_dtype=torch.bfloat16, out=None, seed=0):
+    """The wgrad's operands: x ``[M, K]`` and dy ``[M, N]`` FP8 with 1 x 128 block scales along M
+    (``[cdiv(M, 128), K]`` / ``[cdiv(M, 128), N]``), groups padded to 128 rows as the grouped quantizer
+    returns them (dy in E5M2: HYBRID, as the op's backward)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    m = sum(lens)
+    a = (torch.randn(m, k, generator=gen, device=device) * 3).to(da)
+    b = (torch.randn(m, n, generator=gen, device=device) * 3).to(db)
+    if gran == "BLOCKWISE":
+        sa = torch.rand(-(-m // 128), k, generator=gen, device=device) + 0.25
+        sb = torch.rand(-(-m // 128), n, generator=gen, device=device) + 0.25
+    else:
+        sa = torch.rand((), generator=gen, device=device) + 0.25
+        sb = torch.rand((), generator=gen, device=device) + 0.25
+    return GroupedGemmFp8VariableKArgs(a, sa, b, sb, torch.tensor(lens, dtype=torch.int64, device=device),
+                                       _offs(lens, device), out_dtype if out is None else None, gran,
+                                       128 if gran == "BLOCKWISE" else None, trans_c, None, out)
+
+
+def _vk_reason(args, arch="sm90"):
+    return launch.gluon_variable_k_reason(args, arch, 132)
+
+
+def test_variable_k_takes_blockwise_wgrads(hopper):
+    for trans_c in (True, False):
+        assert _vk_reason(_vk_args(trans_c=trans_c)) is None
+        assert _vk_reason(_vk_args(trans_c=trans_c, out_dtype=torch.float32)) is None
+        acc = torch.zeros((5, 1024, 2048) if trans_c else (5, 2048, 1024))
+        assert _vk_reason(_vk_args(trans_c=trans_c, out=acc)) is None  # the fused main_grad accumulation
+
+
+def test_variable_k_declines_with_reasons(hopper, monkeypatch):
+    assert "BLOCKWISE with 128-row blocks only" in _vk_reason(_vk_args(gran="TENSORWISE"))
+    assert "sm90" in _vk_reason(_vk_args(), "sm100")
+    assert "not a multiple" in _vk_reason(_vk_args(n=1000))  # trans_c: the result's rows are N
+    assert "not a multiple" in _vk_reason(_vk_args(k=2000, trans_c=False))
+    assert "less than one wave" in _vk_reason(_vk_args(k=512, n=512))  # 5 x 4 x 4 tiles
+    bw = _vk_args()
+    strided = GroupedGemmFp8VariableKArgs(bw.a, bw.a_scale_inv.t().contiguous().t(), bw.b, bw.b_scale_inv,
+                                          bw.group_lens, bw.group_offs, torch.bfloat16, "BLOCKWISE", 128, True)
+    assert "unit column stride" in _vk_reason(strided)
+    odd_out = torch.zeros(5, 1024, 2050)[:, :, :2048]  # rows 8200 bytes apart
+    assert "aligned rows of out" in _vk_reason(_vk_args(out=odd_out))
+    monkeypatch.setenv("TURBO_TRITON_FP8_FAST_ACCUM", "1")
+    assert "FAST_ACCUM" in _vk_reason(bw)
+    monkeypatch.delenv(ENV)
+    assert f"{ENV}=1 is not set" in _vk_reason(bw)
+
+
 def _sm90() -> bool:
     """A Hopper GPU and the compiled kernels (this package's tests default to the interpreter:
     run these with ``TRITON_INTERPRET=0 pytest -m gpu``)."""
@@ -196,3 +248,61 @@ def test_gpu_graph_replays_new_group_sizes():
         graph.replay()
         torch.cuda.synchronize()
         assert _error(got, args) < 6e-3, lens
+
+
+def _vk_error(got, args) -> float:
+    want = reference_variable_k(GroupedGemmFp8VariableKArgs(args.a, args.a_scale_inv, args.b, args.b_scale_inv,
+                                                            args.group_lens, args.group_offs, torch.float32,
+                                                            args.granularity, args.block_size, args.trans_c))
+    return ((got.double() - want.double()).abs().max() / want.double().abs().max()).item()
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.usefixtures("opted_in")
+@pytest.mark.parametrize("trans_c", [True, False], ids=["trans_c", "KN"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_gpu_variable_k_against_reference(trans_c, out_dtype):
+    """Through ``grouped_gemm_fp8_variable_k``: the Gluon wgrad on padded groups of 1024, 0, 2048, 384
+    and 640 rows (an empty group gives zeros), HYBRID operands, poisoned output memory."""
+    args = _vk_args(trans_c=trans_c, out_dtype=out_dtype, device="cuda", seed=trans_c)
+    assert launch.variable_k_kernel_path(args) == "gluon+kmajor"
+    torch.full((5, 2048, 1024), float("nan"), device="cuda", dtype=out_dtype)  # a freed NaN block handed back
+    got = launch.grouped_gemm_fp8_variable_k(args)
+    assert not launch._GLUON_BROKEN, launch._GLUON_BROKEN
+    assert torch.isfinite(got).all()
+    assert torch.count_nonzero(got[1]) == 0, "an empty group's result is zero"
+    assert _vk_error(got, args) < (6e-3 if out_dtype == torch.bfloat16 else 6e-4)
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.usefixtures("opted_in")
+def test_gpu_variable_k_accumulates():
+    """``out[g] += C[g]`` in fp32 (the fused main_grad accumulation); the empty group's ``out`` unchanged."""
+    base = torch.randn(5, 1024, 2048, device="cuda")
+    out = base.clone()
+    args = _vk_args(device="cuda", out=out, seed=7)
+    launch.grouped_gemm_fp8_variable_k(args)
+    assert not launch._GLUON_BROKEN, launch._GLUON_BROKEN
+    assert torch.equal(out[1], base[1])
+    assert _vk_error(out - base, args) < 6e-4
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.usefixtures("opted_in")
+def test_gpu_variable_k_graph_replays_new_group_sizes():
+    """Captured in a CUDA graph, the wgrad reads the (128-aligned) offsets on the device."""
+    args = _vk_args(lens=(1024, 1024, 1024, 1024, 0), device="cuda", seed=9)
+    launch.grouped_gemm_fp8_variable_k(args)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = launch.grouped_gemm_fp8_variable_k(args)
+    assert not launch._GLUON_BROKEN, launch._GLUON_BROKEN
+    for lens in [(128, 3840, 0, 0, 128), (0, 0, 0, 0, 4096), (1024, 1024, 1024, 1024, 0)]:
+        args.group_lens.copy_(torch.tensor(lens))
+        args.group_offs.copy_(_offs(lens, "cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _vk_error(got, args) < 6e-3, lens

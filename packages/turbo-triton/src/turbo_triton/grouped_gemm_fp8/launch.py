@@ -13,9 +13,11 @@ operands the FP8 MMA would read M-major are first copied K-major (``+kmajor``: b
 both operands of the wgrad); those copies are the only data the launchers write besides the output.
 
 ``"gluon"`` (sm90, opt-in with ``TURBO_TRITON_GG8_GLUON=1``): the forward on the warp-specialized Gluon
-kernel (``turbo_triton.grouped_gemm_fp8.gluon_sm90``); :func:`gluon_reason` says when and why not. It is
-opt-in because it has been compiled for sm90 (no register spills) but not yet run on a GPU. A Gluon
-kernel that fails to compile or launch is reported once (a warning) and not tried again in the process.
+kernel (``turbo_triton.grouped_gemm_fp8.gluon_sm90``), and ``"gluon+kmajor"`` the BLOCKWISE wgrad on
+``gluon_variable_k_sm90``; :func:`gluon_reason` and :func:`gluon_variable_k_reason` say when and why
+not. They are opt-in because they have been compiled for sm90 (no register spills) but not yet run on a
+GPU. A Gluon kernel that fails to compile or launch is reported once (a warning) and neither is tried
+again in the process.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ from turbo_triton.grouped_gemm.launch import (
 from turbo_triton.grouped_gemm_fp8 import configs
 from turbo_triton.transpose import transpose_last2
 
-__all__ = ["can_handle", "can_handle_variable_k", "gluon_reason", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k",
-           "kernel_path", "variable_k_kernel_path"]
+__all__ = ["can_handle", "can_handle_variable_k", "gluon_reason", "gluon_variable_k_reason", "grouped_gemm_fp8",
+           "grouped_gemm_fp8_variable_k", "kernel_path", "variable_k_kernel_path"]
 
 _log = logging.getLogger(__name__)
 _GLUON_BROKEN: list[str] = []  # the first error of a Gluon launch (then never tried again in this process)
@@ -233,6 +235,25 @@ _GLUON_AB = (torch.float8_e4m3fn, torch.float8_e5m2)
 _GLUON_C = (torch.bfloat16, torch.float16, torch.float32)
 
 
+def _gluon_gate(arch: str) -> str | None:
+    """Why neither Gluon kernel runs here at all (opt-in, an earlier failure, the GPU), or ``None``."""
+    if os.environ.get(GLUON_ENV, "0").strip().lower() not in ("1", "true", "yes", "on"):
+        return f"{GLUON_ENV}=1 is not set (the Gluon grouped kernels are opt-in until they have run on a GPU)"
+    if _GLUON_BROKEN:
+        return f"the Gluon kernel failed earlier in this process: {_GLUON_BROKEN[0]}"
+    if arch != "sm90" or _runtime.interpreting():
+        return f"the Gluon kernels are written for sm90 (wgmma), this is {arch}"
+    return None
+
+
+def _gluon_failed(exc: Exception) -> bool:
+    """Record a Gluon kernel's failure (a warning, once; the Triton kernels from now on): ``False``."""
+    _GLUON_BROKEN.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
+    _log.warning("turbo-triton: a Gluon grouped FP8 GEMM failed (%s); using the Triton kernels from now on",
+                 _GLUON_BROKEN[0])
+    return False
+
+
 def gluon_reason(args: GroupedGemmFp8Args, arch: str, sms: int, out: torch.Tensor | None = None) -> str | None:
     """Why the Gluon sm90 kernel does not take these forward arguments (b already K-major, as
     :func:`_k_major_b` leaves it), or ``None``.
@@ -241,12 +262,9 @@ def gluon_reason(args: GroupedGemmFp8Args, arch: str, sms: int, out: torch.Tenso
     scales, E4M3/E5M2 operands in any pairing, ``a [M, K]`` and a contiguous ``b [G, N, K]`` with
     16-byte aligned rows, bf16/fp16/fp32 results, and problems of at least one wave of its tiles
     (counted as if the rows were one group; smaller ones keep the Triton kernel's smaller tiles)."""
-    if os.environ.get(GLUON_ENV, "0").strip().lower() not in ("1", "true", "yes", "on"):
-        return f"{GLUON_ENV}=1 is not set (the Gluon grouped kernel is opt-in until it has run on a GPU)"
-    if _GLUON_BROKEN:
-        return f"the Gluon kernel failed earlier in this process: {_GLUON_BROKEN[0]}"
-    if arch != "sm90" or _runtime.interpreting():
-        return f"the Gluon kernel is written for sm90 (wgmma), this is {arch}"
+    gate = _gluon_gate(arch)
+    if gate:
+        return gate
     gran = as_granularity(args.granularity)
     if gran == G.BLOCKWISE:
         if args.block_size != 128 or _fwd_scales(args).b_div != 128:
@@ -288,10 +306,7 @@ def _launch_gluon(args: GroupedGemmFp8Args, c: torch.Tensor, g: int, m: int, n: 
                                        s_bk=s.s_bk, s_bn=s.s_bn)
         return True
     except Exception as exc:  # an unsupported Triton version, a driver without the features: keep working
-        _GLUON_BROKEN.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
-        _log.warning("turbo-triton: the Gluon grouped FP8 GEMM failed (%s); using the Triton kernel from now on",
-                     _GLUON_BROKEN[0])
-        return False
+        return _gluon_failed(exc)
 
 
 def grouped_gemm_fp8(args: GroupedGemmFp8Args, config: configs.Fp8GroupedConfig | None = None,
@@ -403,17 +418,75 @@ def _tma_variable_k_ok(args: GroupedGemmFp8VariableKArgs) -> bool:
 
 
 def variable_k_kernel_path(args: GroupedGemmFp8VariableKArgs) -> str:
-    """``"tma+kmajor"``, ``"tma"`` or ``"pointer"``: which kernel :func:`grouped_gemm_fp8_variable_k`
-    launches. ``"tma+kmajor"`` (sm90+): both operands are first copied K-major (the tokens along the
+    """``"gluon+kmajor"``, ``"tma+kmajor"``, ``"tma"`` or ``"pointer"``: which kernel
+    :func:`grouped_gemm_fp8_variable_k` launches (``"gluon+kmajor"``: :func:`gluon_variable_k_reason`). ``"tma+kmajor"`` (sm90+): both operands are first copied K-major (the tokens along the
     contiguous dim: :func:`turbo_triton.transpose.transpose_last2`, rows padded to 16 bytes), since
     Hopper's FP8 MMA reads its operands K-major and a Triton dot on M-major FP8 tiles runs ~5x slower
     (H200: 53-97 TFLOP/s without the copies). The copies cost one pass over each operand."""
     if _runtime.interpreting() or args.a.device.type != "cuda":
         return "pointer"
-    arch = _arch(args.a)
+    arch, sms = _device_facts(args.a)
     if not (_tma_arch(arch) and _tma_variable_k_ok(args)):
         return "pointer"
+    if gluon_variable_k_reason(args, arch, sms) is None:
+        return "gluon+kmajor"
     return "tma+kmajor" if arch.startswith("sm") else "tma"
+
+
+def gluon_variable_k_reason(args: GroupedGemmFp8VariableKArgs, arch: str, sms: int) -> str | None:
+    """Why the Gluon sm90 wgrad kernel (``gluon_variable_k_sm90``) does not take these arguments, or ``None``.
+
+    It takes BLOCKWISE with 128-row blocks (``[cdiv(M, 128), K]`` / ``[cdiv(M, 128), N]`` fp32 scales,
+    unit column stride; the group offsets 128-aligned, as the spec requires for BLOCKWISE), E4M3/E5M2
+    operands, a result whose rows (``K``, or ``N`` with ``trans_c``) are a multiple of 128, written or
+    accumulated into ``out``, 16-byte aligned rows, and at least one wave of its 128 x 128 tiles."""
+    gate = _gluon_gate(arch)
+    if gate:
+        return gate
+    if as_granularity(args.granularity) != G.BLOCKWISE or args.block_size != 128:
+        return ("the Gluon wgrad takes BLOCKWISE with 128-row blocks only (TENSORWISE / ROWWISE groups may start "
+                "on any row, which its whole-step loads cannot mask)")
+    if fast_accumulate():
+        return "TURBO_TRITON_FP8_FAST_ACCUM=1 runs the unpromoted Triton kernel"
+    out_dtype = args.out.dtype if args.out is not None else args.out_dtype
+    if args.a.dtype not in _GLUON_AB or args.b.dtype not in _GLUON_AB or out_dtype not in _GLUON_C:
+        return f"dtypes {args.a.dtype}/{args.b.dtype} -> {out_dtype} are not the Gluon kernel's"
+    sa, sb = args.a_scale_inv, args.b_scale_inv
+    if sa.dtype != torch.float32 or sb.dtype != torch.float32 or sa.dim() != 2 or sb.dim() != 2 or (
+            sa.stride(1) != 1 or sb.stride(1) != 1):
+        return "the Gluon wgrad reads 2-D fp32 block scales with unit column stride"
+    g, m, k, n = _variable_k_dims(args)
+    rows, cols = (n, k) if args.trans_c else (k, n)
+    if rows % 128:
+        return f"the Gluon wgrad writes whole 128-row tiles per group: the result's {rows} rows are not a multiple"
+    if args.out is not None and not _aligned(args.out):
+        return "TMA needs 16-byte aligned rows of out"
+    if args.out is None and (cols * args.out_dtype.itemsize) % 16:
+        return "TMA needs 16-byte aligned rows of the result"
+    tiles = g * (rows // 128) * -(-cols // 128)
+    if tiles < min(sms, args.num_cu or sms):
+        return f"{tiles} tiles of 128 x 128 are less than one wave"
+    return None
+
+
+def _launch_gluon_variable_k(args: GroupedGemmFp8VariableKArgs, c: torch.Tensor, sms: int) -> bool:
+    """Run the Gluon wgrad on K-major copies of both operands (``C[g]^T = B_g^T A_g`` with ``trans_c``:
+    the operands' roles swap); ``False`` (and a warning, once) if it cannot compile or launch here."""
+    try:
+        from turbo_triton.grouped_gemm_fp8 import gluon_variable_k_sm90
+
+        g, m, k, n = _variable_k_dims(args)
+        a_t = transpose_last2(args.a, row_align=16)
+        b_t = transpose_last2(args.b, row_align=16)
+        x_t, y_t, sx, sy = (b_t, a_t, args.b_scale_inv, args.a_scale_inv) if args.trans_c else \
+            (a_t, b_t, args.a_scale_inv, args.b_scale_inv)
+        rows, cols = x_t.shape[0], y_t.shape[0]
+        programs = _programs(g * (rows // 128) * -(-cols // 128), sms, args.num_cu)
+        gluon_variable_k_sm90.grouped_gemm_fp8_variable_k_nt(x_t, y_t, sx, sy, _offsets(args.group_offs), c, programs,
+                                                             accumulate=args.out is not None)
+        return True
+    except Exception as exc:  # an unsupported Triton version, a driver without the features: keep working
+        return _gluon_failed(exc)
 
 
 def grouped_gemm_fp8_variable_k(args: GroupedGemmFp8VariableKArgs, config: configs.Fp8GroupedConfig | None = None,
@@ -422,7 +495,8 @@ def grouped_gemm_fp8_variable_k(args: GroupedGemmFp8VariableKArgs, config: confi
     with ``trans_c``) in ``out_dtype``, or accumulated into ``out`` (``out[g] += C[g]`` in fp32, rounded
     once to out's dtype); an empty group gives zeros (leaves ``out[g]``). ``config`` and ``upcast`` as
     in :func:`grouped_gemm_fp8`; ``path``: ``"tma+kmajor"``, ``"tma"`` or ``"pointer"`` (see
-    :func:`variable_k_kernel_path`; the TMA ones run under the interpreter too, for tests)."""
+    :func:`variable_k_kernel_path`; the TMA ones run under the interpreter too, for tests); with any of
+    ``config``, ``path``, ``upcast`` given, the Gluon kernel is not used."""
     a = args.a
     g, m, k, n = _variable_k_dims(args)
     if args.out is not None:
@@ -434,6 +508,9 @@ def grouped_gemm_fp8_variable_k(args: GroupedGemmFp8VariableKArgs, config: confi
     if m == 0:
         return c if args.out is not None else c.zero_()  # every group is empty
     arch, sms = _device_facts(a)
+    if (config is None and path is None and upcast is None and _tma_arch(arch) and _tma_variable_k_ok(args)
+            and gluon_variable_k_reason(args, arch, sms) is None and _launch_gluon_variable_k(args, c, sms)):
+        return c
     cfg = config or _tuned(configs.pick_variable_k(arch, k, n, g, sms, c.element_size(), _block_size(args)),
                            arch)
     _check_block_k(cfg, _block_size(args))
