@@ -280,9 +280,9 @@ def gluon_reason(args: GroupedGemmFp8Args, arch: str, sms: int, out: torch.Tenso
     if args.a_scale_inv.dtype != torch.float32 or args.b_scale_inv.dtype != torch.float32:
         return "the Gluon kernel reads fp32 scales"
     g, m, n, k = grouped_lowp_dims(args)
-    if k % 16 or not (_aligned(args.a) and args.b.is_contiguous() and _aligned(args.b)) or (
-            out is not None and not _aligned(out)):
-        return "TMA needs 16-byte aligned rows and bases (K a multiple of 16)"
+    if k % 16 or (n * args.out_dtype.itemsize) % 16 or not (
+            _aligned(args.a) and args.b.is_contiguous() and _aligned(args.b)) or (out is not None and not _aligned(out)):
+        return "TMA needs 16-byte aligned rows and bases (K a multiple of 16, rows of the result too)"
     if g * n > _INT32:
         return f"the Gluon kernel indexes b's rows with int32: {g} x {n} rows are too many"
     bn = _gluon_block_n(gran, args.out_dtype)
