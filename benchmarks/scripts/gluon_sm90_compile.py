@@ -1,5 +1,6 @@
-"""Compile turbo-triton's Gluon sm90 FP8 GEMM kernels (dense, grouped forward, grouped BLOCKWISE wgrad) for Hopper without a GPU and report what ptxas
-says: shared memory, register spills and the wgmma-serialization warning (C7514).
+"""Compile turbo-triton's Gluon sm90 FP8 GEMM kernels for Hopper without a GPU: the dense one, the grouped
+forward and the grouped BLOCKWISE wgrad. Reports what ptxas says: shared memory, register spills and
+the wgmma-serialization warning (C7514).
 
 What it checks: that each configuration the launchers use compiles to sm_90a, fits its shared memory,
 keeps 0 bytes of spills at the kernels' 168-register budget and has no ptxas C7514 (every wgmma

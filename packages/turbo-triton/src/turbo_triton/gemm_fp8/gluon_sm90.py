@@ -272,7 +272,8 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, sa_ptr, sb_ptr, M, N
                                                 sb_ptr, s_am, s_ak, s_bk, s_bn, SCALING, A_ROW_DIV, ROW0, ROWS, W,
                                                 layout)
         tma.store_wait(pendings=0)  # the previous tile's stores have read c_smem
-        _store(_scaled(sum0, sa, sb_ptr, off_n, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 0, off_m + ROW0, off_n)
+        _store(_scaled(sum0, sa, sb_ptr, off_n, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 0,
+               off_m + ROW0, off_n)
         _store(_scaled(sum1, sa, sb_ptr, off_n + W, N, s_bn, scale, SCALING, col_layout), c_desc, c_smem, 1,
                off_m + ROW0, off_n)
         if P == 4:
@@ -354,8 +355,8 @@ def gemm_fp8_nt(a, b, sa, sb, c, scaling: str, num_sms: int, *, block_n: int = 2
     ``[N, 1]`` / ``[1, N]`` tensors) or ``"BLOCKWISE"`` with 128-deep K blocks (``sa[(m // a_row_div)
     * s_am + kb * s_ak]``: ``a_row_div`` 1 for 1 x 128 blocks, 128 for 128 x 128 tiles;
     ``sb[kb * s_bk + (n // b_col_div) * s_bn]``: ``b_col_div`` 128 for the weights' 128 x 128 tiles, 1
-    for per-column 1 x 128 blocks as wgrad's gradients have, with ``block_n=128``). ``c``: ``[M, N]`` row-major bf16, fp16 or fp32, written (not
-    accumulated).
+    for per-column 1 x 128 blocks as wgrad's gradients have, with ``block_n=128``). ``c``: ``[M, N]``
+    row-major bf16, fp16 or fp32, written (not accumulated).
     ``block_n``: 128 or 256; ``stages``: operand buffers (default: as many as fit); ``group_m``: tiles
     per group of the grouped order; ``decoupled``: one partition per consumer warpgroup (else one 8-warp
     partition, measured slower).

@@ -281,7 +281,8 @@ def gluon_reason(args: GroupedGemmFp8Args, arch: str, sms: int, out: torch.Tenso
         return "the Gluon kernel reads fp32 scales"
     g, m, n, k = grouped_lowp_dims(args)
     if k % 16 or (n * args.out_dtype.itemsize) % 16 or not (
-            _aligned(args.a) and args.b.is_contiguous() and _aligned(args.b)) or (out is not None and not _aligned(out)):
+            _aligned(args.a) and args.b.is_contiguous() and _aligned(args.b)) or (
+            out is not None and not _aligned(out)):
         return "TMA needs 16-byte aligned rows and bases (K a multiple of 16, rows of the result too)"
     if g * n > _INT32:
         return f"the Gluon kernel indexes b's rows with int32: {g} x {n} rows are too many"
@@ -419,10 +420,11 @@ def _tma_variable_k_ok(args: GroupedGemmFp8VariableKArgs) -> bool:
 
 def variable_k_kernel_path(args: GroupedGemmFp8VariableKArgs) -> str:
     """``"gluon+kmajor"``, ``"tma+kmajor"``, ``"tma"`` or ``"pointer"``: which kernel
-    :func:`grouped_gemm_fp8_variable_k` launches (``"gluon+kmajor"``: :func:`gluon_variable_k_reason`). ``"tma+kmajor"`` (sm90+): both operands are first copied K-major (the tokens along the
-    contiguous dim: :func:`turbo_triton.transpose.transpose_last2`, rows padded to 16 bytes), since
-    Hopper's FP8 MMA reads its operands K-major and a Triton dot on M-major FP8 tiles runs ~5x slower
-    (H200: 53-97 TFLOP/s without the copies). The copies cost one pass over each operand."""
+    :func:`grouped_gemm_fp8_variable_k` launches (``"gluon+kmajor"``: see :func:`gluon_variable_k_reason`).
+    ``"tma+kmajor"`` (sm90+): both operands are first copied K-major (the tokens along the contiguous
+    dim: :func:`turbo_triton.transpose.transpose_last2`, rows padded to 16 bytes), since Hopper's FP8 MMA
+    reads its operands K-major and a Triton dot on M-major FP8 tiles runs ~5x slower (H200: 53-97
+    TFLOP/s without the copies). The copies cost one pass over each operand."""
     if _runtime.interpreting() or args.a.device.type != "cuda":
         return "pointer"
     arch, sms = _device_facts(args.a)
