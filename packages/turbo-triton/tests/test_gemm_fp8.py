@@ -156,3 +156,28 @@ def test_k_major_copy(gran, monkeypatch):
         want = reference(GemmFp8Args(a, sa, b, sb, ta, tb, torch.float64, gran, args.block_size))
         got = gemm_fp8(args)
         torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("gran", ["TENSORWISE", "ROWWISE", "BLOCKWISE"])
+def test_transposed_problem_gives_the_trans_c_result(gran):
+    """``transposed(args)`` (how a fresh trans_c call reaches the Gluon kernel on sm90) is the same
+    product: its ``[N, M]`` result equals the trans_c call's, in every layout and scale layout (BLOCKWISE:
+    1 x bs or bs x bs blocks for either operand, as the ops' wgrad and dgrad have them), and the
+    reference's float64 math."""
+    from turbo_triton.gemm_fp8.launch import transposed
+
+    gen = torch.Generator().manual_seed(23)
+    layouts = [(True, False, False, False), (False, True, False, True), (True, True, True, True),
+               (False, False, False, True)] if gran == "BLOCKWISE" else [(ta, tb, False, True) for ta, tb in
+                                                                       itertools.product([False, True], repeat=2)]
+    for ta, tb, a_2d, b_2d in layouts:
+        a, sa, b, sb = _operands(gran, 37, 21, 48, ta, tb, "hybrid", gen, a_2d=a_2d, b_2d=b_2d)
+        args = GemmFp8Args(a, sa, b, sb, ta, tb, torch.float32, gran, 16 if gran == "BLOCKWISE" else None, True)
+        flipped = transposed(args)
+        GEMM_FP8.check_args(flipped)
+        assert not flipped.trans_c and flipped.a is b and flipped.b is a
+        got = gemm_fp8(flipped)
+        assert got.shape == (21, 37)
+        torch.testing.assert_close(got, gemm_fp8(args), rtol=1e-5, atol=1e-5)
+        want = reference(GemmFp8Args(a, sa, b, sb, ta, tb, torch.float64, gran, args.block_size, True))
+        torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())

@@ -83,6 +83,32 @@ def test_declines_with_reasons(hopper, monkeypatch):
     assert _reason(big) == "TURBO_TRITON_FP8_GLUON=0"
 
 
+def test_trans_c_calls_flip_onto_the_kernel(hopper):
+    """A fresh trans_c call, as the ops' wgrad makes (``dB = op(A)^T @ dC`` written ``[N, K]``), reaches
+    the Gluon kernel as its transposed problem: wgrad's TN layout with 1 x 128 blocks along the tokens
+    for both operands, TENSORWISE and ROWWISE too; not when accumulating into ``out``, not when a's
+    blocks would become 128 x 128 tiles, not on other GPUs."""
+    gen = torch.Generator().manual_seed(4)
+    k_tok, m, n = 1024, 4096, 2048
+    a = (torch.randn(k_tok, m, generator=gen) * 3).to(E4)  # [K, M]: trans_a
+    b = (torch.randn(k_tok, n, generator=gen) * 3).to(E5)  # [K, N]
+    scales = {"TENSORWISE": (torch.ones(()), torch.ones(())), "ROWWISE": (torch.ones(1, m), torch.ones(1, n)),
+              "BLOCKWISE": (torch.ones(k_tok // 128, m), torch.ones(k_tok // 128, n))}
+    for gran, (sa, sb) in scales.items():
+        args = GemmFp8Args(a, sa, b, sb, True, False, torch.bfloat16, gran, 128 if gran == "BLOCKWISE" else None,
+                           True)
+        flipped = launch._flipped_for_gluon(args, "sm90", k_tok)
+        assert flipped is not None and flipped.a is b and flipped.trans_a and not flipped.trans_b, gran
+        assert launch._flipped_for_gluon(args, "sm100", k_tok) is None
+        acc = GemmFp8Args(a, sa, b, sb, True, False, None, gran, args.block_size, True, torch.zeros(n, m))
+        assert launch._flipped_for_gluon(acc, "sm90", k_tok) is None
+    w = (torch.randn(n, k_tok, generator=gen) * 3).to(E4)  # a weight [N, K] with 128 x 128 tiles as b
+    x = (torch.randn(m, k_tok, generator=gen) * 3).to(E4)
+    tiles = GemmFp8Args(x, torch.ones(m, k_tok // 128), w, torch.ones(n // 128, k_tok // 128), False, True,
+                        torch.bfloat16, "BLOCKWISE", 128, True)
+    assert launch._flipped_for_gluon(tiles, "sm90", k_tok) is None  # a would get the 128 x 128 tiles
+
+
 def test_stage_budget():
     from turbo_triton.gemm_fp8 import gluon_sm90
 
@@ -137,5 +163,31 @@ def test_gpu_wgrad_layout_blockwise():
     got = launch.gemm_fp8(args)
     assert not launch._GLUON_BROKEN
     want = reference(GemmFp8Args(a, sa, b, sb, True, False, torch.float32, "BLOCKWISE", 128)).double()
+    err = ((got.double() - want).abs().max() / want.abs().max()).item()
+    assert err < 6e-3, err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="the Gluon FP8 GEMM runs on sm90 (Hopper) GPUs, not in the interpreter")
+@pytest.mark.parametrize("gran", ["TENSORWISE", "ROWWISE", "BLOCKWISE"])
+def test_gpu_trans_c_wgrad_runs_transposed(gran):
+    """The ops' wgrad call (TN, ``trans_c``: ``dB`` written ``[N, K]``) runs on the Gluon kernel as its
+    transposed problem and matches the reference."""
+    m, n, k = 4096, 2048, 2048
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    a = (torch.randn(k, m, generator=gen, device="cuda") * 3).to(E4)  # [K, M]: trans_a
+    b = (torch.randn(k, n, generator=gen, device="cuda") * 3).to(E5)  # [K, N]
+    if gran == "TENSORWISE":
+        sa, sb = torch.rand((), device="cuda") + 0.25, torch.rand((), device="cuda") + 0.25
+    elif gran == "ROWWISE":
+        sa, sb = torch.rand(1, m, device="cuda") + 0.25, torch.rand(1, n, device="cuda") + 0.25
+    else:
+        sa, sb = torch.rand(k // 128, m, device="cuda") + 0.25, torch.rand(k // 128, n, device="cuda") + 0.25
+    args = GemmFp8Args(a, sa, b, sb, True, False, torch.bfloat16, gran, 128 if gran == "BLOCKWISE" else None, True)
+    assert launch.kernel_path(args) == "gluon+kmajor"
+    got = launch.gemm_fp8(args)
+    assert not launch._GLUON_BROKEN
+    assert got.shape == (n, m)
+    want = reference(GemmFp8Args(a, sa, b, sb, True, False, torch.float32, gran, args.block_size, True)).double()
     err = ((got.double() - want).abs().max() / want.abs().max()).item()
     assert err < 6e-3, err

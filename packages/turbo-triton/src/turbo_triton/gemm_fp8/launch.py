@@ -6,7 +6,8 @@ scale strides (see ``turbo_triton.gemm_fp8.kernels``). Compiled variants are cac
 
 On sm90, TENSORWISE / ROWWISE / BLOCKWISE (128-deep blocks) problems of at least one wave of tiles,
 with a fresh output, go to the Gluon kernel (``turbo_triton.gemm_fp8.gluon_sm90``: warp-specialized, its
-fp32 promotion overlapped with the tensor cores); :func:`gluon_reason` says when and why not.
+fp32 promotion overlapped with the tensor cores); :func:`gluon_reason` says when and why not. A fresh
+``trans_c`` call (the ops' wgrad) runs there as its :func:`transposed` problem.
 ``TURBO_TRITON_FP8_GLUON=0`` turns it off; a Gluon kernel that fails to compile or launch is reported
 once (a warning) and not tried again in the process.
 """
@@ -27,7 +28,7 @@ from turbo_triton.gemm.launch import _tma_eligible, _tma_ok
 from turbo_triton.gemm_fp8 import configs
 from turbo_triton.transpose import transpose_last2
 
-__all__ = ["can_handle", "gemm_fp8", "gluon_reason", "kernel_path"]
+__all__ = ["can_handle", "gemm_fp8", "gluon_reason", "kernel_path", "transposed"]
 
 _log = logging.getLogger(__name__)
 _GLUON_BROKEN: list[str] = []  # the first error of a Gluon launch (then never tried again in this process)
@@ -99,14 +100,47 @@ def kernel_path(args: GemmFp8Args) -> str:
         return "pointer"
     _, _, k = gemm_fp8_dims(args)
     arch = _arch(args.a)
+    flipped = _flipped_for_gluon(args, arch, k)
+    if flipped is not None:
+        return kernel_path(flipped)
     copied = _k_major_needed(arch, k) and (args.trans_a or not args.trans_b)
     a = args.a.new_empty(args.a.shape[::-1]) if copied and args.trans_a else args.a  # as the copy would be
     b = args.b.new_empty(args.b.shape[::-1]) if copied and not args.trans_b else args.b
     path = "tma" if _tma_eligible(arch, k, a, b) else "pointer"
-    if gluon_reason(replace(args, a=a, b=b, trans_a=args.trans_a and not copied,
-                            trans_b=args.trans_b or copied), arch, k, scale_addressing(args)) is None:
+    if _gluon_path_reason(args, arch, k, scale_addressing(args)) is None:
         path = "gluon"
     return path + "+kmajor" if copied else path
+
+
+def _gluon_path_reason(args: GemmFp8Args, arch: str, k: int, scales: _Scales) -> str | None:
+    """:func:`gluon_reason` of the arguments as :func:`_k_major` would leave them (no copy made)."""
+    copied = _k_major_needed(arch, k) and (args.trans_a or not args.trans_b)
+    a = args.a.new_empty(args.a.shape[::-1]) if copied and args.trans_a else args.a
+    b = args.b.new_empty(args.b.shape[::-1]) if copied and not args.trans_b else args.b
+    return gluon_reason(replace(args, a=a, b=b, trans_a=args.trans_a and not copied, trans_b=args.trans_b or copied),
+                        arch, k, scales)
+
+
+def transposed(args: GemmFp8Args) -> GemmFp8Args:
+    """The same product as a problem of its own written transposed: ``C^T = op(B)^T @ op(A)^T`` (a and b,
+    their scales and their trans flags swapped; ``trans_c`` off). Its ``[N, M]`` result is what a
+    ``trans_c`` call returns."""
+    return replace(args, a=args.b, a_scale_inv=args.b_scale_inv, b=args.a, b_scale_inv=args.a_scale_inv,
+                   trans_a=not args.trans_b, trans_b=not args.trans_a, trans_c=False)
+
+
+def _flipped_for_gluon(args: GemmFp8Args, arch: str, k: int) -> GemmFp8Args | None:
+    """A fresh ``trans_c`` call (the ops' wgrad writes ``dB`` in b's ``[N, K]`` layout so) as its
+    :func:`transposed` problem, when the Gluon kernel (which writes ``[M, N]`` only) takes that; else
+    ``None``. Not when a's blocks would become 128 x 128 tiles (that mode of the kernel has not run on a
+    GPU through this path)."""
+    if not args.trans_c or args.out is not None or arch != "sm90":
+        return None
+    flipped = transposed(args)
+    scales = scale_addressing(flipped)
+    if scales.a_div != 1 or _gluon_path_reason(flipped, arch, k, scales) is not None:
+        return None
+    return flipped
 
 
 _GLUON_A = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -205,6 +239,10 @@ def gemm_fp8(args: GemmFp8Args, config: gemm_configs.GemmConfig | None = None) -
     BLOCKWISE forces ``block_k`` to the block size."""
     a, b = args.a, args.b
     m, n, k = gemm_fp8_dims(args)
+    if config is None and m and n and k and args.trans_c and args.out is None:
+        flipped = _flipped_for_gluon(args, _runtime.device_facts(a)[0], k)
+        if flipped is not None:
+            return gemm_fp8(flipped)  # the same [N, M] result, from the Gluon kernel
     if args.out is not None:
         c = args.out
     else:
