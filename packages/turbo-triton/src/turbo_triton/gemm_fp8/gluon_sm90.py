@@ -68,12 +68,25 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
 
 
 @gluon.jit
+def _load_stage(a_desc, b_desc, a_bufs, b_bufs, ready, empty, it, a_row, b_row, k):
+    """Ring position ``it``: once both consumers have released its stage, the A tile at ``[a_row, k]``
+    and the B tile at ``[b_row, k]`` by TMA, landing on the stage's ``ready`` barrier."""
+    STAGES: gl.constexpr = a_bufs.type.shape[0]
+    s = it % STAGES
+    # A stage's empty barrier starts in the completed phase 1: the first lap does not wait.
+    mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
+    bar = ready.index(s)
+    mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(a_desc, [a_row, k], bar, a_bufs.index(s))
+    tma.async_copy_global_to_shared(b_desc, [b_row, k], bar, b_bufs.index(s))
+
+
+@gluon.jit
 def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
               GROUP_M: gl.constexpr, NUM_PROGRAMS: gl.constexpr):
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[0]
-    STAGES: gl.constexpr = a_bufs.type.shape[0]
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
     k_steps = gl.cdiv(K, BK)
@@ -81,13 +94,7 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
     for tile in range(gl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS):
         pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         for kk in range(k_steps):
-            s = it % STAGES
-            # A stage's empty barrier starts in the completed phase 1: the first lap does not wait.
-            mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
-            bar = ready.index(s)
-            mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(a_desc, [pid_m * BM, kk * BK], bar, a_bufs.index(s))
-            tma.async_copy_global_to_shared(b_desc, [pid_n * BN, kk * BK], bar, b_bufs.index(s))
+            _load_stage(a_desc, b_desc, a_bufs, b_bufs, ready, empty, it, pid_m * BM, pid_n * BN, kk * BK)
             it += 1
 
 

@@ -42,6 +42,7 @@ from turbo_triton.gemm_fp8.gluon_sm90 import (
     ROWWISE,
     TENSORWISE,
     _epilogue_scales,
+    _load_stage,
     _scaled,
     _tile_coords,
     _tile_sums,
@@ -71,7 +72,6 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, G, M, N, K
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[0]
-    STAGES: gl.constexpr = a_bufs.type.shape[0]
     n_tiles = gl.cdiv(N, BN)
     k_steps = gl.cdiv(K, BK)
     it = 0
@@ -84,13 +84,7 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, G, M, N, K
             off_m = start + pid_m * BM
             row_b = g * N + pid_n * BN
             for kk in range(k_steps):
-                s = it % STAGES
-                # A stage's empty barrier starts in the completed phase 1: the first lap does not wait.
-                mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
-                bar = ready.index(s)
-                mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(a_desc, [off_m, kk * BK], bar, a_bufs.index(s))
-                tma.async_copy_global_to_shared(b_desc, [row_b, kk * BK], bar, b_bufs.index(s))
+                _load_stage(a_desc, b_desc, a_bufs, b_bufs, ready, empty, it, off_m, row_b, kk * BK)
                 it += 1
         tile_base += m_tiles * n_tiles
 

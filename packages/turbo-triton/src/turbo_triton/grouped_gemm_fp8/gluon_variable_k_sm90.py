@@ -35,6 +35,7 @@ from turbo_triton.gemm_fp8.gluon_sm90 import (
     BLOCK_M,
     BLOCKWISE_VEC,
     PART_N,
+    _load_stage,
     _tile_coords,
     _tile_sums,
     acc_layout,
@@ -57,7 +58,6 @@ def _producer(x_desc, y_desc, x_bufs, y_bufs, ready, empty, offs_ptr, G, M, R, C
     BM: gl.constexpr = x_desc.block_type.shape[0]
     BK: gl.constexpr = x_desc.block_type.shape[1]
     BN: gl.constexpr = y_desc.block_type.shape[0]
-    STAGES: gl.constexpr = x_bufs.type.shape[0]
     m_tiles = gl.cdiv(R, BM)
     n_tiles = gl.cdiv(C, BN)
     it = 0
@@ -65,13 +65,7 @@ def _producer(x_desc, y_desc, x_bufs, y_bufs, ready, empty, offs_ptr, G, M, R, C
         g, pid_m, pid_n = _locate(tile, m_tiles, n_tiles, GROUP_M)
         start, end = _group_rows(offs_ptr, g, M)
         for kk in range(gl.cdiv(end - start, BK)):
-            s = it % STAGES
-            # A stage's empty barrier starts in the completed phase 1: the first lap does not wait.
-            mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
-            bar = ready.index(s)
-            mbarrier.expect(bar, x_desc.block_type.nbytes + y_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(x_desc, [pid_m * BM, start + kk * BK], bar, x_bufs.index(s))
-            tma.async_copy_global_to_shared(y_desc, [pid_n * BN, start + kk * BK], bar, y_bufs.index(s))
+            _load_stage(x_desc, y_desc, x_bufs, y_bufs, ready, empty, it, pid_m * BM, pid_n * BN, start + kk * BK)
             it += 1
 
 
