@@ -1,4 +1,5 @@
-"""Facts about where Triton kernels run: interpreter mode, GPU arch, multiprocessor count.
+"""Facts about where Triton kernels run: interpreter mode, GPU arch, multiprocessor count; the record
+of a Gluon kernel that failed here.
 
 Imported only by kernel modules (on first use), never by the plugin module.
 """
@@ -6,12 +7,13 @@ Imported only by kernel modules (on first use), never by the plugin module.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 
 import torch
 
-__all__ = ["arch_of", "device_facts", "device_reason", "has_tensor_descriptors", "interpreting", "launch_fitted",
-           "num_sms", "tma_arch"]
+__all__ = ["arch_of", "device_facts", "device_reason", "gluon_failed", "has_tensor_descriptors", "interpreting",
+           "launch_fitted", "num_sms", "tma_arch"]
 
 
 def interpreting() -> bool:
@@ -93,3 +95,12 @@ def launch_fitted(launch, cfg, key: tuple, *rest, shrink=None) -> None:
             if smaller is None:
                 raise
             cfg = smaller
+
+
+def gluon_failed(broken: list[str], what: str, exc: Exception) -> bool:
+    """Record a Gluon kernel's failure to compile or launch in ``broken`` (its launcher's list: the
+    first error, after which the launcher keeps to its Triton kernels), warn once, and return ``False``."""
+    broken.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
+    logging.getLogger(__name__).warning("turbo-triton: %s failed (%s); using the Triton kernels from now on", what,
+                                        broken[0])
+    return False

@@ -14,7 +14,6 @@ once (a warning) and not tried again in the process.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, replace
 
@@ -30,7 +29,6 @@ from turbo_triton.transpose import transpose_last2
 
 __all__ = ["can_handle", "gemm_fp8", "gluon_reason", "kernel_path", "transposed"]
 
-_log = logging.getLogger(__name__)
 _GLUON_BROKEN: list[str] = []  # the first error of a Gluon launch (then never tried again in this process)
 
 G = ScalingGranularity
@@ -103,22 +101,20 @@ def kernel_path(args: GemmFp8Args) -> str:
     flipped = _flipped_for_gluon(args, arch, k)
     if flipped is not None:
         return kernel_path(flipped)
-    copied = _k_major_needed(arch, k) and (args.trans_a or not args.trans_b)
-    a = args.a.new_empty(args.a.shape[::-1]) if copied and args.trans_a else args.a  # as the copy would be
-    b = args.b.new_empty(args.b.shape[::-1]) if copied and not args.trans_b else args.b
-    path = "tma" if _tma_eligible(arch, k, a, b) else "pointer"
-    if _gluon_path_reason(args, arch, k, scale_addressing(args)) is None:
+    moved, copied = _as_k_major(args, arch, k)
+    path = "tma" if _tma_eligible(arch, k, moved.a, moved.b) else "pointer"
+    if gluon_reason(moved, arch, k, scale_addressing(args)) is None:
         path = "gluon"
     return path + "+kmajor" if copied else path
 
 
-def _gluon_path_reason(args: GemmFp8Args, arch: str, k: int, scales: _Scales) -> str | None:
-    """:func:`gluon_reason` of the arguments as :func:`_k_major` would leave them (no copy made)."""
+def _as_k_major(args: GemmFp8Args, arch: str, k: int) -> tuple[GemmFp8Args, bool]:
+    """The arguments as :func:`_k_major` would leave them, with unwritten operands in place of its
+    copies (none made), and whether it copies."""
     copied = _k_major_needed(arch, k) and (args.trans_a or not args.trans_b)
     a = args.a.new_empty(args.a.shape[::-1]) if copied and args.trans_a else args.a
     b = args.b.new_empty(args.b.shape[::-1]) if copied and not args.trans_b else args.b
-    return gluon_reason(replace(args, a=a, b=b, trans_a=args.trans_a and not copied, trans_b=args.trans_b or copied),
-                        arch, k, scales)
+    return replace(args, a=a, b=b, trans_a=args.trans_a and not copied, trans_b=args.trans_b or copied), copied
 
 
 def transposed(args: GemmFp8Args) -> GemmFp8Args:
@@ -138,7 +134,7 @@ def _flipped_for_gluon(args: GemmFp8Args, arch: str, k: int) -> GemmFp8Args | No
         return None
     flipped = transposed(args)
     scales = scale_addressing(flipped)
-    if scales.a_div != 1 or _gluon_path_reason(flipped, arch, k, scales) is not None:
+    if scales.a_div != 1 or gluon_reason(_as_k_major(flipped, arch, k)[0], arch, k, scales) is not None:
         return None
     return flipped
 
@@ -204,10 +200,7 @@ def _launch_gluon(args: GemmFp8Args, c: torch.Tensor, scales: _Scales, sms: int)
                                b_col_div=scales.b_div)
         return True
     except Exception as exc:  # an unsupported Triton version, a driver without the features: keep working
-        _GLUON_BROKEN.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
-        _log.warning("turbo-triton: the Gluon FP8 GEMM failed (%s); using the Triton kernel from now on",
-                     _GLUON_BROKEN[0])
-        return False
+        return _runtime.gluon_failed(_GLUON_BROKEN, "the Gluon FP8 GEMM", exc)
 
 
 def _k_major_needed(arch: str, k: int) -> bool:

@@ -22,7 +22,6 @@ again in the process.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, replace
 
@@ -55,7 +54,6 @@ from turbo_triton.transpose import transpose_last2
 __all__ = ["can_handle", "can_handle_variable_k", "gluon_reason", "gluon_variable_k_reason", "grouped_gemm_fp8",
            "grouped_gemm_fp8_variable_k", "kernel_path", "variable_k_kernel_path"]
 
-_log = logging.getLogger(__name__)
 _GLUON_BROKEN: list[str] = []  # the first error of a Gluon launch (then never tried again in this process)
 GLUON_ENV = "TURBO_TRITON_GG8_GLUON"
 
@@ -246,14 +244,6 @@ def _gluon_gate(arch: str) -> str | None:
     return None
 
 
-def _gluon_failed(exc: Exception) -> bool:
-    """Record a Gluon kernel's failure (a warning, once; the Triton kernels from now on): ``False``."""
-    _GLUON_BROKEN.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
-    _log.warning("turbo-triton: a Gluon grouped FP8 GEMM failed (%s); using the Triton kernels from now on",
-                 _GLUON_BROKEN[0])
-    return False
-
-
 def gluon_reason(args: GroupedGemmFp8Args, arch: str, sms: int, out: torch.Tensor | None = None) -> str | None:
     """Why the Gluon sm90 kernel does not take these forward arguments (b already K-major, as
     :func:`_k_major_b` leaves it), or ``None``.
@@ -307,7 +297,7 @@ def _launch_gluon(args: GroupedGemmFp8Args, c: torch.Tensor, g: int, m: int, n: 
                                        s_bk=s.s_bk, s_bn=s.s_bn)
         return True
     except Exception as exc:  # an unsupported Triton version, a driver without the features: keep working
-        return _gluon_failed(exc)
+        return _runtime.gluon_failed(_GLUON_BROKEN, "a Gluon grouped FP8 GEMM", exc)
 
 
 def grouped_gemm_fp8(args: GroupedGemmFp8Args, config: configs.Fp8GroupedConfig | None = None,
@@ -488,7 +478,7 @@ def _launch_gluon_variable_k(args: GroupedGemmFp8VariableKArgs, c: torch.Tensor,
                                                              accumulate=args.out is not None)
         return True
     except Exception as exc:  # an unsupported Triton version, a driver without the features: keep working
-        return _gluon_failed(exc)
+        return _runtime.gluon_failed(_GLUON_BROKEN, "a Gluon grouped FP8 GEMM", exc)
 
 
 def grouped_gemm_fp8_variable_k(args: GroupedGemmFp8VariableKArgs, config: configs.Fp8GroupedConfig | None = None,
