@@ -4,7 +4,7 @@
 # own time limit, and a failing part does not stop the next.
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normsweep normbench groupedcheck groupedbench
-#        tritonfp8check fp8bench gg8check gg8gluon gg8bench conformance issue5rest dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
+#        tritonfp8check fp8bench gg8check gg8gluon gg8bench conformance fp8acc issue5rest dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
 #        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbbwd hbgap hbalgotests accuracy profile
 #        deepepkernels moedispatch nccltests asynctp epcheck (the last four on the two-GPU kind)
 set -u
@@ -39,17 +39,19 @@ for part in $parts; do
     tritonfp8check) timeout 200 python3 benchmarks/scripts/gemm_fp8_triton_h200.py --out "$OUT/gemm_fp8_triton_check.json" --parts check > "$OUT/gemm_fp8_triton_check.log" 2>&1; tail -3 "$OUT/gemm_fp8_triton_check.log" ;;
     fp8bench) timeout 400 python3 benchmarks/scripts/fp8_bench_h200.py --out "$OUT/fp8_bench.json" --max-minutes 6 > "$OUT/fp8_bench.log" 2>&1; tail -30 "$OUT/fp8_bench.log" ;;
     gg8check) timeout 240 python3 benchmarks/scripts/grouped_gemm_fp8_gpu_check.py --out "$OUT/gg8_check.json" --check-only > "$OUT/gg8_check.log" 2>&1; tail -5 "$OUT/gg8_check.log" ;;
-    gg8gluon)  # the opt-in Gluon grouped FP8 kernels (forward, dgrad, BLOCKWISE wgrad): their GPU tests (and the dense Gluon kernel's), then the bench with them beside the others
+    gg8gluon)  # the Gluon grouped FP8 kernels, sm90's default (forward, dgrad, BLOCKWISE wgrad): their GPU tests (and the dense Gluon kernel's), then the bench with them beside the Triton kernels
       TRITON_INTERPRET=0 timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider packages/turbo-triton/tests/test_grouped_gemm_fp8_gluon.py \
         packages/turbo-triton/tests/test_gemm_fp8_gluon.py > "$OUT/gg8_gluon_tests.log" 2>&1 \
         || { tail -40 "$OUT/gg8_gluon_tests.log"; echo "gg8gluon: GPU tests failed, bench skipped"; continue; }
       tail -5 "$OUT/gg8_gluon_tests.log"
       timeout 330 python3 benchmarks/scripts/grouped_gemm_fp8_gpu_check.py --out "$OUT/gg8_gluon_bench.json" --skip-check --gluon --max-minutes 5 \
         > "$OUT/gg8_gluon_bench.log" 2>&1; tail -45 "$OUT/gg8_gluon_bench.log" ;;
-    gg8bench) timeout 300 python3 benchmarks/scripts/grouped_gemm_fp8_gpu_check.py --out "$OUT/gg8_bench.json" --skip-check --max-minutes 4 > "$OUT/gg8_bench.log" 2>&1; tail -40 "$OUT/gg8_bench.log" ;;
+    gg8bench) timeout 300 python3 benchmarks/scripts/grouped_gemm_fp8_gpu_check.py --out "$OUT/gg8_bench.json" --skip-check --gluon --max-minutes 4 > "$OUT/gg8_bench.log" 2>&1; tail -40 "$OUT/gg8_bench.log" ;;
     conformance)  # the shared conformance suite on the GPU (CONFORMANCE_BACKENDS, default TRITON: issues 5 and 11)
       timeout 580 python3 benchmarks/scripts/conformance_gpu.py --backends "${CONFORMANCE_BACKENDS:-TRITON}" --out "$OUT/conformance_gpu.json" \
         > "$OUT/conformance_gpu.log" 2>&1; tail -20 "$OUT/conformance_gpu.log" ;;
+    fp8acc)  # FP8 GEMM fp32 results vs float64 math on the dequantized operands: TRITON beside cuBLASLt (the gate of assert_close_fp8_gemm)
+      timeout 300 python3 benchmarks/scripts/fp8_accumulation_gpu.py --out "$OUT/fp8_accumulation.json" > "$OUT/fp8_accumulation.log" 2>&1; tail -60 "$OUT/fp8_accumulation.log" ;;
     issue5rest)  # issue 5's two untimed changes: the fused rmsnorm_residual backward, and FP4/router in device time
       timeout 120 python3 benchmarks/scripts/issue5_coverage_h200.py --out "$OUT/issue5_resbwd.json" --parts resbwd --limits resbwd=60 \
         > "$OUT/issue5_resbwd.log" 2>&1; tail -15 "$OUT/issue5_resbwd.log"

@@ -23,10 +23,10 @@
    skewed; CUDA-graph replay (kernel time) and eager (with the Python launcher's overhead), inputs
    rotated beyond L2 (turbo_core.bench.timing). The kernel path is printed per case. Baselines run
    with unit scales (the scale values do not change their speed) and are checked against float64.
-   ``--gluon`` adds the opt-in Gluon kernels (``turbo_triton.grouped_gemm_fp8.gluon_sm90`` and
-   ``gluon_variable_k_sm90``; ``TURBO_TRITON_GG8_GLUON=1`` set around each call): TENSORWISE / ROWWISE /
-   BLOCKWISE forward and dgrad (the latter on b's K-major copy), BLOCKWISE wgrad, as providers
-   ``triton:<GRAN>-gluon``.
+   The ``triton:<GRAN>`` providers run the Triton kernels (``TURBO_TRITON_GG8_GLUON=0`` around each
+   call); ``--gluon`` adds the Gluon kernels, sm90's default (``turbo_triton.grouped_gemm_fp8.gluon_sm90``
+   and ``gluon_variable_k_sm90``; ``TURBO_TRITON_GG8_GLUON=1``): TENSORWISE / ROWWISE / BLOCKWISE forward
+   and dgrad (the latter on b's K-major copy), BLOCKWISE wgrad, as providers ``triton:<GRAN>-gluon``.
 5. ``--sweep``: candidate tile configs on a few shapes (graph timing).
 
 Usage (repository root, no install needed):
@@ -70,7 +70,7 @@ from turbo_triton.grouped_gemm_fp8 import configs  # noqa: E402
 from turbo_triton.grouped_gemm_fp8 import launch as gl  # noqa: E402
 
 DEV = "cpu" if SMOKE else "cuda"
-GLUON = "--gluon" in sys.argv  # also time the opt-in Gluon forward kernel (TURBO_TRITON_GG8_GLUON)
+GLUON = "--gluon" in sys.argv  # also time the Gluon kernels (sm90's default; TURBO_TRITON_GG8_GLUON)
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 BS = 32 if SMOKE else 128
 GATE = {torch.float32: 2e-3, torch.float16: 1e-2, torch.bfloat16: 1e-2}
@@ -558,12 +558,11 @@ def _triton_args(case, gran, gen, *, precise=False, hybrid=False):
 
 
 @contextlib.contextmanager
-def gluon_opt_in(on: bool):
-    """``TURBO_TRITON_GG8_GLUON=1`` for the calls inside (the forward then takes the Gluon kernel where
-    it can; no config given), else the variable unset."""
+def gluon_env(on: bool):
+    """``TURBO_TRITON_GG8_GLUON=1`` for the calls inside if ``on`` (the forward then takes the Gluon
+    kernel where it can; no config given), else ``0`` (the Triton kernels)."""
     before = os.environ.pop(gl.GLUON_ENV, None)
-    if on:
-        os.environ[gl.GLUON_ENV] = "1"
+    os.environ[gl.GLUON_ENV] = "1" if on else "0"
     try:
         yield
     finally:
@@ -574,11 +573,11 @@ def gluon_opt_in(on: bool):
 
 def _triton_runner(pass_, path=None, gluon=False):
     """``run(args, config, anchor)``: the launcher; ``anchor`` (a's data) is there for timing.measure.
-    ``gluon``: opted in to the Gluon forward kernel (at capture time, for graphs)."""
+    ``gluon``: the Gluon kernels on, else off (at capture time, for graphs)."""
     launcher = gl.grouped_gemm_fp8_variable_k if pass_ == "wgrad" else gl.grouped_gemm_fp8
 
     def run(args, cfg, _anchor):
-        with gluon_opt_in(gluon):
+        with gluon_env(gluon):
             return launcher(args, cfg, path)
 
     return run
@@ -644,7 +643,7 @@ def _bench_case(case, gen, warmup, iters, modes):
             sets.append((args, cfg, args.a))
         name = f"triton:{gran}" + "".join(f"-{k}" for k in kw) + (f"-{path}" if path else "") + ("-gluon" if gluon else "")
         args, cfg, _ = sets[0]
-        with gluon_opt_in(gluon):
+        with gluon_env(gluon):
             paths[name] = path or (gl.variable_k_kernel_path(args) if case.pass_ == "wgrad"
                                    else gl.kernel_path(args, cfg))
         providers.append((name, _triton_runner(case.pass_, path, gluon), sets, None))
@@ -772,7 +771,7 @@ def main() -> int:
     parser.add_argument("--max-minutes", type=float, default=9.0)
     parser.add_argument("--cpu-smoke", action="store_true")
     parser.add_argument("--gluon", action="store_true",
-                        help="bench: also the opt-in Gluon kernels (forward, dgrad, BLOCKWISE wgrad)")
+                        help="bench: also the Gluon kernels, sm90's default (forward, dgrad, BLOCKWISE wgrad)")
     opts = parser.parse_args()
     OUT["path"] = opts.out
     OUT["deadline"] = T0 + 60 * opts.max_minutes

@@ -3,8 +3,8 @@
 results against the reference on a Hopper GPU (``@pytest.mark.gpu``:
 ``TRITON_INTERPRET=0 pytest -m gpu packages/turbo-triton/tests/test_grouped_gemm_fp8_gluon.py``).
 
-The kernels are opt-in (``TURBO_TRITON_GG8_GLUON=1``) until these GPU tests have passed on an H200: the
-interpreter cannot run Gluon, so on the CPU only the eligibility rules are tested here."""
+The kernels are the default on sm90 since these GPU tests passed on an H200 (``TURBO_TRITON_GG8_GLUON=0``
+turns them off). The interpreter cannot run Gluon, so on the CPU only the eligibility rules are tested here."""
 
 import os
 
@@ -55,9 +55,9 @@ def _args(lens=(3000, 0, 4000, 1100), tail=92, n=4000, k=1040, gran="ROWWISE", t
 
 @pytest.fixture
 def hopper(monkeypatch):
-    """Make the eligibility check see a 132-SM sm90 GPU outside the interpreter, the kernel opted in."""
+    """Make the eligibility check see a 132-SM sm90 GPU outside the interpreter, the kernels on by default."""
     monkeypatch.setattr(launch._runtime, "interpreting", lambda: False)
-    monkeypatch.setenv(ENV, "1")
+    monkeypatch.delenv(ENV, raising=False)
     monkeypatch.delenv("TURBO_TRITON_FP8_FAST_ACCUM", raising=False)
     monkeypatch.setattr(launch, "_GLUON_BROKEN", [])
 
@@ -98,8 +98,12 @@ def test_declines_with_reasons(hopper, monkeypatch):
     monkeypatch.setattr(launch, "_GLUON_BROKEN", [])
     monkeypatch.setenv("TURBO_TRITON_FP8_FAST_ACCUM", "1")
     assert "FAST_ACCUM" in _reason(big)
-    monkeypatch.delenv(ENV)
-    assert f"{ENV}=1 is not set" in _reason(big)
+    monkeypatch.delenv("TURBO_TRITON_FP8_FAST_ACCUM")
+    monkeypatch.setenv(ENV, "1")
+    assert _reason(big) is None
+    for off in ("0", "off", "False"):
+        monkeypatch.setenv(ENV, off)
+        assert f"{ENV}=0 turns the Gluon grouped kernels off" in _reason(big)
 
 
 def test_dgrad_layout_is_taken_after_the_copy(hopper):
@@ -157,8 +161,9 @@ def test_variable_k_declines_with_reasons(hopper, monkeypatch):
     assert "aligned rows of out" in _vk_reason(_vk_args(out=odd_out))
     monkeypatch.setenv("TURBO_TRITON_FP8_FAST_ACCUM", "1")
     assert "FAST_ACCUM" in _vk_reason(bw)
-    monkeypatch.delenv(ENV)
-    assert f"{ENV}=1 is not set" in _vk_reason(bw)
+    monkeypatch.delenv("TURBO_TRITON_FP8_FAST_ACCUM")
+    monkeypatch.setenv(ENV, "0")
+    assert f"{ENV}=0 turns" in _vk_reason(bw)
 
 
 def _sm90() -> bool:
@@ -183,7 +188,8 @@ def _error(got, args) -> float:
 
 @pytest.fixture
 def opted_in(monkeypatch):
-    monkeypatch.setenv(ENV, "1")
+    """The Gluon kernels on (the default, whatever the environment says)."""
+    monkeypatch.delenv(ENV, raising=False)
     monkeypatch.delenv("TURBO_TRITON_FP8_FAST_ACCUM", raising=False)
     monkeypatch.setattr(launch, "_GLUON_BROKEN", [])
 
@@ -265,7 +271,7 @@ def _vk_error(got, args) -> float:
 def test_gpu_variable_k_against_reference(trans_c, out_dtype):
     """Through ``grouped_gemm_fp8_variable_k``: the Gluon wgrad on padded groups of 1024, 0, 2048, 384
     and 640 rows (an empty group gives zeros), HYBRID operands, poisoned output memory."""
-    args = _vk_args(trans_c=trans_c, out_dtype=out_dtype, device="cuda", seed=trans_c)
+    args = _vk_args(trans_c=trans_c, out_dtype=out_dtype, device="cuda", seed=int(trans_c))
     assert launch.variable_k_kernel_path(args) == "gluon+kmajor"
     torch.full((5, 2048, 1024), float("nan"), device="cuda", dtype=out_dtype)  # a freed NaN block handed back
     got = launch.grouped_gemm_fp8_variable_k(args)
@@ -312,8 +318,8 @@ def test_gpu_variable_k_graph_replays_new_group_sizes():
 @needs_sm90
 @pytest.mark.parametrize("gran", ["ROWWISE", "BLOCKWISE"])
 def test_gpu_op_training_step(gran, monkeypatch):
-    """The op's forward and backward (``turbo_core.ops.grouped_gemm_fp8``, pinned to TRITON) with the
-    Gluon kernels opted in agree with the same step on the Triton kernels; the Gluon kernels ran for the
+    """The op's forward and backward (``turbo_core.ops.grouped_gemm_fp8``, pinned to TRITON) on the
+    Gluon kernels (the default) agree with the same step on the Triton kernels; the Gluon kernels ran for the
     forward and the dgrad, and for the BLOCKWISE wgrad (on the quantizer's padded groups)."""
     import collections
 
@@ -342,9 +348,9 @@ def test_gpu_op_training_step(gran, monkeypatch):
 
     def step(gluon: bool):
         if gluon:
-            monkeypatch.setenv(ENV, "1")
-        else:
             monkeypatch.delenv(ENV, raising=False)
+        else:
+            monkeypatch.setenv(ENV, "0")
         xi, wi = x.clone().requires_grad_(), w.clone().requires_grad_()
         with use_backend("TRITON"), torch.autograd.set_multithreading_enabled(False):  # the pin holds in backward
             out = op(xi, wi, lens, config=cfg)

@@ -12,12 +12,11 @@ K step divides K; ``"pointer"`` otherwise (AMD, other NVIDIA GPUs, the interpret
 operands the FP8 MMA would read M-major are first copied K-major (``+kmajor``: b of the NN forward,
 both operands of the wgrad); those copies are the only data the launchers write besides the output.
 
-``"gluon"`` (sm90, opt-in with ``TURBO_TRITON_GG8_GLUON=1``): the forward on the warp-specialized Gluon
-kernel (``turbo_triton.grouped_gemm_fp8.gluon_sm90``), and ``"gluon+kmajor"`` the BLOCKWISE wgrad on
-``gluon_variable_k_sm90``; :func:`gluon_reason` and :func:`gluon_variable_k_reason` say when and why
-not. They are opt-in because they have been compiled for sm90 (no register spills) but not yet run on a
-GPU. A Gluon kernel that fails to compile or launch is reported once (a warning) and neither is tried
-again in the process.
+``"gluon"`` (sm90, the default there; ``TURBO_TRITON_GG8_GLUON=0`` turns it off): the forward on the
+warp-specialized Gluon kernel (``turbo_triton.grouped_gemm_fp8.gluon_sm90``), and ``"gluon+kmajor"`` the
+BLOCKWISE wgrad on ``gluon_variable_k_sm90``; :func:`gluon_reason` and :func:`gluon_variable_k_reason`
+say when and why not. A Gluon kernel that fails to compile or launch is reported once (a warning) and
+neither is tried again in the process.
 """
 
 from __future__ import annotations
@@ -234,9 +233,9 @@ _GLUON_C = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def _gluon_gate(arch: str) -> str | None:
-    """Why neither Gluon kernel runs here at all (opt-in, an earlier failure, the GPU), or ``None``."""
-    if os.environ.get(GLUON_ENV, "0").strip().lower() not in ("1", "true", "yes", "on"):
-        return f"{GLUON_ENV}=1 is not set (the Gluon grouped kernels are opt-in until they have run on a GPU)"
+    """Why neither Gluon kernel runs here at all (turned off, an earlier failure, the GPU), or ``None``."""
+    if os.environ.get(GLUON_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return f"{GLUON_ENV}=0 turns the Gluon grouped kernels off"
     if _GLUON_BROKEN:
         return f"the Gluon kernel failed earlier in this process: {_GLUON_BROKEN[0]}"
     if arch != "sm90" or _runtime.interpreting():

@@ -7,7 +7,9 @@ Each case checks every pass twice:
   gives (``turbo_core.ops.gemm_fp8``: which tensor is quantized along which dim, in which format).
   The operands are quantized with the public quantize ops (so on the backend under test) and
   dequantized by the quantization family's reference functions called directly (plain torch,
-  independent of any GEMM code). Tolerance: that of the result dtype (fp32 1e-4, bf16 1e-2).
+  independent of any GEMM code). Tolerance: that of the result dtype (fp32 1e-4, bf16 1e-2); on an
+  accelerator the absolute tolerance is at least ``2^-9 * max |exact|`` (``assert_close_fp8_gemm``:
+  Hopper's FP8 tensor cores do not add products as an fp32 sum, and cuBLASLt lands as far off).
 * **end to end**: the SNR against the unquantized float64 product must reach the format's floor
   (E4M3 25 dB, E5M2/HYBRID 20 dB, FP4 10 dB; ``turbo_core.testing.numerics``).
 
@@ -38,7 +40,7 @@ from turbo_core.low_precision import (
     float4_e2m1_dtype,
 )
 from turbo_core.testing.conformance import Case, host_copy
-from turbo_core.testing.numerics import assert_close_to_reference, assert_snr
+from turbo_core.testing.numerics import assert_close_fp8_gemm, assert_snr
 
 G = ScalingGranularity
 F64 = torch.float64
@@ -127,10 +129,9 @@ def _t(x: torch.Tensor, flag: bool) -> torch.Tensor:
 
 def _check(actual: torch.Tensor, exact: torch.Tensor, ideal: torch.Tensor, rec: _Recipe, what: str) -> None:
     """``actual`` (any device) against the CPU float64 ``exact`` and ``ideal`` results."""
-    actual = actual.cpu()
     assert actual.shape == exact.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(exact.shape)}"
-    assert_close_to_reference(actual, exact, what=f"{what} (vs float64 math on the dequantized operands)")
-    assert_snr(ideal, actual, rec.snr_fmt, what=f"{what} (vs the unquantized product)")
+    assert_close_fp8_gemm(actual, exact, what=f"{what} (vs float64 math on the dequantized operands)")
+    assert_snr(ideal, actual.cpu(), rec.snr_fmt, what=f"{what} (vs the unquantized product)")
 
 
 # -- dense ----------------------------------------------------------------------------------------------
@@ -170,7 +171,7 @@ def _run_dense(gran, fmt, bs, m, n, k, ta, tb, dtype, fused, *, device="cpu"):
     _check(a.grad, da_exact, a64.grad, rec, "grad_a")
     if fused:
         assert b.grad_added_to_main_grad is True
-        assert_close_to_reference(b.main_grad.cpu(), db_exact + 1.0, dtype=torch.float32, what="main_grad")
+        assert_close_fp8_gemm(b.main_grad, db_exact + 1.0, dtype=torch.float32, what="main_grad")
     else:
         assert b.grad.dtype == dtype, f"grad_b: dtype {b.grad.dtype}"
         _check(b.grad, db_exact, b64.grad, rec, "grad_b")
@@ -276,7 +277,7 @@ def _run_grouped(gran, fmt, bs, lens, k, n, tb, dtype, tail, fused, *, device="c
         assert torch.count_nonzero(a.grad.cpu()[used:]) == 0, "grad_a: the rows past sum(group_lens) must be zero"
     if fused:
         assert b.grad_added_to_main_grad is True
-        assert_close_to_reference(b.main_grad.cpu(), db_exact + 1.0, dtype=torch.float32, what="main_grad")
+        assert_close_fp8_gemm(b.main_grad, db_exact + 1.0, dtype=torch.float32, what="main_grad")
     else:
         assert b.grad.dtype == dtype and b.grad.shape == b.shape, f"grad_b: {b.grad.dtype} {tuple(b.grad.shape)}"
         _check(b.grad, db_exact, b64.grad, rec, "grad_b")
