@@ -18,6 +18,7 @@ from turbo_triton.grouped_gemm_fp8 import launch
 
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
 ENV = launch.GLUON_ENV
+G = launch.G
 
 
 def _offs(lens, device) -> torch.Tensor:
@@ -74,10 +75,22 @@ def test_takes_large_forward_problems(hopper):
     assert _reason(_args(da=E5, db=E5)) is None
 
 
+def test_narrower_tiles_below_one_wave(hopper):
+    """256-wide tiles where they fill the GPU, 128-wide where 256 would leave SMs idle (DeepSeek-V3's
+    down-projection dgrad: 2048 rows x 2048 columns is 128 tiles of 256, 256 of 128)."""
+    assert launch._block_n(G.ROWWISE, torch.bfloat16, 2048, 4096, 132) == 256  # 16 x 16 tiles
+    assert launch._block_n(G.ROWWISE, torch.bfloat16, 2048, 2048, 132) == 128
+    assert launch._block_n(G.TENSORWISE, torch.float16, 4096, 768, 132) == 128  # Qwen3 down dgrad: 32 x 3
+    assert launch._block_n(G.ROWWISE, torch.bfloat16, 2048, 2048, 64) == 256  # num_cu caps the wave
+    assert launch._block_n(G.BLOCKWISE, torch.bfloat16, 1 << 16, 8192, 132) == 128  # always 128
+    assert launch._block_n(G.ROWWISE, torch.float32, 1 << 16, 8192, 132) == 128
+    assert _reason(_args(lens=(500, 500), tail=0)) is None  # 8 x 16 tiles of 256: 8 x 32 of 128
+
+
 def test_declines_with_reasons(hopper, monkeypatch):
     big = _args()
     assert "sm90" in _reason(big, "sm100")
-    assert "less than one wave" in _reason(_args(lens=(500, 500), tail=0))  # 8 x 16 tiles
+    assert "less than one wave" in _reason(_args(lens=(250, 250), tail=0))  # 4 x 32 tiles of 128 x 128
     assert "less than one wave" in _reason(_args(lens=(1000, 1000), tail=0, gran="BLOCKWISE", n=1000))  # 16 x 8
     assert "128 x 128 tiles" in _reason(_args(gran="BLOCKWISE", b_2d=False))
     bw = _args(gran="BLOCKWISE")
@@ -214,6 +227,24 @@ def test_gpu_against_reference(gran, trans_b, out):
     assert torch.count_nonzero(got[-92:]) == 0, "the rows past the last group must be zero"
     err = _error(got, args)
     assert err < (6e-3 if out == torch.bfloat16 else 6e-4), err
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.usefixtures("opted_in")
+@pytest.mark.parametrize("gran", ["TENSORWISE", "ROWWISE"])
+def test_gpu_narrow_tiles_against_reference(gran):
+    """A problem under one wave of 256-wide tiles (groups of 700, 0, 1348 rows, N = K = 2048: DeepSeek-V3's
+    down-projection dgrad) runs on 128-wide tiles, dgrad layout included, with the same accuracy."""
+    for trans_b in (True, False):
+        args = _args(lens=(700, 0, 1348), tail=0, n=2048, k=2048, gran=gran, trans_b=trans_b, device="cuda",
+                     seed=int(trans_b))
+        assert launch._block_n(G(gran), torch.bfloat16, 2048, 2048, 132) == 128
+        assert launch.kernel_path(args) == ("gluon" if trans_b else "gluon+kmajor")
+        got = launch.grouped_gemm_fp8(args)
+        assert not launch._GLUON_BROKEN, launch._GLUON_BROKEN
+        assert torch.isfinite(got).all()
+        assert _error(got, args) < 6e-3
 
 
 @pytest.mark.gpu

@@ -275,11 +275,21 @@ def gluon_reason(args: GroupedGemmFp8Args, arch: str, sms: int, out: torch.Tenso
         return "TMA needs 16-byte aligned rows and bases (K a multiple of 16, rows of the result too)"
     if g * n > _INT32:
         return f"the Gluon kernel indexes b's rows with int32: {g} x {n} rows are too many"
-    bn = _gluon_block_n(gran, args.out_dtype)
+    wave = min(sms, args.num_cu or sms)
+    bn = _block_n(gran, args.out_dtype, m, n, wave)
     tiles = -(-m // 128) * -(-n // bn)
-    if tiles < min(sms, args.num_cu or sms):
+    if tiles < wave:
         return f"{tiles} tiles of 128 x {bn} are less than one wave"
     return None
+
+
+def _block_n(gran: G, out_dtype: torch.dtype, m: int, n: int, wave: int) -> int:
+    """The Gluon kernel's tile width: the dense kernel's (256; 128 for BLOCKWISE and fp32 results), and
+    128 where 256-wide tiles of the ``m`` rows (counted as one group) would not fill one ``wave``."""
+    bn = _gluon_block_n(gran, out_dtype)
+    if bn == 256 and -(-m // 128) * -(-n // 256) < wave:
+        return 128
+    return bn
 
 
 def _launch_gluon(args: GroupedGemmFp8Args, c: torch.Tensor, g: int, m: int, n: int, sms: int) -> bool:
@@ -288,7 +298,7 @@ def _launch_gluon(args: GroupedGemmFp8Args, c: torch.Tensor, g: int, m: int, n: 
         from turbo_triton.grouped_gemm_fp8 import gluon_sm90
 
         gran = as_granularity(args.granularity)
-        bn = _gluon_block_n(gran, c.dtype)
+        bn = _block_n(gran, c.dtype, m, n, min(sms, args.num_cu or sms))
         s = _fwd_scales(args)
         programs = _programs((-(-m // 128) + g) * -(-n // bn), sms, args.num_cu)
         gluon_sm90.grouped_gemm_fp8_nt(args.a, args.b, args.a_scale_inv, args.b_scale_inv, _offsets(args.group_offs),
