@@ -323,6 +323,29 @@ def test_grouped_baseline_operands(monkeypatch, gran, balance, pass_):
     assert (out.double() - ref).abs().max() / ref.abs().max() < 1e-2
 
 
+@pytest.mark.parametrize("pass_", ["fwd", "dgrad", "wgrad"])
+def test_grouped_baseline_skips_unaligned_wgrad_groups(monkeypatch, pass_):
+    """torch._scaled_grouped_mm's wgrad asserts on the device (and kills the process) when a group's
+    token count is not a multiple of 16: such cases get a skipped baseline row before any call."""
+    if not hasattr(torch, "_scaled_grouped_mm"):
+        pytest.skip("no torch._scaled_grouped_mm in this torch")
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))  # an H100/H200, as seen here
+
+    def case(lens):
+        return grouped.GroupedFp8Case(GroupedCase("tiny", "gate_up", pass_, "skewed", lens, 64, 32), G.ROWWISE,
+                                      Format.E4M3)
+
+    e4 = torch.zeros(1, dtype=torch.float8_e4m3fn)
+    q = (e4, None, e4, None)
+    reason = grouped.baseline_skip(case((48, 0, 17, 63)), q, "cuda")
+    if pass_ == "wgrad":
+        assert "multiple of 16" in reason
+    else:  # fwd / dgrad group along the rows of a: any count runs
+        assert reason is None
+    assert grouped.baseline_skip(case((48, 0, 16, 64)), q, "cuda") is None
+
+
 def test_swizzle_is_a_permutation_of_the_padded_scales():
     if not hasattr(torch, "float8_e8m0fnu"):
         pytest.skip("no E8M0 dtype in this torch")
