@@ -450,3 +450,42 @@ def test_args_dims_helpers():
         v4 = GroupedGemmFp4VariableKArgs(torch.empty(24, 256, dtype=torch.uint8).view(FP4), None,
                                          torch.empty(16, 256, dtype=torch.uint8).view(FP4), None, gl, go)
         assert variable_k_lowp_dims(v4) == (3, 512, 24, 16)
+
+
+@pytest.mark.parametrize("trans_b", [True, False])
+def test_k_major_weight_copies_give_identical_gradients(monkeypatch, trans_b):
+    """ROWWISE weights quantized with ``k_major`` (the copy along b's dim -2 from the transposed view,
+    stored ``[G, K, N]``: what ``benchmarks/scripts/grouped_fp8_op_step_h200.py`` times against the
+    op's stored layout) give the op's results and gradients bit for bit: same values and scales, only
+    the layout differs."""
+    import importlib
+
+    gg = importlib.import_module("turbo_core.ops.grouped_gemm_fp8")
+    gen = torch.Generator().manual_seed(11)
+    lens = torch.tensor([20, 0, 37, 7], dtype=I64)
+    x = torch.randn(64, 48, generator=gen, dtype=torch.bfloat16)
+    w = torch.randn(*((4, 40, 48) if trans_b else (4, 48, 40)), generator=gen, dtype=torch.bfloat16)
+    dy = torch.randn(64, 40, generator=gen, dtype=torch.bfloat16)
+    cfg = Float8QuantConfig(granularity="ROWWISE")
+
+    def step():
+        xi, wi = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out = grouped_gemm_fp8(xi, wi, lens, trans_b=trans_b, config=cfg)
+        return (out, *torch.autograd.grad(out, (xi, wi), dy))
+
+    plain = step()
+    seen = []
+    real = gg.quantize
+
+    def k_major(scheme, t, dims, role, **kw):
+        if t.dim() != 3:  # the tokens keep the layout the variable-K wgrad takes
+            return real(scheme, t, dims, role, **kw)
+        got = real(scheme, t, dims, role, k_major=True)
+        seen.append({d: q.transposed for d, q in got.items()})
+        return got
+
+    monkeypatch.setattr(gg, "quantize", k_major)
+    flipped = step()
+    assert seen == [{0: True, 1: False}]  # the weight's copy along dim -2 is stored transposed
+    for name, a, b in zip(("out", "grad_x", "grad_w"), plain, flipped, strict=True):
+        assert torch.equal(a, b), name

@@ -491,3 +491,24 @@ def test_transposed_view_along_last_dim(monkeypatch, gran, bs, storage, two_pass
     q, s = _check_quantize(_quant_args(x, E4M3, gran, -1, bs))
     assert q.is_contiguous() and q.shape == (70, 150)
     assert s.shape == ((70, 1) if bs is None else (70, -(-150 // bs)))
+
+
+@pytest.mark.parametrize("gran,bs", [("ROWWISE", None), ("BLOCKWISE", 16)])
+@pytest.mark.parametrize("two_pass", [False, True])
+def test_transposed_view_of_grouped_weights(monkeypatch, gran, bs, two_pass):
+    """Grouped weights ``w [G, N, K]`` quantized along N from ``w.transpose(-1, -2)`` (the dgrad's
+    copy laid out K-major: ``[G, K, N]`` row-major) run on w's columns per group: bit-identical to
+    the reference, NaN and Inf kept, scales ``[G, K, 1]`` / ``[G, K, cdiv(N, bs)]``."""
+    if two_pass:
+        monkeypatch.setattr(quantize, "COL_FUSED_MAX", 8)
+    w = _input((3, 40, 24), torch.float32, seed=5)
+    w[1, 7, 2] = math.nan
+    w[2, 30, 20] = math.inf
+    w = w.bfloat16()
+    x = w.transpose(-1, -2)
+    assert quantize._transposed_view(x, 2)
+    assert not quantize._transposed_view(x, 1) and not quantize._transposed_view(w, 2)
+    assert not quantize._transposed_view(w[:, :, :12].transpose(-1, -2), 2)  # not a view of contiguous storage
+    q, s = _check_quantize(_quant_args(x, E4M3, gran, -1, bs))
+    assert q.is_contiguous() and q.shape == (3, 24, 40)
+    assert s.shape == ((3, 24, 1) if bs is None else (3, 24, -(-40 // bs)))

@@ -25,10 +25,10 @@ FP4 (MX)      as MX_BLOCKWISE with packed E2M1 data; ``use_gradient_sr`` rounds 
 
 The second (column) copies are made from the high-precision tensor in the forward and only when
 the corresponding gradient is needed; only FP8/FP4 data and scales are saved for the backward.
-ROWWISE column copies of 2-D operands are quantized from the transposed view
-(``quantize_fp8(x.t(), axis=-1)``) and so stored transposed, like MX's: every ROWWISE GEMM of the
-backward gets operands contiguous along its contraction dim (what cuBLASLt's and Hopper's FP8
-kernels take) and no backend re-lays them. TENSORWISE copies, BLOCKWISE's ``_with_trans`` column
+ROWWISE column copies of 2-D operands are quantized from
+the transposed view (``quantize_fp8(x.transpose(-1, -2), axis=-1)``) and so stored transposed, like
+MX's: every ROWWISE GEMM of the backward gets operands contiguous along its contraction dim (what
+cuBLASLt's and Hopper's FP8 kernels take) and no backend re-lays them. TENSORWISE copies, BLOCKWISE's ``_with_trans`` column
 copies and 2-D weight tiles keep the stored layout; a backend that needs K-major operands re-lays
 those for the dgrad/wgrad.
 Pre-quantized operands (:class:`QuantizedTensor`) are used as given; their second copy is the
@@ -141,15 +141,18 @@ def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str, *, k_major: b
     its last-two dims ``dims`` (subset of {0, 1}). ``role``: ``"input"``, ``"weight"`` or ``"grad"``
     (``grad`` uses the backward dtype; ``weight`` uses 2-D tiles for BLOCKWISE/MX/FP4).
 
-    ``k_major`` (the dense op): a ROWWISE copy of a 2-D ``x`` along dim 0 is quantized from the
-    transposed view (``quantize_fp8(x.t(), axis=-1)``: the same values and scales, stored
-    transposed), so the GEMM contracting along dim 0 gets it K-contiguous and no backend re-lays it
-    (cuBLASLt and Hopper's FP8 MMA take only K-major operands). On the H200 the Llama-3.1-8B
+    ``k_major`` (the dense op; 3-D ``x`` too, though the grouped op does not ask): a ROWWISE copy of
+    ``x`` along its dim -2 is quantized from the transposed view (``quantize_fp8(x.transpose(-1, -2), axis=-1)``: the
+    same values and scales, stored transposed), so the GEMM contracting along that dim gets it
+    K-contiguous and no backend re-lays it (cuBLASLt and Hopper's FP8 MMA take only K-major
+    operands). On the H200 the Llama-3.1-8B
     training step of the op gained 1.03-1.14x on TRITON and 1.09-1.13x on HIPBLASLT at three of
     four layers (one measured 0.80x). BLOCKWISE, whose row and column copies come from one read
     (``quantize_fp8_with_trans``), lost 11-17% on TRITON as two quantizations, so it keeps that
-    layout (benchmarks/gemm-fp8-h200-2026-11-30.md, session 10). The grouped ops keep the layouts
-    their variable-K primitives take."""
+    layout (benchmarks/gemm-fp8-h200-2026-11-30.md, session 10). The grouped op keeps its weights'
+    stored layout: quantizing the dgrad copy K-major saved the launcher's copy but measured 0.98-1.00x
+    on its H200 training step (benchmarks/scripts/grouped_fp8_op_step_h200.py, session 14); its
+    token copies keep the layouts its variable-K primitives take."""
     dtype = scheme.bwd_dtype if role == "grad" else scheme.fwd_dtype
     gran, bs = scheme.granularity, scheme.block_size
     if scheme.per_tensor(role):
@@ -166,8 +169,9 @@ def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str, *, k_major: b
     out = {}
     fn = quant.quantize_fp4 if scheme.fp4 else quant.quantize_fp8
     for d in sorted(dims):
-        flip = d == 0 and k_major and gran == G.ROWWISE and x.dim() == 2  # from the transposed view
-        q, s = fn(x.t() if flip else x, dtype, gran, axis=-1 if flip else d - 2, block_size=bs, scaling_recipe=recipe)
+        flip = d == 0 and k_major and gran == G.ROWWISE and x.dim() in (2, 3)  # from the transposed view
+        q, s = fn(x.transpose(-1, -2) if flip else x, dtype, gran, axis=-1 if flip else d - 2, block_size=bs,
+                  scaling_recipe=recipe)
         out[d] = Quantized(q, s, d, flip or (scheme.mx and d == 0))
     return out
 

@@ -115,11 +115,15 @@ def _tensorwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None):
 
 
 def _transposed_view(x: torch.Tensor, ax: int) -> bool:
-    """Whether ``x`` is a 2-D transposed view (``y.t()`` of a row-major ``y``: unit stride on dim 0)
-    quantized along its last dim: its rows are ``y``'s columns, so reading them row by row would be
-    strided; :func:`_along_axis` quantizes ``y``'s columns instead and stores ``q`` transposed."""
-    return (x.dim() == 2 and ax == 1 and x.shape[0] > 1 and x.shape[1] > 1 and x.stride(0) == 1
-            and x.stride(1) >= x.shape[0])
+    """Whether ``x`` is a transposed view quantized along its last dim: 2-D ``y.t()`` of a row-major
+    ``y`` (unit stride on dim 0), or 3-D ``y.transpose(-1, -2)`` of a contiguous ``y`` (grouped
+    weights). Its rows are ``y``'s columns, so reading them row by row would be strided;
+    :func:`_along_axis` quantizes ``y``'s columns instead and stores ``q`` transposed."""
+    if ax != x.dim() - 1 or x.dim() not in (2, 3) or x.shape[-2] <= 1 or x.shape[-1] <= 1:
+        return False
+    if x.dim() == 3:
+        return x.transpose(-1, -2).is_contiguous()
+    return x.stride(0) == 1 and x.stride(1) >= x.shape[0]
 
 
 def _along_axis(x: torch.Tensor, dtype: torch.dtype, ax: int, bs: int | None, tile: Tile | None):
@@ -157,21 +161,23 @@ def _along_axis(x: torch.Tensor, dtype: torch.dtype, ax: int, bs: int | None, ti
 
 
 def _along_columns_transposed(x: torch.Tensor, dtype: torch.dtype, bs: int | None, tile: Tile | None):
-    """``x = y.t()`` (``y`` ``[C, R]`` with unit stride along R) quantized along its last dim (C):
-    ``y``'s columns as ``[1, C, R]``, q (``[R, C]`` row-major) and the scales written transposed."""
-    r, c = x.shape
-    y3 = x.t().unsqueeze(0)  # [1, C, R], strides (_, ld, 1)
-    q = torch.empty((r, c), dtype=dtype, device=x.device)
+    """``x = y.t()`` (``y`` ``[C, R]`` with unit stride along R), or ``y.transpose(-1, -2)`` for a
+    contiguous ``y`` ``[B, C, R]``, quantized along its last dim (C): ``y``'s columns as ``[B, C, R]``,
+    q (``[(B,) R, C]`` row-major) and the scales written transposed."""
+    *batch, r, c = x.shape
+    b = batch[0] if batch else 1
+    y3 = x.transpose(-1, -2) if batch else x.t().unsqueeze(0)  # [B, C, R], strides (_, ld, 1)
+    q = torch.empty((*batch, r, c), dtype=dtype, device=x.device)
     groups = 1 if bs is None else triton.cdiv(c, bs)
-    s = torch.empty((r, groups), dtype=torch.float32, device=x.device)
-    s3 = s.t().unsqueeze(0)  # group (g, j) of y's column j at s[j, g]
-    q3 = q.view(1, c, r)  # the kernels index it through the transposed strides
+    s = torch.empty((*batch, r, groups), dtype=torch.float32, device=x.device)
+    s3 = s.transpose(-1, -2) if batch else s.t().unsqueeze(0)  # group (g, j) of y's column j at s[.., j, g]
+    q3 = q.view(b, c, r)  # the kernels index it through the transposed strides
     if bs is not None:
         _launch_groups(y3, q3, s3, bs, 1, dtype, tile, q_transposed=True)
     elif c <= COL_FUSED_MAX:
         _launch_groups(y3, q3, s3, triton.next_power_of_2(c), 1, dtype, tile, q_transposed=True)
     else:
-        _launch_amax_cast(y3, q3, s.view(1, 1, r), True, False, dtype, tile, q_transposed=True)
+        _launch_amax_cast(y3, q3, s.view(b, 1, r), True, False, dtype, tile, q_transposed=True)
     return q, s
 
 
