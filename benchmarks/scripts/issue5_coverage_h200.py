@@ -66,6 +66,7 @@ def _parse():
     p.add_argument("--parts", default=",".join(PARTS))
     p.add_argument("--limits", default="", help=f"part=seconds,... (defaults: {LIMITS})")
     p.add_argument("--tokens", default="1,16,128", help="small: token counts")
+    p.add_argument("--ops", default="", help="small: only these ops (comma list, e.g. moe_permute; default all)")
     p.add_argument("--conf-workers", type=int, default=8)
     p.add_argument("--dry", action="store_true", help="tiny sizes on the CPU interpreter")
     return p.parse_args()
@@ -486,8 +487,11 @@ def part_small(deadline):
     gen = torch.Generator(device=DEV).manual_seed(0)
     tokens = [int(t) for t in ARGS.tokens.split(",")]
     log(f"{'case':42s} {'eager us':>9s} {'triton us':>9s} {'x eager':>8s} {'err tri':>9s} {'err eag':>9s} timing")
+    only = {o for o in ARGS.ops.split(",") if o}
     for t in tokens:
         for suite, case in small_cases(t):
+            if only and case.op not in only:
+                continue
             if time.time() > deadline:
                 log("small: time limit reached")
                 return

@@ -59,6 +59,10 @@ SHAPES = [
     ("qwen3-30b", 16384, 2048, 128, 8),
     ("mixtral", 4096, 4096, 8, 2),
     ("odd", 777, 1000, 7, 3),
+    # small batches: moe_permute's one-launch search path (T x E <= turbo_triton.moe.permute.SEARCH_MAX)
+    ("dsv3-ep1", 1, 7168, 256, 8),
+    ("dsv3-ep1", 16, 7168, 256, 8),
+    ("mixtral", 300, 4096, 8, 2),
 ]
 ROWS: list[dict] = []
 

@@ -29,7 +29,7 @@ from turbo_core.dispatch.specs.moe import (
 )
 from turbo_core.reference import moe_permute as ref
 from turbo_core.reference import moe_routing as ref_routing
-from turbo_triton.moe import multihot, permute, permute_preprocess, unpermute
+from turbo_triton.moe import multihot, permute, permute_kernels, permute_preprocess, unpermute
 
 T, E, K, H = 13, 5, 2, 24
 FP8 = getattr(torch, "float8_e4m3fn", None)
@@ -149,14 +149,16 @@ PERM = [(dt, layout, pad, cap, t) for dt, layout, pad, cap, t in itertools.produ
     (0, 4), (-1, 9), (T,))] + [(torch.float32, "topk", 4, -1, 0), (torch.bfloat16, "routing_map", 0, 6, 0)]
 
 
+@pytest.mark.parametrize("search", [False, True], ids=["scatter", "search"])
 @pytest.mark.parametrize("dtype,layout,pad,cap,t", PERM)
-def test_permute_bit_exact(dtype, layout, pad, cap, t):
+def test_permute_bit_exact(dtype, layout, pad, cap, t, search):
+    """Both forms of the launch: the three-launch scatter, and the one-launch search of small batches."""
     x, rmap, num_out, scales, probs, _ = _permute_inputs(dtype, layout, pad, cap, t)
     if t:
         x[0, 0] = float("nan") if dtype != FP8 else x[0, 0]
     args = MoePermuteArgs(x, rmap, num_out, scales if dtype == FP8 or pad else None, probs)
     assert permute.can_handle(args) is None
-    got, want = permute.moe_permute(args), ref.moe_permute(args)
+    got, want = permute.moe_permute(args, search=search), ref.moe_permute(args)
     for name, a, b in zip(("permuted", "scales", "probs"), got, want, strict=True):
         assert (a is None) == (b is None), name
         if a is not None:
@@ -287,8 +289,9 @@ def test_rows_wider_than_one_tile():
     n = int(tpe.sum())
     g = torch.Generator().manual_seed(13)
     x = torch.randn((T, h), generator=g)
-    got = permute.moe_permute(MoePermuteArgs(x, rmap, n))[0]
-    assert _bits_equal(got, ref.moe_permute(MoePermuteArgs(x, rmap, n))[0])
+    for search in (False, True):
+        got = permute.moe_permute(MoePermuteArgs(x, rmap, n), search=search)[0]
+        assert _bits_equal(got, ref.moe_permute(MoePermuteArgs(x, rmap, n))[0]), search
     y = torch.randn((n, h), generator=g)
     merging = torch.rand((T, K), generator=g)
     out, _ = unpermute.moe_unpermute(MoeUnpermuteArgs(y, rmap, merging_probs=merging))
@@ -309,10 +312,10 @@ def test_launch_variants(unroll, block_h, layout, pad, cap):
     permute's row-major (gather) form too."""
     x, rmap, n, scales, probs, width = _permute_inputs(FP8 or torch.float32, layout, pad, cap)
     args = MoePermuteArgs(x, rmap, n, scales, probs)
-    for gather in (False, True):
-        got = permute.moe_permute(args, block_h=block_h, unroll=unroll, num_warps=1, gather=gather)
+    for gather, search in ((False, False), (False, True), (True, False)):
+        got = permute.moe_permute(args, block_h=block_h, unroll=unroll, num_warps=1, gather=gather, search=search)
         for name, a, b in zip(("permuted", "scales", "probs"), got, ref.moe_permute(args), strict=True):
-            assert _bits_equal(a, b), f"{name} differs (gather={gather})"
+            assert _bits_equal(a, b), f"{name} differs (gather={gather}, search={search})"
     g = torch.Generator().manual_seed(17)
     y = torch.randn((n, H), generator=g)
     pp = torch.rand((n,), generator=g)
@@ -331,15 +334,51 @@ def test_launch_variants(unroll, block_h, layout, pad, cap):
     torch.testing.assert_close(gm, want_gm, rtol=1e-5, atol=1e-5)
 
 
+def test_search_path_threshold_and_many_chunks(monkeypatch):
+    """The one-launch search runs by default up to ``SEARCH_MAX`` row-map entries and the scatter above;
+    a row map of many ``_SEARCH_F`` chunks (40 tokens x 64 experts, the last chunk partial) finds
+    every row, padding rows zero, probs by column."""
+    calls = []
+    for name in ("search_gather_kernel", "permute_kernel"):
+        real = getattr(permute_kernels, name)
+
+        class Spy:
+            def __init__(self, name, real):
+                self.name, self.real = name, real
+
+            def __getitem__(self, grid):
+                calls.append(self.name)
+                return self.real[grid]
+
+        monkeypatch.setattr(permute_kernels, name, Spy(name, real))
+    t, e, h = 40, 64, 8
+    g = torch.Generator().manual_seed(23)
+    idx = torch.stack([torch.randperm(e, generator=g)[:3] for _ in range(t)]).to(torch.int64)
+    rmap, tpe, _, _ = ref.moe_permute_preprocess(MoePermutePreprocessArgs(idx, e, 8, -1, "topk"))
+    n = int(tpe.sum())
+    x = torch.randn((t, h), generator=g)
+    probs = torch.rand((t, 3), generator=g)
+    args = MoePermuteArgs(x, rmap, n, torch.rand((t, 2), generator=g), probs)
+    want = ref.moe_permute(args)
+    monkeypatch.setattr(permute, "SEARCH_MAX", t * e)  # 2560 entries: 10 chunks of 256
+    got = permute.moe_permute(args)
+    monkeypatch.setattr(permute, "SEARCH_MAX", t * e - 1)
+    scattered = permute.moe_permute(args)
+    assert calls == ["search_gather_kernel", "permute_kernel"]
+    for name, a, b, c in zip(("permuted", "scales", "probs"), got, want, scattered, strict=True):
+        assert _bits_equal(a, b) and _bits_equal(c, b), name
+
+
 def test_zero_width_probs_and_no_tokens():
     """probs of width 0: every permuted probs entry is 0 (no extra fill); T = 0 with padding-only rows."""
     x, rmap, n, _, _, _ = _permute_inputs(torch.float32, "topk", 4, -1)
     empty = torch.zeros((0, 2 * E + 1), dtype=torch.int32)
-    for gather in (False, True):
-        got = permute.moe_permute(MoePermuteArgs(x, rmap, n, None, torch.zeros((T, 0))), gather=gather)
+    for gather, search in ((False, False), (False, True), (True, False)):
+        got = permute.moe_permute(MoePermuteArgs(x, rmap, n, None, torch.zeros((T, 0))), gather=gather,
+                                  search=search)
         assert got[2].shape == (n,) and not got[2].any()
         out, sc, pr = permute.moe_permute(MoePermuteArgs(torch.zeros((0, H)), empty, 5, torch.zeros((0, 2)),
-                                                         torch.zeros((0, E))), gather=gather)
+                                                         torch.zeros((0, E))), gather=gather, search=search)
         assert out.shape == (5, H) and not out.any() and not sc.any() and not pr.any()
     gx, gm = unpermute.moe_unpermute_bwd(MoeUnpermuteBwdArgs(torch.zeros((0, H)), torch.ones((5, H)), empty,
                                                               torch.zeros((0, E))))

@@ -17,6 +17,8 @@
 * ``gather_kernel``: the row-major form (``moe_permute(..., gather=True)``), each permuted row read
   from its token; measured slower than the scatter on the H200 (39.6 vs 38.1 us, Mixtral at 4096
   tokens), kept for comparison.
+* ``search_gather_kernel``: small batches (``T x E`` row ids up to ``SEARCH_MAX``) in one launch: each
+  program searches the row map for its rows' tokens, then gathers (no inverse map, no fill).
 
 Row offsets are int64 (``num_out * H`` passes 2^31 at DeepSeek-V3 sizes).
 """
@@ -115,15 +117,11 @@ def permute_kernel(x_ptr, map_ptr, src_ptr, out_ptr, scale_ptr, pscale_ptr, prob
 
 
 @triton.jit
-def gather_kernel(x_ptr, src_ptr, col_ptr, out_ptr, scale_ptr, pscale_ptr, probs_ptr, pprobs_ptr,
-                  num_out, H, S, W, HAS_SCALES: tl.constexpr, HAS_PROBS: tl.constexpr,
-                  BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr):
-    """``moe_permute``'s row-major form (the ``gather=True`` launch): ``BLOCK_R`` permuted rows x
-    one hidden tile a program, each row read from its token (``src``), zeros where ``src < 0``; the
-    hidden-tile-0 program also gathers the rows' scales and probs (through ``col``)."""
-    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    rm = r < num_out
-    src = tl.load(src_ptr + r, mask=rm, other=-1).to(tl.int64)
+def _gather_rows(x_ptr, src, col, r, rm, out_ptr, scale_ptr, pscale_ptr, probs_ptr, pprobs_ptr, H, S, W,
+                 HAS_SCALES: tl.constexpr, HAS_PROBS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Permuted rows ``r`` (mask ``rm``) read from their tokens ``src`` (int64, -1: zeros), one hidden
+    tile (``program_id(1)``); the hidden-tile-0 program also gathers their scales and probs (column
+    ``col``)."""
     have = rm & (src >= 0)
     r64 = r.to(tl.int64)
     offs = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -137,6 +135,50 @@ def gather_kernel(x_ptr, src_ptr, col_ptr, out_ptr, scale_ptr, pscale_ptr, probs
         sc = tl.load(scale_ptr + src[:, None] * S + cs[None, :], mask=sm & have[:, None], other=0)
         tl.store(pscale_ptr + r64[:, None] * S + cs[None, :], sc, mask=sm)
     if HAS_PROBS:
-        col = tl.load(col_ptr + r, mask=rm, other=-1).to(tl.int64)
         p = tl.load(probs_ptr + src * W + col, mask=have & first & (col >= 0) & (col < W), other=0)
         tl.store(pprobs_ptr + r64, p, mask=rm & first)
+
+
+@triton.jit
+def gather_kernel(x_ptr, src_ptr, col_ptr, out_ptr, scale_ptr, pscale_ptr, probs_ptr, pprobs_ptr,
+                  num_out, H, S, W, HAS_SCALES: tl.constexpr, HAS_PROBS: tl.constexpr,
+                  BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr):
+    """``moe_permute``'s row-major form (the ``gather=True`` launch): ``BLOCK_R`` permuted rows x
+    one hidden tile a program, each row read from its token (``src``), zeros where ``src < 0``; the
+    hidden-tile-0 program also gathers the rows' scales and probs (through ``col``)."""
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rm = r < num_out
+    src = tl.load(src_ptr + r, mask=rm, other=-1).to(tl.int64)
+    col = src * 0 - 1
+    if HAS_PROBS:
+        col = tl.load(col_ptr + r, mask=rm, other=-1).to(tl.int64)
+    _gather_rows(x_ptr, src, col, r, rm, out_ptr, scale_ptr, pscale_ptr, probs_ptr, pprobs_ptr, H, S, W,
+                 HAS_SCALES, HAS_PROBS, BLOCK_H, BLOCK_S)
+
+
+@triton.jit
+def search_gather_kernel(x_ptr, map_ptr, out_ptr, scale_ptr, pscale_ptr, probs_ptr, pprobs_ptr,
+                         T, E, num_out, H, S, W, HAS_SCALES: tl.constexpr, HAS_PROBS: tl.constexpr,
+                         BLOCK_R: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_H: tl.constexpr,
+                         BLOCK_S: tl.constexpr):
+    """The whole ``moe_permute`` of a small batch in one launch: each program finds the token (and
+    probs column) of its ``BLOCK_R`` permuted rows by searching the row map's ``T x E`` row ids
+    (``BLOCK_F`` at a time; row ids are distinct, so at most one entry matches, and a row no entry
+    names is a padding row: zeros), then copies as :func:`gather_kernel` does. No inverse map, no
+    fill: one launch instead of three, for the batches where launches are the cost."""
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rm = r < num_out
+    found = r * 0 - 1  # flat index t * E + j of the entry holding row r
+    for f0 in range(0, T * E, BLOCK_F):
+        f = f0 + tl.arange(0, BLOCK_F)
+        t, j = f // E, f % E
+        ids = tl.load(map_ptr + t.to(tl.int64) * (2 * E + 1) + j, mask=f < T * E, other=-1)
+        hit = (ids[None, :] == r[:, None]) & rm[:, None]
+        found = tl.maximum(found, tl.max(tl.where(hit, f[None, :], -1), axis=1))
+    src = tl.where(found >= 0, found // E, -1).to(tl.int64)
+    col = src * 0 - 1
+    if HAS_PROBS:
+        j = tl.where(found >= 0, found % E, 0)
+        col = tl.load(map_ptr + src * (2 * E + 1) + E + j, mask=rm & (found >= 0), other=-1).to(tl.int64)
+    _gather_rows(x_ptr, src, col, r, rm, out_ptr, scale_ptr, pscale_ptr, probs_ptr, pprobs_ptr, H, S, W,
+                 HAS_SCALES, HAS_PROBS, BLOCK_H, BLOCK_S)
