@@ -20,14 +20,19 @@ Parts (``--parts``, default all, in this order; each stops starting new cases af
   backward when importable. ``turbo bench`` runner (device time).
 * ``quantcompile``: FP8 quantize / with_trans / dequantize in every granularity at 16384 x 7168 bf16 (E4M3):
   eager reference, torch.compile of the reference function, TRITON. ``turbo bench`` runner.
+* ``fp4compile``: MXFP4 quantize (row, col) / with_trans / dequantize (bf16, and fp32 / fp16 out) at
+  16384 x 7168: eager reference, torch.compile of the reference function, TRITON. ``turbo bench`` runner.
 * ``grouped``: grouped FP8 / MXFP4 quantization at 16384 x 7168 over 32 skewed groups (the shape of the
-  session-7 rows), each output bit-compared with the TORCH reference, then TRITON's device time
+  session-7 rows), each output bit-compared with the TORCH reference (and with its torch.compile, which is
+  timed beside the eager reference), then TRITON's device time
   (``turbo_core.bench.timing.measure``, the GPU held while the calls are enqueued; the session-12 run timed
   with bare ``triton.testing.do_bench``, which measured the host for these ~0.1 ms calls), GB/s and fraction
   of the copy bandwidth.
+* ``groupedsmall``: the same grouped cases at ``--tokens`` rows (hidden 7168, 8 groups): TRITON vs the eager
+  TORCH reference, bit-compared, device time as in ``small``.
 * ``index``: ``indices_to_multihot`` (+ bwd), ``tokens_per_expert_to_mask``, ``moe_permute_preprocess``
-  (DeepSeek-V3: 256 experts, top 8) at tokens 1, 16, 128, 4096: TRITON vs the TORCH reference, bit-compared,
-  device time as in ``small``.
+  (DeepSeek-V3: 256 experts, top 8) at tokens 1, 16, 128, 4096: TRITON vs the TORCH reference and its
+  torch.compile, bit-compared, device time as in ``small``.
 * ``conformance``: ``conformance_gpu.py --backends TRITON`` for the families normalization, activation,
   quantization, moe (stopped at the part's limit; the counts of what ran are recorded).
 
@@ -56,8 +61,9 @@ import sys
 import time
 import traceback
 
-PARTS = ("small", "resbwd", "quantcompile", "grouped", "index", "conformance")
-LIMITS = {"small": 60, "resbwd": 30, "quantcompile": 45, "grouped": 25, "index": 12, "conformance": 40}
+PARTS = ("small", "resbwd", "quantcompile", "fp4compile", "grouped", "groupedsmall", "index", "conformance")
+LIMITS = {"small": 60, "resbwd": 30, "quantcompile": 45, "fp4compile": 40, "grouped": 40, "groupedsmall": 40,
+          "index": 20, "conformance": 40}
 
 
 def _parse():
@@ -355,19 +361,20 @@ class QuantSuite:
 
     @classmethod
     def args(cls, case, inputs):
-        vid, prim, gran, axis, bs, recipe = cls._spec(case)
+        vid, prim, gran, axis, bs, recipe = cls._spec(case)[:6]
+        out_dtype = cls._spec(case)[6] if len(cls._spec(case)) > 6 else torch.bfloat16
         if prim == "quantize_fp8":
             return qspec.QuantizeFp8Args(inputs[0], E4M3, gran, axis, bs, recipe)
         if prim == "quantize_fp8_with_trans":
             return qspec.QuantizeFp8WithTransArgs(inputs[0], E4M3, gran, bs, recipe, recipe)
         if prim == "dequantize_fp8":
-            return qspec.DequantizeFp8Args(inputs[0], inputs[1], torch.bfloat16, gran, axis, bs, recipe)
+            return qspec.DequantizeFp8Args(inputs[0], inputs[1], out_dtype, gran, axis, bs, recipe)
         if prim == "quantize_fp4":
             return qspec.QuantizeFp4Args(inputs[0], FP4, axis)
         if prim == "quantize_fp4_with_trans":
             return qspec.QuantizeFp4WithTransArgs(inputs[0], FP4)
         if prim == "dequantize_fp4":
-            return qspec.DequantizeFp4Args(inputs[0], inputs[1], torch.bfloat16, axis)
+            return qspec.DequantizeFp4Args(inputs[0], inputs[1], out_dtype, axis)
         raise ValueError(prim)
 
     @classmethod
@@ -388,7 +395,7 @@ class QuantSuite:
     @classmethod
     def make_inputs(cls, case, device, gen):
         x = torch.randn(case.tokens, case.hidden, device=device, generator=gen).to(case.dtype)
-        vid, prim, gran, axis, bs, recipe = cls._spec(case)
+        vid, prim, gran, axis, bs, recipe = cls._spec(case)[:6]
         if not prim.startswith("dequantize"):
             return (x,)
         qprim = "quantize_fp8" if prim == "dequantize_fp8" else "quantize_fp4"
@@ -452,9 +459,15 @@ FP4_VARIANTS = [
     ("fp4-dq-row", "dequantize_fp4", None, -1, 32, R0),
     ("fp4-dq-col", "dequantize_fp4", None, -2, 32, R0),
 ]
+#: MXFP4 decoded to fp32 / fp16 (the bf16 decode is in FP4_VARIANTS): (..., out dtype)
+FP4_DECODE_VARIANTS = [
+    ("fp4-dq-row-f32", "dequantize_fp4", None, -1, 32, R0, torch.float32),
+    ("fp4-dq-row-f16", "dequantize_fp4", None, -1, 32, R0, torch.float16),
+    ("fp4-dq-col-f32", "dequantize_fp4", None, -2, 32, R0, torch.float32),
+]
 SMALL_QUANT = [v for v in QC_VARIANTS if v[0] in (
     "q-tensorwise", "q-rowwise-last", "q-block1x128", "q-block2d-128", "q-mx-row", "q-mx-col", "wt-block128",
-    "wt-mx", "dq-rowwise-last", "dq-block1x128", "dq-mx-row")]
+    "wt-mx", "dq-rowwise-last", "dq-block1x128", "dq-mx-row", "q-rowwise-first", "q-block128x1", "q-block2d-32")]
 
 
 # ---- part: small ----------------------------------------------------------------------------------
@@ -475,7 +488,7 @@ def small_cases(tokens: int):
     for c in act_suite.cases(tokens, QUICK, m(["llama3.1-8b"])):
         out.append((act_suite, c))
     hidden = 256 if QUICK else 7168
-    for c in QuantSuite.cases(tokens, hidden, SMALL_QUANT + FP4_VARIANTS):
+    for c in QuantSuite.cases(tokens, hidden, SMALL_QUANT + FP4_VARIANTS + FP4_DECODE_VARIANTS):
         out.append((QuantSuite, c))
     for c in moe_suite.cases(tokens, QUICK, ["tiny-grouped"] if QUICK else ["deepseek-v3"]):
         out.append((moe_suite, c))
@@ -573,6 +586,14 @@ def part_quantcompile(deadline):
                 ["torch", "torch.compile", "turbo:TRITON"])
 
 
+def part_fp4compile(deadline):
+    """MXFP4 quantize / with_trans / dequantize (bf16, fp32, fp16 out) at 16384 x 7168 bf16: eager reference,
+    torch.compile of the reference function, TRITON (``turbo bench`` runner)."""
+    t, h = (64, 256) if QUICK else (16384, 7168)
+    _bench_rows("fp4compile", QuantSuite, QuantSuite.cases(t, h, FP4_VARIANTS + FP4_DECODE_VARIANTS), deadline,
+                ["torch", "torch.compile", "turbo:TRITON"])
+
+
 # ---- part: grouped -------------------------------------------------------------------------------
 
 
@@ -599,19 +620,12 @@ def _device_ms(fn, anchor):
     return timing.measure(lambda _anchor: fn(), [(anchor,)], warmup=25, iters=100).median_ms
 
 
-def part_grouped(deadline):
+def _grouped_cases(x, lens, offs, m):
+    """(id, TRITON fn, reference fn, args maker, mode) of every grouped FP8 / MXFP4 quantization case on
+    tokens ``x [m, n]`` in groups ``lens`` / ``offs``."""
     from turbo_core.reference import quantization as ref
     from turbo_triton.quantization import grouped
 
-    rows = RESULTS["rows"]["grouped"]
-    m, n, g = (150, 96, 4) if QUICK else (16384, 7168, 32)
-    label = f"m{m}-n{n}-g{g}"
-    cp = copy_gbps()
-    gen = torch.Generator(device=DEV).manual_seed(3)
-    x = torch.randn(m, n, device=DEV, generator=gen) * 3
-    x[:, :64] *= 1e-3
-    x = x.to(torch.bfloat16)
-    lens, offs = _groups(m, g, seed=g)
     G = qspec
     cases = []
     for cid, gran, axis, bs in (("bw128-row", "BLOCKWISE", 1, 128), ("bw128-col", "BLOCKWISE", 0, 128),
@@ -635,8 +649,30 @@ def part_grouped(deadline):
             q, s, _, op = ref.grouped_quantize_fp8(G.GroupedQuantizeFp8Args(x, E4M3, gran, lens, offs, axis, bs))
             return G.GroupedDequantizeFp8Args(q, s, torch.bfloat16, gran, offs, op, m, axis, bs)
         cases.append((f"dq8-{cid}", grouped.grouped_dequantize_fp8, ref.grouped_dequantize_fp8, dq_args, "dequant"))
-    log(f"{'case':22s} {'triton GB/s':>12s} {'of copy':>8s} {'ms':>8s} bit-exact")
-    for cid, fn, ref_fn, make_args, mode in cases:
+    return cases
+
+
+def _compiled(fn):
+    """``torch.compile`` of a reference function (static shapes; its first call compiles, and a failure
+    raises there: the callers record it as ``compile_error``)."""
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=False)
+
+
+def part_grouped(deadline):
+    """Grouped quantization at 16384 x 7168, 32 skewed groups: TRITON bit-compared and timed, beside the
+    TORCH reference eager and under ``torch.compile`` (its output bit-compared too)."""
+    rows = RESULTS["rows"]["grouped"]
+    m, n, g = (150, 96, 4) if QUICK else (16384, 7168, 32)
+    label = f"m{m}-n{n}-g{g}"
+    cp = copy_gbps()
+    gen = torch.Generator(device=DEV).manual_seed(3)
+    x = torch.randn(m, n, device=DEV, generator=gen) * 3
+    x[:, :64] *= 1e-3
+    x = x.to(torch.bfloat16)
+    lens, offs = _groups(m, g, seed=g)
+    log(f"{'case':22s} {'triton GB/s':>12s} {'of copy':>8s} {'ms':>8s} {'eager ms':>9s} {'compile ms':>10s} bit-exact")
+    for cid, fn, ref_fn, make_args, mode in _grouped_cases(x, lens, offs, m):
         if time.time() > deadline:
             log("grouped: time limit reached")
             break
@@ -644,17 +680,30 @@ def part_grouped(deadline):
         try:
             args = make_args()
             out = _as_list(fn(args))
-            errs = compare_all(out, ref_fn(args))
+            want = ref_fn(args)
+            errs = compare_all(out, want)
             row["ok"], row["errors"] = not errs, errs
             data = [t for t in out if t.dtype not in (torch.int32, torch.int64)]
             moved = _nbytes([x] + data) if mode == "quant" else _nbytes([args.x, args.scale_inv] + data)
-            if not errs:
+            if errs:
+                log(f"FAIL {cid}: {errs}")
+            else:
                 t_tri = _device_ms(lambda fn=fn, args=args: fn(args), x)
                 row.update({"bytes": moved, "triton_ms": t_tri, "triton_GBps": moved / t_tri / 1e6,
                             "of_copy": moved / t_tri / 1e6 / cp})
-                log(f"{cid:22s} {row['triton_GBps']:12.0f} {row['of_copy']:8.1%} {t_tri:8.3f} yes")
-            else:
-                log(f"FAIL {cid}: {errs}")
+                row["eager_ms"] = _device_ms(lambda: ref_fn(args), x)
+                try:
+                    comp = _compiled(ref_fn)
+                    cerrs = compare_all(_as_list(comp(args)), want)
+                    row["compile_ok"] = not cerrs
+                    row["compile_ms"] = _device_ms(lambda: comp(args), x) if not cerrs else None
+                except Exception as exc:  # noqa: BLE001 -- a reference torch.compile cannot trace: recorded
+                    row["compile_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                for k in ("eager_ms", "compile_ms"):
+                    if row.get(k):
+                        row[f"x_{k[:-3]}"] = row[k] / t_tri
+                log(f"{cid:22s} {row['triton_GBps']:12.0f} {row['of_copy']:8.1%} {t_tri:8.3f} {row['eager_ms']:9.3f} "
+                    f"{row.get('compile_ms') or float('nan'):10.3f} yes")
         except Exception:  # noqa: BLE001
             row["error"] = traceback.format_exc()[-1500:]
             log("ERROR", cid, row["error"])
@@ -662,7 +711,60 @@ def part_grouped(deadline):
     save()
 
 
+def part_groupedsmall(deadline):
+    """Grouped quantization at small sizes (tokens ``--tokens``, hidden 7168, 8 groups, one empty): TRITON
+    against the TORCH reference (eager), bit-compared, device time as in ``small``."""
+    rows = RESULTS["rows"]["groupedsmall"]
+    n, g = (96, 4) if QUICK else (7168, 8)
+    gen = torch.Generator(device=DEV).manual_seed(4)
+    log(f"{'case':22s} {'T':>5s} {'eager us':>9s} {'triton us':>9s} {'x eager':>8s} bit-exact timing")
+    for m in (int(t) for t in ARGS.tokens.split(",")):
+        x = (torch.randn(m, n, device=DEV, generator=gen) * 3).to(torch.bfloat16)
+        lens, offs = _groups(m, g, seed=m)
+        for cid, fn, ref_fn, make_args, _mode in _grouped_cases(x, lens, offs, m):
+            if time.time() > deadline:
+                log("groupedsmall: time limit reached")
+                save()
+                return
+            row = {"case": cid, "tokens": m, "hidden": n, "groups": g}
+            try:
+                args = make_args()
+                errs = compare_all(_as_list(fn(args)), ref_fn(args))
+                row["ok"], row["errors"] = not errs, errs
+                if errs:
+                    log(f"FAIL {cid} T={m}: {errs}")
+                else:
+                    row["eager_us"], row["eager_timing"] = device_us(lambda: ref_fn(args), x)
+                    row["triton_us"], row["triton_timing"] = device_us(lambda fn=fn, args=args: fn(args), x)
+                    row["x_eager"] = row["eager_us"] / row["triton_us"]
+                    log(f"{cid:22s} {m:5d} {row['eager_us']:9.2f} {row['triton_us']:9.2f} {row['x_eager']:8.2f} yes "
+                        f"{row['eager_timing']}/{row['triton_timing']}")
+            except Exception:  # noqa: BLE001
+                row["error"] = traceback.format_exc()[-1500:]
+                log("ERROR", cid, m, row["error"])
+            rows.append(row)
+    save()
+
+
 # ---- part: index ---------------------------------------------------------------------------------
+
+
+def _index_compile(row, name, args, anchor):
+    """``torch.compile`` of the TORCH reference function of ``name`` on ``args``: bit-compared with the
+    reference, then timed (``compile_us``, ``x_compile`` = compile / TRITON), or ``compile_error``."""
+    from turbo_core.reference import moe_permute as ref_permute
+    from turbo_core.reference import moe_routing as ref_routing
+
+    fn = getattr(ref_routing, name, None) or getattr(ref_permute, name)
+    try:
+        comp = _compiled(fn)
+        errs = compare_all(comp(args), fn(args))
+        row["compile_ok"] = not errs
+        if not errs:
+            row["compile_us"], row["compile_timing"] = device_us(lambda: comp(args), anchor)
+            row["x_compile"] = row["compile_us"] / row["triton_us"]
+    except Exception as exc:  # noqa: BLE001 -- a reference that torch.compile cannot trace: recorded
+        row["compile_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
 def part_index(deadline):
@@ -700,8 +802,10 @@ def part_index(deadline):
                     row["torch_us"], row["torch_timing"] = device_us(lambda: run("TORCH"), idx)
                     row["triton_us"], row["triton_timing"] = device_us(lambda: run("TRITON"), idx)
                     row["x_torch"] = row["torch_us"] / row["triton_us"]
+                    _index_compile(row, name, args, idx)
                     log(f"{name:28s} {t:5d} {row['torch_us']:9.2f} {row['triton_us']:9.2f} {row['x_torch']:8.2f} "
-                        f"yes {row['torch_timing']}/{row['triton_timing']}")
+                        f"yes {row['torch_timing']}/{row['triton_timing']} compile "
+                        f"{row.get('compile_us') or float('nan'):.2f} us")
             except Exception:  # noqa: BLE001
                 row["error"] = traceback.format_exc()[-1500:]
                 log("ERROR", name, t, row["error"])
@@ -759,7 +863,8 @@ def main():
         env["liger"] = None
     RESULTS["env"] = env
     log(env)
-    fns = {"small": part_small, "resbwd": part_resbwd, "quantcompile": part_quantcompile, "grouped": part_grouped,
+    fns = {"small": part_small, "resbwd": part_resbwd, "quantcompile": part_quantcompile,
+           "fp4compile": part_fp4compile, "grouped": part_grouped, "groupedsmall": part_groupedsmall,
            "index": part_index, "conformance": part_conformance}
     for part in ARGS.parts.split(","):
         start = time.time()
