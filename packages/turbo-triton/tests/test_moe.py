@@ -367,6 +367,12 @@ def test_search_path_threshold_and_many_chunks(monkeypatch):
     assert calls == ["search_gather_kernel", "permute_kernel"]
     for name, a, b, c in zip(("permuted", "scales", "probs"), got, want, scattered, strict=True):
         assert _bits_equal(a, b) and _bits_equal(c, b), name
+    for rows in (1, 4, 64):  # 4096, 1024 and 64 row-map entries a step: one step, three, forty
+        wide = permute.moe_permute(args, search=True, search_rows=rows)
+        for name, a, b in zip(("permuted", "scales", "probs"), wide, want, strict=True):
+            assert _bits_equal(a, b), (name, rows)
+    with pytest.raises(ValueError, match="search_rows"):
+        permute.moe_permute(args, search=True, search_rows=3)
 
 
 def test_zero_width_probs_and_no_tokens():

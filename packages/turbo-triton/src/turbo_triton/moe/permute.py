@@ -28,7 +28,7 @@ _UNROLL = 2
 #: 256-entry step costs ~0.75 us on the H200: DeepSeek-V3 at 16 tokens, 16 steps, took 13.7 us against
 #: the three launches' 6.8): DeepSeek-V3's 256 experts up to 4 tokens, Mixtral's 8 up to 128.
 SEARCH_MAX = 1024
-_SEARCH_F = 256  # row-map entries compared a step (16 rows x 256 entries)
+_SEARCH_F = 256  # row-map entries compared a step by default (16 rows x 256 entries)
 
 
 def can_handle(args: MoePermuteArgs) -> str | None:
@@ -65,13 +65,15 @@ def row_sources(row_id_map: torch.Tensor, num_out: int, *, cols: bool = True,
 
 
 def moe_permute(args: MoePermuteArgs, *, block_h: int | None = None, unroll: int | None = None,
-                num_warps: int | None = None, gather: bool = False, search: bool | None = None):
+                num_warps: int | None = None, gather: bool = False, search: bool | None = None,
+                search_rows: int | None = None):
     """``(permuted [num_out, H] tokens' dtype, scales [num_out, S] fp32 or None, probs [num_out]
     probs' dtype or None)``, equal to the reference bit for bit. ``block_h`` (a power of two),
     ``unroll`` (copies a step) and ``num_warps`` override the tile heuristics (tests, tuning);
     ``gather``: the row-major form (``gather_kernel``: each permuted row reads its token; the same
     three launches); ``search``: the one-launch search path on or off (default: when ``T x E <=
-    SEARCH_MAX``)."""
+    SEARCH_MAX``); ``search_rows``: its rows a program (a power of two; each step compares them with
+    ``4096 / search_rows`` row-map entries; default 16, for sweeps)."""
     from turbo_triton.moe import permute_kernels as kern
 
     x, rmap, n = args.tokens, args.row_id_map, args.num_out
@@ -91,12 +93,14 @@ def moe_permute(args: MoePermuteArgs, *, block_h: int | None = None, unroll: int
     s = sf.shape[1] if has_scales else 0
     block_s = max(2, triton.next_power_of_2(max(s, 1)))
     if not gather and (search if search is not None else t * e <= SEARCH_MAX):
-        br = 4096 // _SEARCH_F
+        br = search_rows or 4096 // _SEARCH_F
+        if br < 1 or br & (br - 1) or br > 4096:
+            raise ValueError(f"search_rows: expected a power of two from 1 to 4096, got {search_rows}")
         kern.search_gather_kernel[(triton.cdiv(n, br), max(1, triton.cdiv(h, bh)))](
             common.bits(x) if t else common.bits(out), rmap, common.bits(out),
             sf.view(torch.int32) if has_scales and t else rmap, scales.view(torch.int32) if has_scales else rmap,
             common.bits(pr) if has_probs and pr.numel() else rmap, common.bits(probs) if has_probs else rmap,
-            t, e, n, h, s, width, HAS_SCALES=has_scales, HAS_PROBS=has_probs, BLOCK_R=br, BLOCK_F=_SEARCH_F,
+            t, e, n, h, s, width, HAS_SCALES=has_scales, HAS_PROBS=has_probs, BLOCK_R=br, BLOCK_F=4096 // br,
             BLOCK_H=bh, BLOCK_S=block_s, num_warps=num_warps or common.warps(br * bh))
         return out, scales, probs
     src, col = row_sources(rmap, n, cols=gather and has_probs)
