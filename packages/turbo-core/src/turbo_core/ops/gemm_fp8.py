@@ -25,12 +25,12 @@ FP4 (MX)      as MX_BLOCKWISE with packed E2M1 data; ``use_gradient_sr`` rounds 
 
 The second (column) copies are made from the high-precision tensor in the forward and only when
 the corresponding gradient is needed; only FP8/FP4 data and scales are saved for the backward.
-ROWWISE column copies of 2-D operands are quantized from
-the transposed view (``quantize_fp8(x.transpose(-1, -2), axis=-1)``) and so stored transposed, like
-MX's: every ROWWISE GEMM of the backward gets operands contiguous along its contraction dim (what
-cuBLASLt's and Hopper's FP8 kernels take) and no backend re-lays them. TENSORWISE copies, BLOCKWISE's ``_with_trans`` column
-copies and 2-D weight tiles keep the stored layout; a backend that needs K-major operands re-lays
-those for the dgrad/wgrad.
+ROWWISE column copies of 2-D operands are quantized from the transposed view
+(``quantize_fp8(x.t(), axis=-1)``) and so stored transposed, like MX's: every ROWWISE GEMM of the
+backward gets operands contiguous along its contraction dim (what cuBLASLt's and Hopper's FP8
+kernels take) and no backend re-lays them. TENSORWISE copies, BLOCKWISE's ``_with_trans`` column
+copies, 2-D weight tiles and the grouped op's weights keep the stored layout; a backend that needs
+K-major operands re-lays those for the dgrad/wgrad.
 Pre-quantized operands (:class:`QuantizedTensor`) are used as given; their second copy is the
 ``data_t`` of a :class:`QuantizedTensorPair`, else the tensor itself (TENSORWISE and 2-D tiles serve
 both directions) or its dequantize + requantize along the other dim (what ``t()`` does).
@@ -142,12 +142,11 @@ def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str, *, k_major: b
     (``grad`` uses the backward dtype; ``weight`` uses 2-D tiles for BLOCKWISE/MX/FP4).
 
     ``k_major`` (the dense op; 3-D ``x`` too, though the grouped op does not ask): a ROWWISE copy of
-    ``x`` along its dim -2 is quantized from the transposed view (``quantize_fp8(x.transpose(-1, -2), axis=-1)``: the
-    same values and scales, stored transposed), so the GEMM contracting along that dim gets it
-    K-contiguous and no backend re-lays it (cuBLASLt and Hopper's FP8 MMA take only K-major
-    operands). On the H200 the Llama-3.1-8B
-    training step of the op gained 1.03-1.14x on TRITON and 1.09-1.13x on HIPBLASLT at three of
-    four layers (one measured 0.80x). BLOCKWISE, whose row and column copies come from one read
+    ``x`` along its dim -2 is quantized from the transposed view (``quantize_fp8(x.transpose(-1, -2),
+    axis=-1)``: the same values and scales, stored transposed), so the GEMM contracting along that dim
+    gets it K-contiguous and no backend re-lays it (cuBLASLt and Hopper's FP8 MMA take only K-major
+    operands). On the H200 the Llama-3.1-8B training step of the op gained 1.03-1.14x on TRITON and
+    1.09-1.13x on HIPBLASLT at three of four layers (one measured 0.80x). BLOCKWISE, whose row and column copies come from one read
     (``quantize_fp8_with_trans``), lost 11-17% on TRITON as two quantizations, so it keeps that
     layout (benchmarks/gemm-fp8-h200-2026-11-30.md, session 10). The grouped op keeps its weights'
     stored layout: quantizing the dgrad copy K-major saved the launcher's copy but measured 0.98-1.00x

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["FP8_MMA_ATOL", "SNR_DB", "TOLERANCES", "Gate", "assert_close_fp8_gemm", "assert_close_normwise", "assert_close_to_reference", "assert_snr", "error_stats",
-           "fp8_gemm_tolerance", "normwise_gate", "snr_db", "snr_gate", "tolerance", "tolerance_gate", "within_normwise", "within_tolerance"]
+__all__ = ["FP8_MMA_ATOL", "SNR_DB", "TOLERANCES", "Gate", "assert_close_fp8_gemm", "assert_close_normwise",
+           "assert_close_to_reference", "assert_snr", "error_stats", "fp8_gemm_tolerance", "normwise_gate", "snr_db",
+           "snr_gate", "tolerance", "tolerance_gate", "within_normwise", "within_tolerance"]
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float32: (1e-4, 1e-4),
@@ -28,8 +29,8 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 #: tensor cores add the products of one MMA at reduced precision, not as an fp32 sum: on an H200,
 #: cuBLASLt (``torch._scaled_mm``, promoted sums) and TRITON's kernels both land 1.4e-4 to 2.6e-4 of
 #: max |result| from exact math, with bit-identical errors, at K from 96 to 8192, and the conformance
-#: cases up to 5.1e-4 (``benchmarks/scripts/fp8_accumulation_gpu.py``). 2^-9 (1.95e-3) leaves a 4x margin
-#: above that floor and stays far below the errors of a wrong scale or block (order 1).
+#: cases up to 5.1e-4 (``benchmarks/scripts/fp8_accumulation_gpu.py``). 2^-9 (1.95e-3) leaves a 4x
+#: margin above that floor and stays far below the errors of a wrong scale or block (order 1).
 FP8_MMA_ATOL = 2.0 ** -9
 
 #: Minimum signal-to-noise ratio in dB, by format.
