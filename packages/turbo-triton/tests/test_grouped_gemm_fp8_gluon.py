@@ -200,7 +200,7 @@ def _error(got, args) -> float:
 
 
 @pytest.fixture
-def opted_in(monkeypatch):
+def gluon_on(monkeypatch):
     """The Gluon kernels on (the default, whatever the environment says)."""
     monkeypatch.delenv(ENV, raising=False)
     monkeypatch.delenv("TURBO_TRITON_FP8_FAST_ACCUM", raising=False)
@@ -209,7 +209,7 @@ def opted_in(monkeypatch):
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.usefixtures("opted_in")
+@pytest.mark.usefixtures("gluon_on")
 @pytest.mark.parametrize("gran", ["TENSORWISE", "ROWWISE", "BLOCKWISE"])
 @pytest.mark.parametrize("trans_b", [True, False], ids=["fwd", "dgrad"])
 @pytest.mark.parametrize("out", [torch.bfloat16, torch.float32])
@@ -231,7 +231,7 @@ def test_gpu_against_reference(gran, trans_b, out):
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.usefixtures("opted_in")
+@pytest.mark.usefixtures("gluon_on")
 @pytest.mark.parametrize("gran", ["TENSORWISE", "ROWWISE"])
 def test_gpu_narrow_tiles_against_reference(gran):
     """A problem under one wave of 256-wide tiles (groups of 700, 0, 1348 rows, N = K = 2048: DeepSeek-V3's
@@ -269,7 +269,7 @@ def test_gpu_every_row_written(lens, tail):
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.usefixtures("opted_in")
+@pytest.mark.usefixtures("gluon_on")
 def test_gpu_graph_replays_new_group_sizes():
     """Captured in a CUDA graph, the call reads the group offsets on the device: new lengths written
     into the same tensors give the new result on replay (no host sync, no stale tile count)."""
@@ -296,7 +296,7 @@ def _vk_error(got, args) -> float:
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.usefixtures("opted_in")
+@pytest.mark.usefixtures("gluon_on")
 @pytest.mark.parametrize("trans_c", [True, False], ids=["trans_c", "KN"])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
 def test_gpu_variable_k_against_reference(trans_c, out_dtype):
@@ -314,7 +314,7 @@ def test_gpu_variable_k_against_reference(trans_c, out_dtype):
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.usefixtures("opted_in")
+@pytest.mark.usefixtures("gluon_on")
 def test_gpu_variable_k_accumulates():
     """``out[g] += C[g]`` in fp32 (the fused main_grad accumulation); the empty group's ``out`` unchanged."""
     base = torch.randn(5, 1024, 2048, device="cuda")
@@ -328,7 +328,7 @@ def test_gpu_variable_k_accumulates():
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.usefixtures("opted_in")
+@pytest.mark.usefixtures("gluon_on")
 def test_gpu_variable_k_graph_replays_new_group_sizes():
     """Captured in a CUDA graph, the wgrad reads the (128-aligned) offsets on the device."""
     args = _vk_args(lens=(1024, 1024, 1024, 1024, 0), device="cuda", seed=9)
