@@ -4,7 +4,7 @@
 # own time limit, and a failing part does not stop the next.
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normsweep normbench groupedcheck groupedbench
-#        tritonfp8check fp8bench gg8check gg8gluon gg8bench conformance fp8acc issue5rest issue5gaps1 issue5gaps2 permutesweep dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
+#        tritonfp8check fp8bench gg8check gg8gluon gg8bench conformance fp8acc issue5rest issue5gaps1 issue5gaps2 permutesweep opstep dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
 #        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbbwd hbgap hbalgotests accuracy profile
 #        deepepkernels moedispatch nccltests asynctp epcheck (the last four on the two-GPU kind)
 set -u
@@ -58,6 +58,7 @@ for part in $parts; do
       timeout 560 python3 benchmarks/scripts/issue5_coverage_h200.py --out "$OUT/issue5_gaps2.json" --parts grouped,groupedsmall,small \
         --ops q-rowwise-first,q-block128x1,q-block2d-32,fp4-dq-row-f32,fp4-dq-row-f16,fp4-dq-col-f32 \
         --limits grouped=240,groupedsmall=150,small=120 > "$OUT/issue5_gaps2.log" 2>&1; tail -60 "$OUT/issue5_gaps2.log" ;;
+    opstep) timeout 400 python3 benchmarks/scripts/grouped_fp8_op_step_h200.py --out "$OUT/op_step.json" > "$OUT/op_step.log" 2>&1; grep -v "^ " "$OUT/op_step.log" | tail -40 ;;
     permutesweep) timeout 300 python3 benchmarks/scripts/moe_permute_search_sweep.py --out "$OUT/permute_sweep.json" > "$OUT/permute_sweep.log" 2>&1; tail -60 "$OUT/permute_sweep.log" ;;
     fp8acc)  # FP8 GEMM fp32 results vs float64 math on the dequantized operands: TRITON beside cuBLASLt (the gate of assert_close_fp8_gemm)
       timeout 300 python3 benchmarks/scripts/fp8_accumulation_gpu.py --out "$OUT/fp8_accumulation.json" > "$OUT/fp8_accumulation.log" 2>&1; tail -60 "$OUT/fp8_accumulation.log" ;;

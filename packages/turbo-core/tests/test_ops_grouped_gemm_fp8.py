@@ -489,3 +489,45 @@ def test_k_major_weight_copies_give_identical_gradients(monkeypatch, trans_b):
     assert seen == [{0: True, 1: False}]  # the weight's copy along dim -2 is stored transposed
     for name, a, b in zip(("out", "grad_x", "grad_w"), plain, flipped, strict=True):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("trans_b", [True, False])
+def test_fused_rowwise_quantization_gives_identical_gradients(monkeypatch, trans_b):
+    """ROWWISE copies along both dims from one ``quantize_fp8_with_trans`` call (``fused_rowwise``: the
+    tokens, the weight and the gradient, as ``benchmarks/scripts/grouped_fp8_op_step_h200.py`` times it)
+    give the op's results and gradients bit for bit."""
+    import importlib
+
+    gg = importlib.import_module("turbo_core.ops.grouped_gemm_fp8")
+    gen = torch.Generator().manual_seed(12)
+    lens = torch.tensor([20, 0, 37, 7], dtype=I64)
+    x = torch.randn(64, 48, generator=gen, dtype=torch.bfloat16)
+    w = torch.randn(*((4, 40, 48) if trans_b else (4, 48, 40)), generator=gen, dtype=torch.bfloat16)
+    dy = torch.randn(64, 40, generator=gen, dtype=torch.bfloat16)
+    cfg = Float8QuantConfig(granularity="ROWWISE")
+
+    def step():
+        xi, wi = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out = grouped_gemm_fp8(xi, wi, lens, trans_b=trans_b, config=cfg)
+        return (out, *torch.autograd.grad(out, (xi, wi), dy))
+
+    plain = step()
+    fused = []
+    real = gg.quantize
+
+    def fused_rowwise(scheme, t, dims, role, **kw):
+        if dims == {0, 1}:
+            fused.append(role)
+        return real(scheme, t, dims, role, fused_rowwise=True, **kw)
+
+    monkeypatch.setattr(gg, "quantize", fused_rowwise)
+
+    def with_trans_calls():
+        return sum(n for (prim, _b, _h), n in stats().items() if prim == "quantize_fp8_with_trans")
+
+    before = with_trans_calls()
+    got = step()
+    assert sorted(fused) == ["grad", "input", "weight"]
+    assert with_trans_calls() - before == 3
+    for name, a, b in zip(("out", "grad_x", "grad_w"), plain, got, strict=True):
+        assert torch.equal(a, b), name

@@ -94,6 +94,13 @@ def test_with_trans_layouts():
     assert (qr.shape, sr.shape, qc.shape, sc.shape) == ((2, 7, 384), (2, 7, 12), (2, 333, 128), (2, 333, 4))
     qr, sr, qc, sc = quantize_fp4_with_trans(x, FP4, "MX_BLOCKWISE")
     assert (qr.shape, sr.shape, qc.shape, sc.shape) == ((7, 192), (7, 12), (333, 64), (333, 4))
+    for shape in ((7, 333), (2, 7, 333)):  # ROWWISE: one scale per row and per column, data in x's layout
+        x = torch.randn(shape)
+        qr, sr, qc, sc = quantize_fp8_with_trans(x, E4M3, "ROWWISE")
+        assert (qr.shape, sr.shape, qc.shape, sc.shape) == (shape, (*shape[:-1], 1), shape, (*shape[:-2], 1, 333))
+        for (q, sc_), axis in (((qr, sr), -1), ((qc, sc), -2)):
+            want = quantize_fp8(x, E4M3, "ROWWISE", axis=axis)
+            assert torch.equal(q.view(torch.uint8), want[0].view(torch.uint8)) and torch.equal(sc_, want[1])
 
 
 def test_grouped_layouts_and_padded_offsets_on_device_math():
@@ -229,7 +236,12 @@ X = torch.randn(6, 64)
     (lambda: quantize_fp8(X, E4M3, "BLOCKWISE", axis=-1, block_size=32,
                           scaling_recipe=ScalingRecipe(shuffle_scale=True)), ValueError, "pre-shuffled layouts are MX only"),
     (lambda: quantize_fp8(X, E4M3, "ROWWISE", axis=-1, scaling_recipe=(True,)), TypeError, "^scaling_recipe: expected a"),
-    (lambda: quantize_fp8_with_trans(X, E4M3, "ROWWISE"), ValueError, "^granularity: quantize_fp8_with_trans supports"),
+    (lambda: quantize_fp8_with_trans(X, E4M3, "TENSORWISE"), ValueError, "^granularity: quantize_fp8_with_trans supports"),
+    (lambda: quantize_fp8_with_trans(X, E4M3, "ROWWISE", block_size=32), ValueError,
+     "^block_size: ROWWISE has one scale per row / column"),
+    (lambda: quantize_fp8_with_trans(torch.randn(5), E4M3, "ROWWISE"), ValueError, "^x: expected a 2-D or 3-D"),
+    (lambda: quantize_fp8_with_trans(X, E4M3, "ROWWISE", scaling_recipe=ScalingRecipe(use_2d_block=True)),
+     ValueError, "^scaling_recipe.use_2d_block: ROWWISE has no 2-D blocks"),
     (lambda: quantize_fp8_with_trans(torch.randn(2, 3, 4), E4M3, "BLOCKWISE", block_size=2), ValueError,
      "^x: expected a 2-D tensor"),
     (lambda: quantize_fp8_with_trans(X, E4M3, "BLOCKWISE", block_size=2,
@@ -334,6 +346,7 @@ def _opcheck_cases():
         (ops.quantize_fp8.default, (x3, E4M3, "MX_BLOCKWISE", 1, 32, NO_RECIPE)),
         (ops.quantize_fp8_with_trans.default, (x, E4M3, "BLOCKWISE", 16, NO_RECIPE, NO_RECIPE)),
         (ops.quantize_fp8_with_trans.default, (x3, E5M2, "MX_BLOCKWISE", 32, NO_RECIPE, NO_RECIPE)),
+        (ops.quantize_fp8_with_trans.default, (x3, E4M3, "ROWWISE", None, NO_RECIPE, NO_RECIPE)),
         (ops.dequantize_fp8.default, (q, s, torch.float32, "BLOCKWISE", 0, 4, NO_RECIPE)),
         (ops.dequantize_fp8.default, (qm, sm, torch.bfloat16, "MX_BLOCKWISE", 0, 32, NO_RECIPE)),
         (ops.grouped_quantize_fp8.default, (x, E4M3, "MX_BLOCKWISE", lens, offs, 1, 32, NO_RECIPE)),

@@ -370,6 +370,49 @@ def test_with_trans_empty(shape, gran, bs):
     _check_with_trans(QuantizeFp8WithTransArgs(torch.zeros(shape), E5M2, gran, bs))
 
 
+@pytest.mark.parametrize("dtype", FP8, ids=str)
+@pytest.mark.parametrize("shape", [(37, 45), (70, 300), (3, 40, 33), (1, 1), (1, 64), (64, 1)], ids=str)
+def test_rowwise_with_trans_bit_identical_to_reference(shape, dtype):
+    """ROWWISE both ways (an extension of the spec): rows quantized while their column amax is gathered,
+    then the column copy cast; 2-D and 3-D (grouped weights), single rows and columns, NaN / Inf kept
+    (a NaN row or column gets a NaN scale, as quantize_fp8 gives it)."""
+    x = _input(shape, seed=53)
+    if x.numel() > 100:
+        x.view(-1)[17] = math.nan
+        x.view(-1)[-5] = -math.inf
+    args = QuantizeFp8WithTransArgs(x, dtype, "ROWWISE")
+    _check_with_trans(args)
+    q_row, s_row, q_col, s_col = quantize_with_trans.quantize_fp8_with_trans(args)
+    assert s_row.shape == (*shape[:-1], 1) and s_col.shape == (*shape[:-2], 1, shape[-1])
+    for got, axis in (((q_row, s_row), -1), ((q_col, s_col), -2)):  # each copy is quantize_fp8 along its axis
+        want = quantize.quantize_fp8(_quant_args(x, dtype, "ROWWISE", axis))
+        assert_same(got[0], want[0], f"q axis {axis}")
+        assert_same(got[1], want[1], f"scale axis {axis}")
+
+
+@pytest.mark.parametrize("case", ["tiles", "iters", "long-rows", "strided", "empty"])
+def test_rowwise_with_trans_paths(monkeypatch, case):
+    """Small tiles (several programs merge each column's amax), programs that walk 4 row tiles each (the
+    last one partly past M), rows longer than ``ROW_FUSED_MAX`` (the two-call fallback), a transposed
+    input, and empty inputs."""
+    x = _input((90, 37), torch.float32, seed=59)
+    tile = None
+    if case == "tiles":
+        tile = Tile(8, 64)
+    elif case == "iters":
+        tile = Tile(4, 64, 4, 4)  # 90 rows: 6 programs of 16 rows
+    elif case == "long-rows":
+        monkeypatch.setattr(quantize, "ROW_FUSED_MAX", 16)
+    elif case == "strided":
+        x = x.t()
+    if case == "empty":
+        for shape in ((0, 45), (37, 0), (2, 0, 5)):
+            _check_with_trans(QuantizeFp8WithTransArgs(torch.zeros(shape), E4M3, "ROWWISE"))
+        return
+    x[5, 3] = math.nan
+    _check_with_trans(QuantizeFp8WithTransArgs(x, E5M2, "ROWWISE"), tile)
+
+
 # -- dequantize_fp8 -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)

@@ -136,10 +136,16 @@ def _recipe(scheme: Scheme, role: str) -> ScalingRecipe:
                          use_sr=role == "grad" and scheme.fp4 and scheme.gradient_sr)
 
 
-def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str, *, k_major: bool = False) -> dict:
+def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str, *, k_major: bool = False,
+             fused_rowwise: bool = False) -> dict:
     """Quantize the high-precision ``x`` (2-D, or 3-D grouped weights) for GEMMs contracting along
     its last-two dims ``dims`` (subset of {0, 1}). ``role``: ``"input"``, ``"weight"`` or ``"grad"``
     (``grad`` uses the backward dtype; ``weight`` uses 2-D tiles for BLOCKWISE/MX/FP4).
+
+    ``fused_rowwise``: ROWWISE copies along both dims (without ``k_major``) from one
+    ``quantize_fp8_with_trans`` call (x read twice, not three times), the same values and layouts as
+    two calls. No op asks for it yet: ``benchmarks/scripts/grouped_fp8_op_step_h200.py`` measures it
+    first.
 
     ``k_major`` (the dense op; 3-D ``x`` too, though the grouped op does not ask): a ROWWISE copy of
     ``x`` along its dim -2 is quantized from the transposed view (``quantize_fp8(x.transpose(-1, -2),
@@ -159,7 +165,8 @@ def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str, *, k_major: b
         q, s = quant.quantize_fp8(x, dtype, gran, block_size=bs, scaling_recipe=recipe)
         return {None: Quantized(q, s, None, False)}
     recipe = _recipe(scheme, role)
-    both = dims == {0, 1} and (scheme.mx or (gran == G.BLOCKWISE and x.dim() == 2))
+    both = dims == {0, 1} and (scheme.mx or (gran == G.BLOCKWISE and x.dim() == 2)
+                               or (fused_rowwise and gran == G.ROWWISE and not k_major))
     if both:
         fn = quant.quantize_fp4_with_trans if scheme.fp4 else quant.quantize_fp8_with_trans
         q_row, s_row, q_col, s_col = fn(x, dtype, gran, block_size=bs, scaling_recipe=recipe,

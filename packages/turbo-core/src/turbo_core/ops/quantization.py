@@ -173,9 +173,11 @@ def quantize_fp8_with_trans(x: Tensor, out_dtype: torch.dtype, granularity: Scal
     BLOCKWISE (``x`` 2-D ``[M, N]``): ``q_row`` ``[M, N]`` with ``s_row`` ``[M, cdiv(N,bs)]`` and
     ``q_col`` ``[M, N]`` (same layout as x) with ``s_col`` ``[cdiv(M,bs), N]``. MX_BLOCKWISE (2-D or
     3-D): ``q_row`` ``[(B,) M, N_pad]`` / ``[(B,) M, N_pad/32]`` and ``q_col`` ``[(B,) N, M_pad]``
-    (transposed) / ``[(B,) N, M_pad/32]``. ``scaling_recipe`` applies to the row copy,
-    ``scaling_recipe_for_trans`` to the col copy. A backend may fuse both into one pass of x; the
-    results equal two ``quantize_fp8`` calls (axis -1 and -2).
+    (transposed) / ``[(B,) N, M_pad/32]``. ROWWISE (2-D or 3-D, no block_size; beyond Primus-Turbo):
+    ``q_row`` / ``q_col`` ``[(B,) M, N]`` with ``s_row`` ``[(B,) M, 1]`` and ``s_col`` ``[(B,) 1, N]``.
+    ``scaling_recipe`` applies to the row copy, ``scaling_recipe_for_trans`` to the col copy. A
+    backend may fuse both into one pass of x; the results equal two ``quantize_fp8`` calls (axis -1
+    and -2).
     """
     gran = as_granularity(granularity)
     args = spec.QuantizeFp8WithTransArgs(x, _fp8_dtype(out_dtype, x), gran, _block_size(gran, block_size),

@@ -233,10 +233,7 @@ def quantize_fp8(args: QuantizeFp8Args):
 
 def quantize_fp8_with_trans(args: QuantizeFp8WithTransArgs):
     nd = args.x.dim()
-    if G(args.granularity) == G.MX_BLOCKWISE:
-        row_axis, col_axis = nd - 1, nd - 2
-    else:
-        row_axis, col_axis = 1, 0
+    row_axis, col_axis = nd - 1, nd - 2
     q_row, s_row = _quantize_fp8(args.x, args.out_dtype, args.granularity, row_axis, args.block_size, args.recipe)
     q_col, s_col = _quantize_fp8(args.x, args.out_dtype, args.granularity, col_axis, args.block_size,
                                  args.recipe_for_trans)

@@ -16,6 +16,8 @@ divide the tile), so a tile holds whole groups and is read from memory once:
   (col-wise, written transposed), or 32x32 tiles; the grid covers the zero padding to 128.
 * ``blockwise_with_trans_kernel`` / ``mx_with_trans_kernel``: both directions from one read of
   each tile (row copy and column copy with their own scales).
+* ``rowwise_with_trans_kernel``: ROWWISE both ways in two reads: whole rows quantized while their
+  column amax is gathered, then ``scale_kernel`` + ``cast_kernel`` for the column copy.
 * ``dequant_kernel`` / ``mx_dequant_kernel``: ``q * scale_inv``, each scale a tile needs loaded
   once and broadcast (gathered per element only for block sizes that are no power of two),
   output strides given (the MX col-wise data comes back transposed).
@@ -72,6 +74,35 @@ def quant_groups_kernel(x_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_m,
     q_offs = b * M * N + rows[:, None] * sq_m + cols[None, :] * sq_n
     _fp32_groups(x, rows, cols, mask, tm, tn, M, N, q_ptr, q_offs, s_ptr + b * ss_b, ss_m, ss_n,
                  eps, BM, BN, GM, GN, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
+
+
+@triton.jit
+def rowwise_with_trans_kernel(x_ptr, q_ptr, s_ptr, a_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_m, sa_b, sa_n, eps,
+                              BM: tl.constexpr, BN: tl.constexpr, FMAX: tl.constexpr, MB: tl.constexpr,
+                              BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr, X_BITS: tl.constexpr,
+                              HW_SAT: tl.constexpr = False, ITERS: tl.constexpr = 1):
+    """ROWWISE ``quantize_fp8_with_trans``'s first pass. A program walks ``ITERS`` tiles of ``BM`` whole
+    rows (``BN >= N``) down M, quantizing each row with one scale (as ``quant_groups_kernel`` with
+    ``GN = BN``: ``q`` ``[B, M, N]`` row-major, ``scale_inv`` at ``b*ss_b + i*ss_m``) and keeping the
+    running column amax, which it merges once into the int32 buffer ``a`` (bits of ``|x|``,
+    ``atomic_max``, as ``amax_kernel``) for the column copy's ``scale_kernel`` + ``cast_kernel``: ``x`` is
+    read twice for both copies instead of three times."""
+    tiles_m = tl.cdiv(M, BM * ITERS)
+    pid = tl.program_id(0)
+    tm0 = pid % tiles_m
+    b = (pid // tiles_m).to(tl.int64)
+    cols = tl.arange(0, BN).to(tl.int64)
+    col_amax = tl.zeros((BN,), dtype=tl.float32)
+    for i in range(ITERS):
+        tm = tm0 * ITERS + i
+        rows = tm.to(tl.int64) * BM + tl.arange(0, BM)
+        mask = (rows < M)[:, None] & (cols < N)[None, :]
+        x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
+        q_offs = b * M * N + rows[:, None] * N + cols[None, :]
+        _fp32_groups(x, rows, cols, mask, tm, tm * 0, M, N, q_ptr, q_offs, s_ptr + b * ss_b, ss_m, ss_m, eps,
+                     BM, BN, 1, BN, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
+        col_amax = nan_max(col_amax, tl.reduce(tl.abs(x), 0, nan_max))  # masked elements load as 0
+    tl.atomic_max(a_ptr + b * sa_b + cols * sa_n, col_amax.to(tl.int32, bitcast=True), mask=cols < N)
 
 
 @triton.jit

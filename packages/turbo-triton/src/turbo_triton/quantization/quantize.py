@@ -87,6 +87,19 @@ def _launch_amax_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, red_m
     a_grid = (b * triton.cdiv(m, a_tile.block_m * iters) * triton.cdiv(n, a_tile.block_n),)
     kernels.amax_kernel[a_grid](xa, amax, m, n, *x3.stride(), *sa, BM=a_tile.block_m, BN=a_tile.block_n,
                                 ITERS=iters, **flags, num_warps=a_tile.num_warps)
+    scale_cast(x3, q, s3, amax, red_m, red_n, dtype, c_tile, q_transposed)
+
+
+def scale_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, amax: torch.Tensor, red_m: bool, red_n: bool,
+               dtype: torch.dtype, c_tile: Tile, q_transposed: bool = False) -> None:
+    """The second pass of the two-pass path: the cast of ``x3`` from the amax bits in ``amax``
+    (shaped like ``s3``); reductions over M first turn the amax into scales once (``scale_kernel``)."""
+    from turbo_triton.quantization import kernels
+
+    b, m, n = x3.shape
+    sa = amax.stride()
+    xa, x_bits = common.x_arg(x3)
+    flags = dict(RED_M=red_m, RED_N=red_n, X_BITS=x_bits)
     fmt = common.fmt_constexprs(dtype)
     scaled = red_m
     a_arg = amax

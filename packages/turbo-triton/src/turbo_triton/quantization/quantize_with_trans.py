@@ -1,4 +1,4 @@
-"""``quantize_fp8_with_trans`` on Triton: both directions from one read of ``x``.
+"""``quantize_fp8_with_trans`` on Triton: both directions from one read of ``x`` (ROWWISE: two).
 
 BLOCKWISE (``x [M, N]``): each ``BM x BN`` tile (multiples of ``bs``) gives its ``1 x bs`` row
 blocks (``q_row [M, N]``, ``s_row [M, cdiv(N, bs)]``) and its ``bs x 1`` column blocks
@@ -6,7 +6,9 @@ blocks (``q_row [M, N]``, ``s_row [M, cdiv(N, bs)]``) and its ``bs x 1`` column 
 the padded ``[M_pad, N_pad]`` extent gives the row-wise copy ``[(B,) M, N_pad]`` and the
 transposed col-wise copy ``[(B,) N, M_pad]`` with their E8M0 scales (32x32 tiles per direction
 when its recipe says ``use_2d_block``). Reads ``x`` once instead of twice; each output equals
-the single-direction ``quantize_fp8``, bit for bit.
+the single-direction ``quantize_fp8``, bit for bit. ROWWISE (``x [(B,) M, N]``): whole rows
+quantized while their column amax is gathered, then the column copy cast: two reads of ``x``
+where two ``quantize_fp8`` calls take three (the column one reads x twice).
 """
 
 from __future__ import annotations
@@ -84,8 +86,45 @@ def _mx(x: torch.Tensor, dtype: torch.dtype, row_2d: bool, col_2d: bool, tile: T
     return q_row, s_row, q_col, s_col
 
 
+def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None):
+    """ROWWISE both ways (``x`` ``[(B,) M, N]``): rows up to ``ROW_FUSED_MAX`` long are quantized by
+    ``rowwise_with_trans_kernel``, which also gathers the column amax, then the column copy is cast
+    (two reads of x); longer rows take two ``quantize_fp8`` calls. Each copy equals ``quantize_fp8``
+    along its axis, bit for bit."""
+    from turbo_triton.quantization import kernels, quantize
+
+    *batch, m, n = x.shape
+    dev = x.device
+    if n > quantize.ROW_FUSED_MAX or x.numel() == 0:
+        q_row, s_row = quantize._along_axis(x, dtype, x.dim() - 1, None, tile)
+        q_col, s_col = quantize._along_axis(x, dtype, x.dim() - 2, None, tile)
+        return q_row, s_row, q_col, s_col
+    b = batch[0] if batch else 1
+    q_row = torch.empty(x.shape, dtype=dtype, device=dev)
+    q_col = torch.empty(x.shape, dtype=dtype, device=dev)
+    s_row = torch.empty((*batch, m, 1), dtype=torch.float32, device=dev)
+    s_col = torch.empty((*batch, 1, n), dtype=torch.float32, device=dev)
+    x3 = common.view3(x, b, m, n)
+    bn = triton.next_power_of_2(n)
+    r_tile = tile or common.pick(m, n, 1, bn, cap_n=max(bn, 1024))
+    common.check_tile(r_tile, 1, bn)
+    iters = common.amax_iters(b, m, bn, r_tile, True)  # one atomic per column per ITERS row tiles
+    amax = torch.zeros((b, 1, n), dtype=torch.int32, device=dev)
+    xa, x_bits = common.x_arg(x3)
+    kernels.rowwise_with_trans_kernel[(b * triton.cdiv(m, r_tile.block_m * iters),)](
+        xa, common.data_arg(q_row), s_row, amax, m, n, *x3.stride(), m, 1, amax.stride(0), amax.stride(2),
+        common.eps(), BM=r_tile.block_m, BN=r_tile.block_n, **common.fmt_constexprs(dtype), X_BITS=x_bits,
+        **common.hw_sat(), ITERS=iters, num_warps=r_tile.num_warps)
+    c_tile = tile or common.pick_amax_cast(b, m, n, True, False)[1]
+    common.check_tile(c_tile, 1, 1)
+    quantize.scale_cast(x3, q_col.view(b, m, n), s_col.view(b, 1, n), amax, True, False, dtype, c_tile)
+    return q_row, s_row, q_col, s_col
+
+
 def quantize_fp8_with_trans(args: QuantizeFp8WithTransArgs, tile: Tile | None = None):
     """``(q_row, s_row, q_col, s_col)``; ``tile`` overrides the heuristic (tests, tuning)."""
+    if G(args.granularity) == G.ROWWISE:
+        return _rowwise(args.x, args.out_dtype, tile)
     if G(args.granularity) == G.BLOCKWISE:
         return _blockwise(args.x, args.out_dtype, args.block_size, tile)
     return _mx(args.x, args.out_dtype, args.recipe.use_2d_block, args.recipe_for_trans.use_2d_block, tile)

@@ -128,7 +128,7 @@ def _quantize_fp8_with_trans_op(x: T, out_dtype: torch.dtype, granularity: str, 
 def _(x, out_dtype, granularity, block_size, recipe, recipe_for_trans):
     gran = G(granularity)
     nd = x.dim()
-    row_axis, col_axis = (nd - 1, nd - 2) if gran == G.MX_BLOCKWISE else (1, 0)
+    row_axis, col_axis = nd - 1, nd - 2
     return (*_fp8_outputs(x, out_dtype, gran, row_axis, block_size, _recipe(recipe)),
             *_fp8_outputs(x, out_dtype, gran, col_axis, block_size, _recipe(recipe_for_trans)))
 

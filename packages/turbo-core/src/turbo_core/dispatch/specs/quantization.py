@@ -346,6 +346,11 @@ class QuantizeFp8WithTransArgs:
     MX_BLOCKWISE (``x`` 2-D ``[M, N]`` or 3-D ``[B, M, N]``): ``q_row`` ``[(B,) M, N_pad]`` /
     ``s_row`` ``[(B,) M, N_pad/32]``; ``q_col`` ``[(B,) N, M_pad]`` (transposed) / ``s_col``
     ``[(B,) N, M_pad/32]``; ``recipe`` / ``recipe_for_trans`` choose 32x32 tiles per direction.
+    ROWWISE (``x`` 2-D ``[M, N]`` or 3-D ``[B, M, N]``, no ``block_size``; an extension of
+    Primus-Turbo's BLOCKWISE / MX forms): ``q_row`` ``[(B,) M, N]`` / ``s_row`` ``[(B,) M, 1]`` (one
+    scale per row), ``q_col`` ``[(B,) M, N]`` (not transposed) / ``s_col`` ``[(B,) 1, N]`` (one scale
+    per column); a backend may gather the column amax in the row pass, so ``x`` is read twice, not
+    three times.
     Each direction equals the corresponding single-direction ``quantize_fp8``.
     """
 
@@ -360,15 +365,22 @@ class QuantizeFp8WithTransArgs:
 def _validate_quantize_fp8_with_trans(args: QuantizeFp8WithTransArgs) -> None:
     _require_input(args.x)
     gran = as_granularity(args.granularity)
-    if gran not in (G.BLOCKWISE, G.MX_BLOCKWISE):
-        raise ValueError(f"granularity: quantize_fp8_with_trans supports BLOCKWISE and MX_BLOCKWISE, "
+    if gran not in (G.ROWWISE, G.BLOCKWISE, G.MX_BLOCKWISE):
+        raise ValueError(f"granularity: quantize_fp8_with_trans supports ROWWISE, BLOCKWISE and MX_BLOCKWISE, "
                          f"got {gran.value}")
     mx = gran == G.MX_BLOCKWISE
     _require_fp8_out(args.out_dtype, mx)
     r = _require_recipe("scaling_recipe", args.recipe, fp4=False, mx=mx)
     rt = _require_recipe("scaling_recipe_for_trans", args.recipe_for_trans, fp4=False, mx=mx)
     _require_block_size(gran, args.block_size)
-    if mx:
+    if gran == G.ROWWISE:
+        if args.block_size is not None:
+            raise ValueError(f"block_size: ROWWISE has one scale per row / column, no blocks; got {args.block_size!r}")
+        require_tensor("x", args.x, ndim=(2, 3))
+        for name, rec in (("scaling_recipe", r), ("scaling_recipe_for_trans", rt)):
+            if rec.use_2d_block:
+                raise ValueError(f"{name}.use_2d_block: ROWWISE has no 2-D blocks")
+    elif mx:
         require_tensor("x", args.x, ndim=(2, 3))
     else:
         require_tensor("x", args.x, ndim=2)

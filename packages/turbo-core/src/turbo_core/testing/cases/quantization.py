@@ -267,7 +267,7 @@ def _with_trans(gran, fp4, shape, *, device="cpu"):
         out = quantize_fp4_with_trans(xd, FP4, gran)
         singles = [quantize_fp4(xd, FP4, gran, axis=a) for a in (-1, -2)]
     else:
-        bs = 32 if gran == "MX_BLOCKWISE" else 16
+        bs = {"MX_BLOCKWISE": 32, "BLOCKWISE": 16}.get(gran)  # ROWWISE: no blocks
         out = quantize_fp8_with_trans(xd, E4M3, gran, block_size=bs)
         singles = [quantize_fp8(xd, E4M3, gran, block_size=bs, axis=a) for a in (-1, -2)]
     out = _host(out)
@@ -381,7 +381,8 @@ CASES = (
     + [Case("quantize_fp8-nan-inf", ("quantize_fp8", "dequantize_fp8"), _nan_inf)]
     + [Case(f"quantize_fp8_with_trans-{g}-{'x'.join(map(str, s))}", ("quantize_fp8", "quantize_fp8_with_trans"),
             functools.partial(_with_trans, g, False, s))
-       for g, s in (("BLOCKWISE", (40, 65)), ("MX_BLOCKWISE", (40, 65)), ("MX_BLOCKWISE", SHAPE_3D))]
+       for g, s in (("BLOCKWISE", (40, 65)), ("MX_BLOCKWISE", (40, 65)), ("MX_BLOCKWISE", SHAPE_3D),
+                    ("ROWWISE", (40, 65)), ("ROWWISE", SHAPE_3D))]
     + [Case(f"grouped_quantize_fp8-{kind}-axis{axis}", ("grouped_quantize_fp8", "grouped_dequantize_fp8"),
             functools.partial(_grouped, kind, axis)) for kind in ("mx", "blockwise") for axis in (-1, 0)]
 )
