@@ -329,6 +329,7 @@ QC_VARIANTS = [
     ("q-mx-col", "quantize_fp8", "MX_BLOCKWISE", -2, 32, R0),
     ("wt-block128", "quantize_fp8_with_trans", "BLOCKWISE", None, 128, R0),
     ("wt-mx", "quantize_fp8_with_trans", "MX_BLOCKWISE", None, 32, R0),
+    ("wt-rowwise", "quantize_fp8_with_trans", "ROWWISE", None, None, R0),
     ("dq-tensorwise", "dequantize_fp8", "TENSORWISE", None, None, R0),
     ("dq-rowwise-last", "dequantize_fp8", "ROWWISE", -1, None, R0),
     ("dq-block1x128", "dequantize_fp8", "BLOCKWISE", -1, 128, R0),

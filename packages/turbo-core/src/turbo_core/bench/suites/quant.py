@@ -2,8 +2,8 @@
 ``dequantize_fp8`` at model shapes, bf16 activations ``[T, H]``, E4M3.
 
 Variants: TENSORWISE, ROWWISE (one scale per row), BLOCKWISE 1x128 (along the row) and 128x128
-tiles, MX (1x32, E8M0); ``with_trans`` for BLOCKWISE 1x128 and MX (the row- and column-quantized
-copies from one read); ``dequantize`` of the ROWWISE and BLOCKWISE 1x128 quantizations to bf16.
+tiles, MX (1x32, E8M0); ``with_trans`` for ROWWISE, BLOCKWISE 1x128 and MX (the row- and
+column-quantized copies from one call); ``dequantize`` of the ROWWISE and BLOCKWISE 1x128 quantizations to bf16.
 Bytes: the input read once, every output (data and scales) written once.
 
 Providers: ``torch`` (eager: the reference backend's kernel, which is plain sync-free PyTorch),
@@ -36,6 +36,7 @@ VARIANTS = {
     "quantize/blockwise-1x128": ("quantize_fp8", G.BLOCKWISE, 128, False),
     "quantize/blockwise-128x128": ("quantize_fp8", G.BLOCKWISE, 128, True),
     "quantize/mx": ("quantize_fp8", G.MX_BLOCKWISE, 32, False),
+    "with_trans/rowwise": ("quantize_fp8_with_trans", G.ROWWISE, None, False),
     "with_trans/blockwise-1x128": ("quantize_fp8_with_trans", G.BLOCKWISE, 128, False),
     "with_trans/mx": ("quantize_fp8_with_trans", G.MX_BLOCKWISE, 32, False),
     "dequantize/rowwise": ("dequantize_fp8", G.ROWWISE, None, False),
