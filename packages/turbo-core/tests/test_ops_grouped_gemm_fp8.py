@@ -452,16 +452,13 @@ def test_args_dims_helpers():
         assert variable_k_lowp_dims(v4) == (3, 512, 24, 16)
 
 
-@pytest.mark.parametrize("trans_b", [True, False])
-def test_k_major_weight_copies_give_identical_gradients(monkeypatch, trans_b):
-    """ROWWISE weights quantized with ``k_major`` (the copy along b's dim -2 from the transposed view,
-    stored ``[G, K, N]``: what ``benchmarks/scripts/grouped_fp8_op_step_h200.py`` times against the
-    op's stored layout) give the op's results and gradients bit for bit: same values and scales, only
-    the layout differs."""
+def _rowwise_step(trans_b: bool, seed: int):
+    """``(ops module, step)``: ``step()`` runs the op's ROWWISE forward and backward on fixed inputs
+    (groups of 20, 0, 37, 7 rows) and returns ``(out, grad_x, grad_w)``."""
     import importlib
 
-    gg = importlib.import_module("turbo_core.ops.grouped_gemm_fp8")
-    gen = torch.Generator().manual_seed(11)
+    gg = importlib.import_module("turbo_core.ops.grouped_gemm_fp8")  # the module, not the op it exports
+    gen = torch.Generator().manual_seed(seed)
     lens = torch.tensor([20, 0, 37, 7], dtype=I64)
     x = torch.randn(64, 48, generator=gen, dtype=torch.bfloat16)
     w = torch.randn(*((4, 40, 48) if trans_b else (4, 48, 40)), generator=gen, dtype=torch.bfloat16)
@@ -473,6 +470,16 @@ def test_k_major_weight_copies_give_identical_gradients(monkeypatch, trans_b):
         out = grouped_gemm_fp8(xi, wi, lens, trans_b=trans_b, config=cfg)
         return (out, *torch.autograd.grad(out, (xi, wi), dy))
 
+    return gg, step
+
+
+@pytest.mark.parametrize("trans_b", [True, False])
+def test_k_major_weight_copies_give_identical_gradients(monkeypatch, trans_b):
+    """ROWWISE weights quantized with ``k_major`` (the copy along b's dim -2 from the transposed view,
+    stored ``[G, K, N]``: what ``benchmarks/scripts/grouped_fp8_op_step_h200.py`` times against the
+    op's stored layout) give the op's results and gradients bit for bit: same values and scales, only
+    the layout differs."""
+    gg, step = _rowwise_step(trans_b, 11)
     plain = step()
     seen = []
     real = gg.quantize
@@ -496,21 +503,7 @@ def test_fused_rowwise_quantization_gives_identical_gradients(monkeypatch, trans
     """ROWWISE copies along both dims from one ``quantize_fp8_with_trans`` call (``fused_rowwise``: the
     tokens, the weight and the gradient, as ``benchmarks/scripts/grouped_fp8_op_step_h200.py`` times it)
     give the op's results and gradients bit for bit."""
-    import importlib
-
-    gg = importlib.import_module("turbo_core.ops.grouped_gemm_fp8")
-    gen = torch.Generator().manual_seed(12)
-    lens = torch.tensor([20, 0, 37, 7], dtype=I64)
-    x = torch.randn(64, 48, generator=gen, dtype=torch.bfloat16)
-    w = torch.randn(*((4, 40, 48) if trans_b else (4, 48, 40)), generator=gen, dtype=torch.bfloat16)
-    dy = torch.randn(64, 40, generator=gen, dtype=torch.bfloat16)
-    cfg = Float8QuantConfig(granularity="ROWWISE")
-
-    def step():
-        xi, wi = x.clone().requires_grad_(), w.clone().requires_grad_()
-        out = grouped_gemm_fp8(xi, wi, lens, trans_b=trans_b, config=cfg)
-        return (out, *torch.autograd.grad(out, (xi, wi), dy))
-
+    gg, step = _rowwise_step(trans_b, 12)
     plain = step()
     fused = []
     real = gg.quantize
