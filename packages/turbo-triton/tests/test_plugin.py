@@ -50,8 +50,8 @@ def test_registers_only_what_it_can_run(row):
     for name in ("quantize_fp8", "dequantize_fp8"):
         assert row["primitives"][name]["variants"] == ["TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE",
                                                        "e4m3", "e5m2", "fnuz"]
-    assert row["primitives"]["quantize_fp8_with_trans"]["variants"] == ["BLOCKWISE", "MX_BLOCKWISE", "e4m3",
-                                                                        "e5m2", "fnuz"]
+    assert row["primitives"]["quantize_fp8_with_trans"]["variants"] == ["ROWWISE", "BLOCKWISE", "MX_BLOCKWISE",
+                                                                        "e4m3", "e5m2", "fnuz"]
     for name in GROUPED_QUANT:
         assert row["primitives"][name]["variants"] == ["BLOCKWISE", "MX_BLOCKWISE", "e4m3", "e5m2", "fnuz"]
     for name in FP4 | GROUPED_FP4:

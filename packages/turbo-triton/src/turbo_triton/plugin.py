@@ -56,7 +56,7 @@ def turbo_register_kernels(register):
     register(Kernel("quantize_fp8_with_trans", "TRITON",
                     "turbo_triton.quantization.quantize_with_trans:quantize_fp8_with_trans",
                     check="turbo_triton.quantization.quantize_with_trans:can_handle",
-                    variants=("BLOCKWISE", "MX_BLOCKWISE", "e4m3", "e5m2", "fnuz")))
+                    variants=("ROWWISE", "BLOCKWISE", "MX_BLOCKWISE", "e4m3", "e5m2", "fnuz")))
     register(Kernel("dequantize_fp8", "TRITON", "turbo_triton.quantization.dequantize:dequantize_fp8",
                     check="turbo_triton.quantization.dequantize:can_handle", variants=fp8_quant))
     register(Kernel("moe_permute_preprocess", "TRITON", "turbo_triton.moe.permute_preprocess:moe_permute_preprocess",
