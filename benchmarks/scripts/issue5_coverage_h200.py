@@ -422,8 +422,7 @@ class QuantSuite:
     def torch_provider(cls, case, compiled):
         fn = cls._ref_fn(cls._spec(case)[1])
         if compiled:
-            torch._dynamo.reset()
-            fn = torch.compile(fn, dynamic=False)
+            fn = _compiled(fn)
 
         def prepare(inputs):
             args = cls.args(case, inputs)
