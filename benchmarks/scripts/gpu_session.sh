@@ -53,13 +53,13 @@ for part in $parts; do
     issue5gaps1)  # issue 5's never-timed figures, part 1: liger beside the fused rmsnorm_residual backward (the wheel from .whl/, copied into the snapshot), torch.compile of MXFP4 (every variant) and of the index ops
       python3 -m pip install -q --no-index --no-deps --target /tmp/liger .whl/liger_kernel-*.whl > /dev/null 2>&1 || echo "issue5gaps1: no liger wheel under .whl/"
       PYTHONPATH=$PYTHONPATH:/tmp/liger timeout 560 python3 benchmarks/scripts/issue5_coverage_h200.py --out "$OUT/issue5_gaps1.json" \
-        --parts resbwd,fp4compile,index --limits resbwd=60,fp4compile=240,index=120 > "$OUT/issue5_gaps1.log" 2>&1; tail -60 "$OUT/issue5_gaps1.log" ;;
+        --parts ${GAPS1_PARTS:-resbwd,fp4compile,index} --limits ${GAPS1_LIMITS:-resbwd=60,fp4compile=240,index=120} ${GAPS1_ARGS:-} > "$OUT/issue5_gaps1.log" 2>&1; tail -60 "$OUT/issue5_gaps1.log" ;;
     issue5gaps2)  # part 2: grouped quantization beside its eager and compiled reference, grouped quantization at small sizes, the FP8/FP4 variants never timed at small sizes
       timeout 560 python3 benchmarks/scripts/issue5_coverage_h200.py --out "$OUT/issue5_gaps2.json" --parts grouped,groupedsmall,small \
         --ops q-rowwise-first,q-block128x1,q-block2d-32,fp4-dq-row-f32,fp4-dq-row-f16,fp4-dq-col-f32 \
-        --limits grouped=240,groupedsmall=150,small=120 > "$OUT/issue5_gaps2.log" 2>&1; tail -60 "$OUT/issue5_gaps2.log" ;;
+        --limits ${GAPS2_LIMITS:-grouped=240,groupedsmall=150,small=120} > "$OUT/issue5_gaps2.log" 2>&1; tail -60 "$OUT/issue5_gaps2.log" ;;
     opstep) timeout 400 python3 benchmarks/scripts/grouped_fp8_op_step_h200.py --out "$OUT/op_step.json" > "$OUT/op_step.log" 2>&1; grep -v "^ " "$OUT/op_step.log" | tail -40 ;;
-    permutesweep) timeout 300 python3 benchmarks/scripts/moe_permute_search_sweep.py --out "$OUT/permute_sweep.json" > "$OUT/permute_sweep.log" 2>&1; tail -60 "$OUT/permute_sweep.log" ;;
+    permutesweep) timeout ${SWEEP_S:-300} python3 benchmarks/scripts/moe_permute_search_sweep.py --out "$OUT/permute_sweep.json" ${SWEEP_ARGS:-} > "$OUT/permute_sweep.log" 2>&1; tail -60 "$OUT/permute_sweep.log" ;;
     fp8acc)  # FP8 GEMM fp32 results vs float64 math on the dequantized operands: TRITON beside cuBLASLt (the gate of assert_close_fp8_gemm)
       timeout 300 python3 benchmarks/scripts/fp8_accumulation_gpu.py --out "$OUT/fp8_accumulation.json" > "$OUT/fp8_accumulation.log" 2>&1; tail -60 "$OUT/fp8_accumulation.log" ;;
     issue5rest)  # issue 5's two untimed changes: the fused rmsnorm_residual backward, and FP4/router in device time
@@ -82,7 +82,7 @@ for part in $parts; do
     attnfp8) timeout 580 python3 benchmarks/scripts/attention_fp8_gpu_check.py --parts ${ATTN_FP8_PARTS:-check,speed} --out "$OUT/attention_fp8.json" > "$OUT/attention_fp8.log" 2>&1; tail -30 "$OUT/attention_fp8.log" ;;
     tunegemm) timeout 580 python3 benchmarks/scripts/tune_gemm_h200.py --out "$OUT/sm90.json" --tune-seconds 180 --check-seconds 60 > "$OUT/tune.log" 2>&1; tail -30 "$OUT/tune.log" ;;
     demoparity) timeout 580 python3 benchmarks/scripts/demo_parity_gpu.py --out "$OUT/demo_parity.json" --pytest > "$OUT/demo_parity.log" 2>&1; tail -30 "$OUT/demo_parity.log" ;;
-    moebench) timeout 580 python3 benchmarks/scripts/moe_bench_h200.py --out "$OUT/moe_bench.json" ${MOE_PARTS:+--parts $MOE_PARTS} > "$OUT/moe_bench.log" 2>&1; tail -40 "$OUT/moe_bench.log" ;;
+    moebench) timeout ${MOE_S:-580} python3 benchmarks/scripts/moe_bench_h200.py --out "$OUT/moe_bench.json" ${MOE_PARTS:+--parts $MOE_PARTS} ${MOE_ARGS:-} > "$OUT/moe_bench.log" 2>&1; tail -40 "$OUT/moe_bench.log" ;;
     asynctp)  # turbo bench async-tp over every visible GPU (NCCL): fused all-gather/reduce-scatter GEMMs vs unfused
       timeout ${ASYNC_TP_TIMEOUT:-500} python3 -m turbo_core.cli bench async-tp ${ASYNC_TP_MODELS:+--models $ASYNC_TP_MODELS} \
         --out "$OUT/async_tp_bench.json" > "$OUT/async_tp_bench.log" 2>&1; tail -40 "$OUT/async_tp_bench.log" ;;

@@ -73,6 +73,7 @@ def _parse():
     p.add_argument("--limits", default="", help=f"part=seconds,... (defaults: {LIMITS})")
     p.add_argument("--tokens", default="1,16,128", help="small: token counts")
     p.add_argument("--ops", default="", help="small: only these ops (comma list, e.g. moe_permute; default all)")
+    p.add_argument("--qc-variants", default="", help="quantcompile: only these variant ids (e.g. wt-rowwise)")
     p.add_argument("--conf-workers", type=int, default=8)
     p.add_argument("--dry", action="store_true", help="tiny sizes on the CPU interpreter")
     return p.parse_args()
@@ -582,7 +583,9 @@ def part_resbwd(deadline):
 
 def part_quantcompile(deadline):
     t, h = (64, 256) if QUICK else (16384, 7168)
-    _bench_rows("quantcompile", QuantSuite, QuantSuite.cases(t, h, QC_VARIANTS), deadline,
+    keep = set(filter(None, ARGS.qc_variants.split(",")))
+    variants = [v for v in QC_VARIANTS if not keep or v[0] in keep]
+    _bench_rows("quantcompile", QuantSuite, QuantSuite.cases(t, h, variants), deadline,
                 ["torch", "torch.compile", "turbo:TRITON"])
 
 
