@@ -336,8 +336,8 @@ def test_launch_variants(unroll, block_h, layout, pad, cap):
 
 def test_search_path_threshold_and_many_chunks(monkeypatch):
     """The one-launch search runs by default up to ``SEARCH_MAX`` row-map entries and the scatter above;
-    a row map of many ``_SEARCH_F`` chunks (40 tokens x 64 experts, the last chunk partial) finds
-    every row, padding rows zero, probs by column."""
+    a row map of several ``_SEARCH_F`` chunks (40 tokens x 64 experts, the last chunk partial) finds
+    every row, padding rows zero, probs by column, at every step width."""
     calls = []
     for name in ("search_gather_kernel", "permute_kernel"):
         real = getattr(permute_kernels, name)
@@ -360,14 +360,14 @@ def test_search_path_threshold_and_many_chunks(monkeypatch):
     probs = torch.rand((t, 3), generator=g)
     args = MoePermuteArgs(x, rmap, n, torch.rand((t, 2), generator=g), probs)
     want = ref.moe_permute(args)
-    monkeypatch.setattr(permute, "SEARCH_MAX", t * e)  # 2560 entries: 10 chunks of 256
+    monkeypatch.setattr(permute, "SEARCH_MAX", t * e)  # 2560 entries: 2 default steps of 2048, the second partial
     got = permute.moe_permute(args)
     monkeypatch.setattr(permute, "SEARCH_MAX", t * e - 1)
     scattered = permute.moe_permute(args)
     assert calls == ["search_gather_kernel", "permute_kernel"]
     for name, a, b, c in zip(("permuted", "scales", "probs"), got, want, scattered, strict=True):
         assert _bits_equal(a, b) and _bits_equal(c, b), name
-    for rows in (1, 4, 64):  # 4096, 1024 and 64 row-map entries a step: one step, three, forty
+    for rows in (1, 4, 16, 64):  # 4096, 1024, 256 and 64 row-map entries a step: one step, three, ten, forty
         wide = permute.moe_permute(args, search=True, search_rows=rows)
         for name, a, b in zip(("permuted", "scales", "probs"), wide, want, strict=True):
             assert _bits_equal(a, b), (name, rows)

@@ -24,11 +24,12 @@ __all__ = ["can_handle", "moe_permute", "row_sources"]
 #: Rows of a padding-row block; copies of a token a step (their row ids load together).
 _BLOCK_R = 16
 _UNROLL = 2
-#: The most row-map entries (tokens x experts) the one-launch search path scans per program (each
-#: 256-entry step costs ~0.75 us on the H200: DeepSeek-V3 at 16 tokens, 16 steps, took 13.7 us against
-#: the three launches' 6.8): DeepSeek-V3's 256 experts up to 4 tokens, Mixtral's 8 up to 128.
-SEARCH_MAX = 1024
-_SEARCH_F = 256  # row-map entries compared a step by default (16 rows x 256 entries)
+#: The most row-map entries (tokens x experts) the one-launch search path scans per program. Set from
+#: the Session-15 sweep on the H200 (``moe_permute_search_sweep.py``; benchmarks/issue5-targets.md): at 2
+#: rows a program the search beat the three launches up to 4096 entries on DeepSeek-V3, Qwen3-235B and
+#: Mixtral (DeepSeek-V3, 16 tokens: 4.3 us against 6.8), and lost at 8192 (9.2 against 7.1).
+SEARCH_MAX = 4096
+_SEARCH_F = 2048  # row-map entries compared a step by default (2 rows x 2048 entries; fastest or within 4% in the sweep)
 
 
 def can_handle(args: MoePermuteArgs) -> str | None:
@@ -73,7 +74,7 @@ def moe_permute(args: MoePermuteArgs, *, block_h: int | None = None, unroll: int
     ``gather``: the row-major form (``gather_kernel``: each permuted row reads its token; the same
     three launches); ``search``: the one-launch search path on or off (default: when ``T x E <=
     SEARCH_MAX``); ``search_rows``: its rows a program (a power of two; each step compares them with
-    ``4096 / search_rows`` row-map entries; default 16, for sweeps)."""
+    ``4096 / search_rows`` row-map entries; default 2, for sweeps)."""
     from turbo_triton.moe import permute_kernels as kern
 
     x, rmap, n = args.tokens, args.row_id_map, args.num_out
