@@ -209,8 +209,9 @@ def dequantize_fp4(args: DequantizeFp4Args, tile: Tile | None = None) -> torch.T
     s3 = s3 if s3.dim() == 3 else s3.unsqueeze(0)
     b = x3.shape[0]
     so = (r * 2 * h, 2 * h, 1) if row else (r * 2 * h, 1, r)
-    asm = (DEQ_ASM and FAST_ENABLED and args.out_dtype == torch.bfloat16 and not common.soft()
-           and torch.version.hip is None)
+    # the PTX decoder for every float out (fp32 / fp16 widen its exact bf16 pair: fp4_dequant_kernel)
+    asm = (DEQ_ASM and FAST_ENABLED and args.out_dtype in (torch.bfloat16, torch.float32, torch.float16)
+           and not common.soft() and torch.version.hip is None)
     # col-wise: 128 rows x 32 bytes on 8 warps, stored transposed (the MX FP8 col dequantize's shape);
     # row-wise with the PTX decoder 8 rows x 256 bytes on 4 warps (H200 sweep, session 11: 3806 GB/s
     # against 3637 for 16 x 128 x 4 and 3579 for 8 x 512 x 8)
@@ -225,7 +226,7 @@ def dequantize_fp4(args: DequantizeFp4Args, tile: Tile | None = None) -> torch.T
     bf16_bits = common.soft() and args.out_dtype == torch.bfloat16
     asm = asm and tile.block_n >= BS // 2
     kern.fp4_dequant_kernel[common.grid(b, r, h, tile)](
-        x3, s3, out.view(torch.int16) if bf16_bits or asm else out, r, h, x3.stride(0), x3.stride(1), s3.stride(0),
+        x3, s3, out.view(torch.int16) if bf16_bits or (asm and args.out_dtype == torch.bfloat16) else out, r, h, x3.stride(0), x3.stride(1), s3.stride(0),
         s3.stride(1), *so, BM=tile.block_m, BH=tile.block_n, ROUND_BF16=bf16_bits, TRANS=not row, ASM=asm,
         num_warps=tile.num_warps)
     return out

@@ -426,8 +426,10 @@ def fp4_dequant_kernel(x_ptr, s_ptr, out_ptr, R, H, sx_b, sx_r, ss_b, ss_r, so_b
     over packed data ``[B, R, H]`` (``H`` bytes a row, ``C = 2H`` values). Tiles of 16 bytes or more
     load each scale once a group; TRANS (col-wise data, written back transposed): the tile is
     stored transposed (``[2 BH, BM]``) so that consecutive ``r`` are consecutive in the output. ASM
-    (bf16 out on NVIDIA, ``out_ptr`` an int16 view, BH >= 16): each byte decoded to a bf16 pair by
-    ``_DEC_ASM`` (about 4 instructions an element against about 25)."""
+    (NVIDIA, BH >= 16): each byte decoded to a bf16 pair by ``_DEC_ASM`` (about 4 instructions an
+    element against about 25); bf16 out through an int16 view of ``out_ptr``. fp32 / fp16 out widen
+    that pair to fp32 and round it once: an E2M1 value times a power of two has at most two
+    significant bits, so the bf16 product is the exact fp32 product the reference rounds."""
     b, tm, tn, rows, hs = tile_of(tl.program_id(0), R, H, BM, BH)
     mask = (rows < R)[:, None] & (hs < H)[None, :]
     byte = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_r + hs[None, :], mask=mask, other=0).to(tl.int32)
@@ -439,6 +441,8 @@ def fp4_dequant_kernel(x_ptr, s_ptr, out_ptr, R, H, sx_b, sx_r, ss_b, ss_r, so_b
         lo, hi = tl.inline_asm_elementwise(_DEC_ASM, "=h,=h,r,r", [byte, expand(sc | (sc << 16), BM, BH, 1, 16)],
                                            dtype=(tl.int16, tl.int16), is_pure=True, pack=1)
         v = tl.reshape(tl.join(lo, hi), (BM, 2 * BH))
+        if out_ptr.dtype.element_ty != tl.int16:  # fp32 / fp16 out: the exact bf16 value widened, then rounded once
+            v = (v.to(tl.int32) << 16).to(tl.float32, bitcast=True).to(out_ptr.dtype.element_ty)
     else:
         if BH >= 16:
             blk = tn.to(tl.int64) * (BH // 16) + tl.arange(0, BH // 16)

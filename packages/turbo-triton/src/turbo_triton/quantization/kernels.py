@@ -80,20 +80,21 @@ def quant_groups_kernel(x_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_m,
 def rowwise_with_trans_kernel(x_ptr, q_ptr, s_ptr, a_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_m, sa_b, sa_n, eps,
                               BM: tl.constexpr, BN: tl.constexpr, FMAX: tl.constexpr, MB: tl.constexpr,
                               BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr, X_BITS: tl.constexpr,
-                              HW_SAT: tl.constexpr = False, ITERS: tl.constexpr = 1):
+                              HW_SAT: tl.constexpr = False, ITERS: tl.constexpr = 1, STAGES: tl.constexpr = 1):
     """ROWWISE ``quantize_fp8_with_trans``'s first pass. A program walks ``ITERS`` tiles of ``BM`` whole
     rows (``BN >= N``) down M, quantizing each row with one scale (as ``quant_groups_kernel`` with
     ``GN = BN``: ``q`` ``[B, M, N]`` row-major, ``scale_inv`` at ``b*ss_b + i*ss_m``) and keeping the
     running column amax, which it merges once into the int32 buffer ``a`` (bits of ``|x|``,
     ``atomic_max``, as ``amax_kernel``) for the column copy's ``scale_kernel`` + ``cast_kernel``: ``x`` is
-    read twice for both copies instead of three times."""
+    read twice for both copies instead of three times. ``STAGES`` > 1 software-pipelines the row loads
+    across the walk (``tl.range(num_stages=STAGES)``)."""
     tiles_m = tl.cdiv(M, BM * ITERS)
     pid = tl.program_id(0)
     tm0 = pid % tiles_m
     b = (pid // tiles_m).to(tl.int64)
     cols = tl.arange(0, BN).to(tl.int64)
     col_amax = tl.zeros((BN,), dtype=tl.float32)
-    for i in range(ITERS):
+    for i in tl.range(ITERS, num_stages=STAGES):
         tm = tm0 * ITERS + i
         rows = tm.to(tl.int64) * BM + tl.arange(0, BM)
         mask = (rows < M)[:, None] & (cols < N)[None, :]

@@ -86,11 +86,13 @@ def _mx(x: torch.Tensor, dtype: torch.dtype, row_2d: bool, col_2d: bool, tile: T
     return q_row, s_row, q_col, s_col
 
 
-def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None):
+def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None, row_tile: Tile | None = None,
+             stages: int = 1):
     """ROWWISE both ways (``x`` ``[(B,) M, N]``): rows up to ``ROW_FUSED_MAX`` long are quantized by
     ``rowwise_with_trans_kernel``, which also gathers the column amax, then the column copy is cast
     (two reads of x); longer rows take two ``quantize_fp8`` calls. Each copy equals ``quantize_fp8``
-    along its axis, bit for bit."""
+    along its axis, bit for bit. ``row_tile`` (its ``iters`` = row tiles a program walks) and
+    ``stages`` override the first kernel's launch (sweeps)."""
     from turbo_triton.quantization import kernels, quantize
 
     *batch, m, n = x.shape
@@ -106,7 +108,7 @@ def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None):
     s_col = torch.empty((*batch, 1, n), dtype=torch.float32, device=dev)
     x3 = common.view3(x, b, m, n)
     bn = triton.next_power_of_2(n)
-    r_tile = tile or common.pick(m, n, 1, bn, cap_n=max(bn, 1024))
+    r_tile = row_tile or tile or common.pick(m, n, 1, bn, cap_n=max(bn, 1024))
     common.check_tile(r_tile, 1, bn)
     iters = common.amax_iters(b, m, bn, r_tile, True)  # one atomic per column per ITERS row tiles
     amax = torch.zeros((b, 1, n), dtype=torch.int32, device=dev)
@@ -114,7 +116,7 @@ def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None):
     kernels.rowwise_with_trans_kernel[(b * triton.cdiv(m, r_tile.block_m * iters),)](
         xa, common.data_arg(q_row), s_row, amax, m, n, *x3.stride(), m, 1, amax.stride(0), amax.stride(2),
         common.eps(), BM=r_tile.block_m, BN=r_tile.block_n, **common.fmt_constexprs(dtype), X_BITS=x_bits,
-        **common.hw_sat(), ITERS=iters, num_warps=r_tile.num_warps)
+        **common.hw_sat(), ITERS=iters, STAGES=stages, num_warps=r_tile.num_warps)
     c_tile = tile or common.pick_amax_cast(b, m, n, True, False)[1]
     common.check_tile(c_tile, 1, 1)
     quantize.scale_cast(x3, q_col.view(b, m, n), s_col.view(b, 1, n), amax, True, False, dtype, c_tile)
