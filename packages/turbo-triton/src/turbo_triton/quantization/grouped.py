@@ -20,7 +20,8 @@ FP8 MX, axis 1 / 0              groups padded to 32 / 128      map + ``grouped_q
 FP8 BLOCKWISE with_trans        tight row + bs-padded col      map + ``grouped_blockwise_with_trans_kernel``
 FP8 MX with_trans               row 32-, col 128-padded        map + ``grouped_mx_with_trans_kernel``
 FP4, axis 1                     tight                          the dense ``quantize_fp4`` launcher
-FP4, axis 0 / with_trans        groups padded to 512 (col)     map + the grouped MX kernels (``FP4``)
+FP4, axis 0 / with_trans        groups padded to 512 (col)     map + the grouped MX kernels (``FP4``); bf16
+                                                               axis 0: a pair kernel (``grouped_fp4_kernels``)
 dequantize, padded layouts      ``[total_M, ...]``             ``unpad_map_kernel`` + ``grouped_dequant_kernel``
 ==============================  =============================  ================================================
 
@@ -201,8 +202,21 @@ def _blockwise_rowwise(x, dtype, bs, tile):
     return q, s
 
 
-def _quantize_padded(x, dtype, gran, lens, offs, ax, bs, tile, fp4=False):
-    """One direction of a padded layout: ``(q, s, lens_pad, offs_pad)``."""
+def _fp4_pairs(x: torch.Tensor, tile: Tile | None, fast: bool | None) -> bool:
+    """Whether an MXFP4 col-wise or with_trans call takes the pair kernels (``grouped_fp4_kernels``):
+    where the dense launcher takes them (``fp4._pairs``: bf16 ``x``, not ROCm; ``fp4._pairs_ok``: a
+    tile of 32 rows or more with two pairs an encoder instance). ``fast`` None: also
+    ``fp4.FAST_ENABLED`` (the dense launchers' switch); True: the conditions alone; False: never."""
+    from turbo_triton.quantization import fp4
+
+    if fast is False or x.dtype != torch.bfloat16 or torch.version.hip is not None:
+        return False
+    return (fast or fp4.FAST_ENABLED) and (tile is None or fp4._pairs_ok(tile))
+
+
+def _quantize_padded(x, dtype, gran, lens, offs, ax, bs, tile, fp4=False, fast=None):
+    """One direction of a padded layout: ``(q, s, lens_pad, offs_pad)``; ``fast``: see the public
+    launchers."""
     from turbo_triton.quantization import grouped_kernels as kern
 
     m, n = x.shape
@@ -230,6 +244,9 @@ def _quantize_padded(x, dtype, gran, lens, offs, ax, bs, tile, fp4=False):
             num_warps=tile.num_warps)
         return q, s, lens_pad, offs_pad
     row = ax == 1
+    if fp4 and _fp4_pairs(x, tile, fast):
+        _fp4_pairs_col(x, src, q, s, m_pad, tile)
+        return q, s, lens_pad, offs_pad
     n_ext = data_shape[1] if row else n
     gm, gn = (1, 32) if row else (32, 1)
     tile = _tile(tile, m_pad, n_ext, gm, gn, mx=fp4 or not row)  # MX FP8 rows: the row-direction tile
@@ -241,6 +258,20 @@ def _quantize_padded(x, dtype, gran, lens, offs, ax, bs, tile, fp4=False):
         *x.stride(), q_row_len, scale_shape[1], BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, ROW=row,
         FP4=fp4, **fmt, EMAX=0 if fp4 else common.mx_emax_of(dtype), X_BITS=x_bits, num_warps=tile.num_warps)
     return q, s, lens_pad, offs_pad
+
+
+def _fp4_pairs_col(x, src, q, s, m_pad, tile):
+    """MXFP4 col-wise by ``grouped_fp4_pairs_col_kernel`` (``q [N, m_pad/2]``, ``s [N, m_pad/32]``)."""
+    from turbo_triton.quantization import fp4
+    from turbo_triton.quantization import grouped_fp4_kernels as kern4
+
+    n = x.shape[1]
+    # The dense col-wise pair tile (fp4.COL_TILE: 64 x 128 x 2 on the GPU) over the padded extent.
+    tile = tile or fp4._pairs_tile(m_pad, n, 1, fp4.COL_TILE)
+    common.check_tile(tile, 32, 1)
+    kern4.grouped_fp4_pairs_col_kernel[common.grid(1, m_pad, n, tile)](
+        x.view(torch.int16), src, q.view(torch.uint8), s.view(torch.uint8), m_pad, n, *x.stride(),
+        BM=tile.block_m, BN=tile.block_n, ASM=not common.soft(), F32MUL=fp4.F32MUL, num_warps=tile.num_warps)
 
 
 def grouped_quantize_fp8(args: GroupedQuantizeFp8Args, tile: Tile | None = None):
@@ -310,9 +341,17 @@ def grouped_quantize_fp8_with_trans(args: GroupedQuantizeFp8WithTransArgs, tile:
 
 # -- FP4 quantization --------------------------------------------------------------------------------------
 
-def grouped_quantize_fp4(args: GroupedQuantizeFp4Args, tile: Tile | None = None):
+def grouped_quantize_fp4(args: GroupedQuantizeFp4Args, tile: Tile | None = None, *, fast: bool | None = None):
     """``(q, scale_inv, group_lens_padded, group_offs_padded)``: row-wise tight (the dense
-    launcher), col-wise each group padded to 512 rows."""
+    launcher), col-wise each group padded to 512 rows (``q [N, M_c/2]``, ``scale_inv [N, M_c/32]``);
+    ``tile`` (over the padded extent ``[M_c, N]``) overrides the heuristic.
+
+    Col-wise, ``fast`` picks the kernel: None (default) the pair kernel
+    (``grouped_fp4_pairs_col_kernel``, the dense col-wise PAIRS path through the row map) where the
+    dense launcher would take it (bf16 ``x``, not ROCm, ``fp4.FAST_ENABLED``, a tile it takes:
+    ``_fp4_pairs``), else the generic ``grouped_quant_mx_kernel``; True: the pair kernel wherever
+    it applies, whatever ``fp4.FAST_ENABLED``; False: always the generic kernel (side-by-side
+    timing). Both give the same bits. Row-wise ignores it."""
     ax = normalize_axis(args.axis, 2)
     if ax == 1:
         from turbo_triton.quantization import fp4
@@ -320,7 +359,7 @@ def grouped_quantize_fp4(args: GroupedQuantizeFp4Args, tile: Tile | None = None)
         q, s = fp4.quantize_fp4(QuantizeFp4Args(args.x, args.out_dtype, 1, args.block_size, args.recipe), tile)
         return q, s, args.group_lens.clone(), args.group_offs.clone()
     return _quantize_padded(args.x, args.out_dtype, G.MX_BLOCKWISE, args.group_lens, args.group_offs, 0, None,
-                            tile, fp4=True)
+                            tile, fp4=True, fast=fast)
 
 
 def grouped_quantize_fp4_with_trans(args: GroupedQuantizeFp4WithTransArgs, tile: Tile | None = None):

@@ -1,0 +1,134 @@
+"""The fast paths of the TRITON grouped quantization kernels (the dense launchers' faster code
+paths read through the grouped row maps) against the TORCH reference bit for bit, CPU
+interpreter, with the old path (``fast=False``) beside them:
+
+* MXFP4 col-wise, bf16: ``grouped_fp4_pairs_col_kernel`` (even/odd padded rows, ``_pairs_col``).
+
+Every case runs ``fast`` None (the default heuristic), True and False; a spy on the fast kernel
+checks which path ran: bf16 takes it unless ``fast=False``, fp32/fp16 never (the old path runs).
+Inputs: an empty group, group lengths that are no multiple of 32, rows past the last group,
+odd ``N`` and ``N`` past one tile, NaN/Inf, all-zero blocks, -0.0, subnormals; forced small
+tiles (several programs a group, ragged edges) and the default ones.
+"""
+
+import pytest
+import torch
+from bit_compare import assert_same
+
+from turbo_core.dispatch.specs.quantization import GroupedQuantizeFp4Args
+from turbo_core.low_precision import FLOAT4_E2M1FN_X2
+from turbo_core.reference import quantization as ref
+from turbo_triton.quantization import grouped, grouped_fp4_kernels
+from turbo_triton.quantization.common import Tile
+
+FP4 = FLOAT4_E2M1FN_X2
+
+pytestmark = pytest.mark.skipif(FP4 is None, reason="torch without float4_e2m1fn_x2")
+
+# (group lens, rows past the last group, N, index dtype): an empty group, lengths that are no
+# multiple of 32 (33, 7, 31, 100), odd N below one 128-wide tile and N past it.
+CASES = {
+    "odd": ([33, 0, 64, 7], 5, 67, torch.int64),
+    "wide": ([0, 100, 31], 0, 130, torch.int32),
+}
+FASTS = [None, True, False]
+
+
+def _groups(case: str):
+    lens_list, tail, n, idx = CASES[case]
+    m = sum(lens_list) + tail
+    lens = torch.tensor(lens_list, dtype=idx)
+    offs = torch.tensor([0, *torch.tensor(lens_list).cumsum(0).tolist()], dtype=idx)
+    return m, n, lens, offs
+
+
+def _input(m: int, n: int, dtype: torch.dtype, seed: int, special: bool = True) -> torch.Tensor:
+    """Gaussian with magnitudes spread over columns, every 7th value tiny (bf16 subnormals); with
+    ``special`` an all-zero column and row (zero blocks both ways), -0.0, NaN, +-Inf."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, n, generator=g) * torch.logspace(-3, 3, n)
+    x.view(-1)[::7] *= 1e-37
+    if special:
+        x[:, 3] = 0
+        x[4] = 0
+        x[6, 5] = -0.0
+        x[2, 9] = float("nan")
+        x[40, n - 1] = float("inf")
+        x[m - 2, 1] = -float("inf")
+    return x.to(dtype)
+
+
+class _Spy:
+    """Counts the launches of a Triton kernel (``kernel[grid](...)``) and runs them."""
+
+    def __init__(self, kernel):
+        self.kernel, self.calls = kernel, 0
+
+    def __getitem__(self, grid):
+        self.calls += 1
+        return self.kernel[grid]
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    def make(module, name):
+        s = _Spy(getattr(module, name))
+        monkeypatch.setattr(module, name, s)
+        return s
+    return make
+
+
+def _assert_all_same(actual, expected, what):
+    assert len(actual) == len(expected), what
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        assert_same(a, e, f"{what} output {i}")
+
+
+# -- MXFP4 col-wise --------------------------------------------------------------------------------------
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast={f}")
+@pytest.mark.parametrize("tile", [None, Tile(32, 32, 1), Tile(64, 16, 1)], ids=lambda t: f"tile={t}")
+@pytest.mark.parametrize("case", list(CASES))
+def test_fp4_col_bf16(case, tile, fast, spy):
+    m, n, lens, offs = _groups(case)
+    x = _input(m, n, torch.bfloat16, seed=m + n)
+    s = spy(grouped_fp4_kernels, "grouped_fp4_pairs_col_kernel")
+    args = GroupedQuantizeFp4Args(x, FP4, lens, offs, 0)
+    _assert_all_same(grouped.grouped_quantize_fp4(args, tile, fast=fast), ref.grouped_quantize_fp4(args),
+                     f"fp4 col {case} fast={fast}")
+    assert s.calls == (0 if fast is False else 1)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast={f}")
+@pytest.mark.parametrize("in_dtype", [torch.float32, torch.float16], ids=str)
+def test_fp4_col_not_bf16(in_dtype, fast, spy):
+    m, n, lens, offs = _groups("odd")
+    x = _input(m, n, in_dtype, seed=3)
+    s = spy(grouped_fp4_kernels, "grouped_fp4_pairs_col_kernel")
+    args = GroupedQuantizeFp4Args(x, FP4, lens, offs, 0)
+    _assert_all_same(grouped.grouped_quantize_fp4(args, fast=fast), ref.grouped_quantize_fp4(args),
+                     f"fp4 col {in_dtype} fast={fast}")
+    assert s.calls == 0
+
+
+# Transposed (strided) bf16 input, a tile too small for the pair kernel (it falls back), every group
+# empty, and groups claiming more rows than x has (the row map reads zeros for them).
+@pytest.mark.parametrize("what", ["strided", "small-tile", "all-empty", "overclaimed"])
+def test_fp4_col_odd_inputs(what, spy):
+    m, n, lens, offs = _groups("odd")
+    tile, calls = None, 1
+    x = _input(m, n, torch.bfloat16, seed=5, special=False)
+    if what == "strided":
+        x = _input(n, m, torch.bfloat16, seed=5, special=False).t()
+    elif what == "small-tile":
+        tile, calls = Tile(64, 4), 0  # 256 elements on 4 warps: fewer than two pairs a thread
+    elif what == "all-empty":
+        lens, offs = torch.zeros(3, dtype=torch.int64), torch.zeros(4, dtype=torch.int64)
+    else:
+        lens, offs = torch.tensor([60, 60]), torch.tensor([0, 60, 120])
+    s = spy(grouped_fp4_kernels, "grouped_fp4_pairs_col_kernel")
+    args = GroupedQuantizeFp4Args(x, FP4, lens, offs, 0)
+    _assert_all_same(grouped.grouped_quantize_fp4(args, tile), ref.grouped_quantize_fp4(args), f"fp4 col {what}")
+    assert s.calls == calls
