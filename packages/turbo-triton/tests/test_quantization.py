@@ -413,6 +413,21 @@ def test_rowwise_with_trans_paths(monkeypatch, case):
     _check_with_trans(QuantizeFp8WithTransArgs(x, E5M2, "ROWWISE"), tile)
 
 
+@pytest.mark.parametrize("partial", [True, False], ids=["partials", "atomics"])
+def test_rowwise_with_trans_column_amax_merge(partial):
+    """The column amax merged across programs both ways: per-program partials reduced by
+    ``partial_scale_kernel`` (90 programs a batch: several 8-row steps, the last partial; 300 columns:
+    the last 128-column block partial), and ``atomic_max``; a NaN column and an Inf column kept."""
+    x = _input((2, 90, 300), torch.float32, seed=61)
+    x[1, 40, 7] = math.nan
+    x[0, 3, 299] = math.inf
+    got = quantize_with_trans._rowwise(x, E4M3, None, Tile(1, 512, 4, 1), 1, partial)
+    for pair, axis in ((got[:2], -1), (got[2:], -2)):
+        want = quantize.quantize_fp8(_quant_args(x, E4M3, "ROWWISE", axis))
+        assert_same(pair[0], want[0], f"q axis {axis}")
+        assert_same(pair[1], want[1], f"scale axis {axis}")
+
+
 # -- dequantize_fp8 -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)

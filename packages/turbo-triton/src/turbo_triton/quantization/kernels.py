@@ -17,7 +17,8 @@ divide the tile), so a tile holds whole groups and is read from memory once:
 * ``blockwise_with_trans_kernel`` / ``mx_with_trans_kernel``: both directions from one read of
   each tile (row copy and column copy with their own scales).
 * ``rowwise_with_trans_kernel``: ROWWISE both ways in two reads: whole rows quantized while their
-  column amax is gathered, then ``scale_kernel`` + ``cast_kernel`` for the column copy.
+  column amax is gathered (per-program partials, ``partial_scale_kernel``; or atomics and
+  ``scale_kernel``), then ``cast_kernel`` for the column copy.
 * ``dequant_kernel`` / ``mx_dequant_kernel``: ``q * scale_inv``, each scale a tile needs loaded
   once and broadcast (gathered per element only for block sizes that are no power of two),
   output strides given (the MX col-wise data comes back transposed).
@@ -80,14 +81,18 @@ def quant_groups_kernel(x_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_m,
 def rowwise_with_trans_kernel(x_ptr, q_ptr, s_ptr, a_ptr, M, N, sx_b, sx_m, sx_n, ss_b, ss_m, sa_b, sa_n, eps,
                               BM: tl.constexpr, BN: tl.constexpr, FMAX: tl.constexpr, MB: tl.constexpr,
                               BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr, X_BITS: tl.constexpr,
-                              HW_SAT: tl.constexpr = False, ITERS: tl.constexpr = 1, STAGES: tl.constexpr = 1):
+                              HW_SAT: tl.constexpr = False, ITERS: tl.constexpr = 1, STAGES: tl.constexpr = 1,
+                              PARTIAL: tl.constexpr = False):
     """ROWWISE ``quantize_fp8_with_trans``'s first pass. A program walks ``ITERS`` tiles of ``BM`` whole
     rows (``BN >= N``) down M, quantizing each row with one scale (as ``quant_groups_kernel`` with
     ``GN = BN``: ``q`` ``[B, M, N]`` row-major, ``scale_inv`` at ``b*ss_b + i*ss_m``) and keeping the
     running column amax, which it merges once into the int32 buffer ``a`` (bits of ``|x|``,
     ``atomic_max``, as ``amax_kernel``) for the column copy's ``scale_kernel`` + ``cast_kernel``: ``x`` is
     read twice for both copies instead of three times. ``STAGES`` > 1 software-pipelines the row loads
-    across the walk (``tl.range(num_stages=STAGES)``)."""
+    across the walk (``tl.range(num_stages=STAGES)``). PARTIAL: no atomics; each program stores its
+    column amax bits as row ``(b, program)`` of a ``[B, P, N]`` int32 buffer at ``a_ptr``, which
+    ``partial_scale_kernel`` reduces (every program hits the same N addresses, so the atomics
+    serialize: H200 session 15, 1.8 M of them cost about as much as the row pass itself)."""
     tiles_m = tl.cdiv(M, BM * ITERS)
     pid = tl.program_id(0)
     tm0 = pid % tiles_m
@@ -103,7 +108,31 @@ def rowwise_with_trans_kernel(x_ptr, q_ptr, s_ptr, a_ptr, M, N, sx_b, sx_m, sx_n
         _fp32_groups(x, rows, cols, mask, tm, tm * 0, M, N, q_ptr, q_offs, s_ptr + b * ss_b, ss_m, ss_m, eps,
                      BM, BN, 1, BN, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
         col_amax = nan_max(col_amax, tl.reduce(tl.abs(x), 0, nan_max))  # masked elements load as 0
-    tl.atomic_max(a_ptr + b * sa_b + cols * sa_n, col_amax.to(tl.int32, bitcast=True), mask=cols < N)
+    if PARTIAL:
+        tl.store(a_ptr + (b * tiles_m + tm0) * N + cols, col_amax.to(tl.int32, bitcast=True), mask=cols < N)
+    else:
+        tl.atomic_max(a_ptr + b * sa_b + cols * sa_n, col_amax.to(tl.int32, bitcast=True), mask=cols < N)
+
+
+@triton.jit
+def partial_scale_kernel(p_ptr, scale_ptr, s_ptr, P, N, eps, FMAX: tl.constexpr, BP: tl.constexpr,
+                         BN: tl.constexpr):
+    """``scale`` and ``scale_inv`` (fp32 ``[B, N]``) of the column amax held as per-program partial
+    bits ``p [B, P, N]`` (int32 bits of ``|x|`` maxima, ``rowwise_with_trans_kernel`` PARTIAL): the max
+    over P (as ints, so a NaN stays a NaN, as ``atomic_max`` on the bits), then ``fp32_scale``."""
+    tiles_n = tl.cdiv(N, BN)
+    pid = tl.program_id(0)
+    b = (pid // tiles_n).to(tl.int64)
+    cols = (pid % tiles_n).to(tl.int64) * BN + tl.arange(0, BN)
+    base = p_ptr + b * P * N + cols[None, :]
+    acc = tl.zeros((BP, BN), dtype=tl.int32)
+    for p0 in range(0, P, BP):
+        rows = p0 + tl.arange(0, BP)
+        mask = (rows < P)[:, None] & (cols < N)[None, :]
+        acc = tl.maximum(acc, tl.load(base + rows[:, None].to(tl.int64) * N, mask=mask, other=0))
+    scale, s_inv = fp32_scale(tl.max(acc, 0), eps, FMAX)
+    tl.store(scale_ptr + b * N + cols, scale, mask=cols < N)
+    tl.store(s_ptr + b * N + cols, s_inv, mask=cols < N)
 
 
 @triton.jit

@@ -90,20 +90,22 @@ def _launch_amax_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, red_m
     scale_cast(x3, q, s3, amax, red_m, red_n, dtype, c_tile, q_transposed)
 
 
-def scale_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, amax: torch.Tensor, red_m: bool, red_n: bool,
-               dtype: torch.dtype, c_tile: Tile, q_transposed: bool = False) -> None:
+def scale_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, amax: torch.Tensor | None, red_m: bool,
+               red_n: bool, dtype: torch.dtype, c_tile: Tile, q_transposed: bool = False,
+               scales: torch.Tensor | None = None) -> None:
     """The second pass of the two-pass path: the cast of ``x3`` from the amax bits in ``amax``
-    (shaped like ``s3``); reductions over M first turn the amax into scales once (``scale_kernel``)."""
+    (shaped like ``s3``); reductions over M first turn the amax into scales once (``scale_kernel``),
+    unless ``scales`` (fp32, shaped like ``s3``, ``s3`` already written) are given."""
     from turbo_triton.quantization import kernels
 
     b, m, n = x3.shape
-    sa = amax.stride()
+    sa = (scales if scales is not None else amax).stride()
     xa, x_bits = common.x_arg(x3)
     flags = dict(RED_M=red_m, RED_N=red_n, X_BITS=x_bits)
     fmt = common.fmt_constexprs(dtype)
     scaled = red_m
-    a_arg = amax
-    if scaled:
+    a_arg = scales if scales is not None else amax
+    if scaled and scales is None:
         a_arg = torch.empty(amax.shape, dtype=torch.float32, device=x3.device)
         kernels.scale_kernel[(triton.cdiv(amax.numel(), 1024),)](amax, a_arg, s3, amax.numel(), common.eps(),
                                                                 FMAX=fmt["FMAX"], BLOCK=1024, num_warps=4)

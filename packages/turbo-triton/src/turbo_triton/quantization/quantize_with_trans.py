@@ -24,6 +24,8 @@ from turbo_triton.quantization.common import Tile
 __all__ = ["can_handle", "quantize_fp8_with_trans"]
 
 G = ScalingGranularity
+#: partial_scale_kernel's tile: 8 partial rows x 128 columns a step
+_PARTIAL_BP, _PARTIAL_BN = 8, 128
 
 
 def can_handle(args: QuantizeFp8WithTransArgs) -> str | None:
@@ -87,12 +89,13 @@ def _mx(x: torch.Tensor, dtype: torch.dtype, row_2d: bool, col_2d: bool, tile: T
 
 
 def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None, row_tile: Tile | None = None,
-             stages: int = 1):
+             stages: int = 1, partial: bool = True):
     """ROWWISE both ways (``x`` ``[(B,) M, N]``): rows up to ``ROW_FUSED_MAX`` long are quantized by
     ``rowwise_with_trans_kernel``, which also gathers the column amax, then the column copy is cast
     (two reads of x); longer rows take two ``quantize_fp8`` calls. Each copy equals ``quantize_fp8``
-    along its axis, bit for bit. ``row_tile`` (its ``iters`` = row tiles a program walks) and
-    ``stages`` override the first kernel's launch (sweeps)."""
+    along its axis, bit for bit. ``row_tile`` (its ``iters`` = row tiles a program walks), ``stages``
+    and ``partial`` (column amax as per-program partials, not atomics) set the first kernel's launch
+    (sweeps)."""
     from turbo_triton.quantization import kernels, quantize
 
     *batch, m, n = x.shape
@@ -110,16 +113,26 @@ def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None, row_tile: T
     bn = triton.next_power_of_2(n)
     r_tile = row_tile or tile or common.pick(m, n, 1, bn, cap_n=max(bn, 1024))
     common.check_tile(r_tile, 1, bn)
-    iters = common.amax_iters(b, m, bn, r_tile, True)  # one atomic per column per ITERS row tiles
-    amax = torch.zeros((b, 1, n), dtype=torch.int32, device=dev)
+    iters = common.amax_iters(b, m, bn, r_tile, True)  # one column amax per ITERS row tiles
+    programs = triton.cdiv(m, r_tile.block_m * iters)
+    amax = (torch.empty((b, programs, n), dtype=torch.int32, device=dev) if partial
+            else torch.zeros((b, 1, n), dtype=torch.int32, device=dev))
     xa, x_bits = common.x_arg(x3)
-    kernels.rowwise_with_trans_kernel[(b * triton.cdiv(m, r_tile.block_m * iters),)](
+    fmt = common.fmt_constexprs(dtype)
+    kernels.rowwise_with_trans_kernel[(b * programs,)](
         xa, common.data_arg(q_row), s_row, amax, m, n, *x3.stride(), m, 1, amax.stride(0), amax.stride(2),
-        common.eps(), BM=r_tile.block_m, BN=r_tile.block_n, **common.fmt_constexprs(dtype), X_BITS=x_bits,
-        **common.hw_sat(), ITERS=iters, STAGES=stages, num_warps=r_tile.num_warps)
+        common.eps(), BM=r_tile.block_m, BN=r_tile.block_n, **fmt, X_BITS=x_bits,
+        **common.hw_sat(), ITERS=iters, STAGES=stages, PARTIAL=partial, num_warps=r_tile.num_warps)
     c_tile = tile or common.pick_amax_cast(b, m, n, True, False)[1]
     common.check_tile(c_tile, 1, 1)
-    quantize.scale_cast(x3, q_col.view(b, m, n), s_col.view(b, 1, n), amax, True, False, dtype, c_tile)
+    scales = None
+    if partial:
+        scales = torch.empty((b, 1, n), dtype=torch.float32, device=dev)
+        kernels.partial_scale_kernel[(b * triton.cdiv(n, _PARTIAL_BN),)](
+            amax, scales, s_col, programs, n, common.eps(), FMAX=fmt["FMAX"], BP=_PARTIAL_BP, BN=_PARTIAL_BN,
+            num_warps=4)
+    quantize.scale_cast(x3, q_col.view(b, m, n), s_col.view(b, 1, n), None if partial else amax, True, False,
+                        dtype, c_tile, scales=scales)
     return q_row, s_row, q_col, s_col
 
 
