@@ -89,7 +89,7 @@ def _mx(x: torch.Tensor, dtype: torch.dtype, row_2d: bool, col_2d: bool, tile: T
 
 
 def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None, row_tile: Tile | None = None,
-             stages: int = 1, partial: bool = True):
+             stages: int = 3, partial: bool = True):
     """ROWWISE both ways (``x`` ``[(B,) M, N]``): rows up to ``ROW_FUSED_MAX`` long are quantized by
     ``rowwise_with_trans_kernel``, which also gathers the column amax, then the column copy is cast
     (two reads of x); longer rows take two ``quantize_fp8`` calls. Each copy equals ``quantize_fp8``
@@ -113,7 +113,11 @@ def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None, row_tile: T
     bn = triton.next_power_of_2(n)
     r_tile = row_tile or tile or common.pick(m, n, 1, bn, cap_n=max(bn, 1024))
     common.check_tile(r_tile, 1, bn)
-    iters = common.amax_iters(b, m, bn, r_tile, True)  # one column amax per ITERS row tiles
+    # One column amax per ITERS row tiles, 256 programs at least: the H200 sweep (session 15,
+    # quant_rowwise_with_trans_sweep.py) wanted 32-64 rows a program (fewer: more partials to write and
+    # read back; as atomics, contention) with 3 pipeline stages: 197-205 us at 16384 x 7168 against 267
+    # for the two quantize_fp8 calls, where 4 rows a program took 440.
+    iters = common.amax_iters(b, m, bn, r_tile, True, programs=256)
     programs = triton.cdiv(m, r_tile.block_m * iters)
     amax = (torch.empty((b, programs, n), dtype=torch.int32, device=dev) if partial
             else torch.zeros((b, 1, n), dtype=torch.int32, device=dev))
