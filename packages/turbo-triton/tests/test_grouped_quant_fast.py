@@ -3,6 +3,8 @@ paths read through the grouped row maps) against the TORCH reference bit for bit
 interpreter, with the old path (``fast=False``) beside them:
 
 * MXFP4 col-wise, bf16: ``grouped_fp4_pairs_col_kernel`` (even/odd padded rows, ``_pairs_col``).
+* MXFP4 with_trans, bf16: ``grouped_fp4_pairs_with_trans_kernel`` (``_pairs_row`` twice through
+  ``dst``, ``_pairs_col``).
 
 Every case runs ``fast`` None (the default heuristic), True and False; a spy on the fast kernel
 checks which path ran: bf16 takes it unless ``fast=False``, fp32/fp16 never (the old path runs).
@@ -15,7 +17,7 @@ import pytest
 import torch
 from bit_compare import assert_same
 
-from turbo_core.dispatch.specs.quantization import GroupedQuantizeFp4Args
+from turbo_core.dispatch.specs.quantization import GroupedQuantizeFp4Args, GroupedQuantizeFp4WithTransArgs
 from turbo_core.low_precision import FLOAT4_E2M1FN_X2
 from turbo_core.reference import quantization as ref
 from turbo_triton.quantization import grouped, grouped_fp4_kernels
@@ -32,6 +34,10 @@ CASES = {
     "wide": ([0, 100, 31], 0, 130, torch.int32),
 }
 FASTS = [None, True, False]
+
+
+def _tile_id(t) -> str:
+    return f"{t.block_m}x{t.block_n}x{t.num_warps}" if t else "auto"
 
 
 def _groups(case: str):
@@ -87,8 +93,8 @@ def _assert_all_same(actual, expected, what):
 # -- MXFP4 col-wise --------------------------------------------------------------------------------------
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast={f}")
-@pytest.mark.parametrize("tile", [None, Tile(32, 32, 1), Tile(64, 16, 1)], ids=lambda t: f"tile={t}")
+@pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast{f}")
+@pytest.mark.parametrize("tile", [None, Tile(32, 32, 1), Tile(64, 16, 1)], ids=_tile_id)
 @pytest.mark.parametrize("case", list(CASES))
 def test_fp4_col_bf16(case, tile, fast, spy):
     m, n, lens, offs = _groups(case)
@@ -101,7 +107,7 @@ def test_fp4_col_bf16(case, tile, fast, spy):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast={f}")
+@pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast{f}")
 @pytest.mark.parametrize("in_dtype", [torch.float32, torch.float16], ids=str)
 def test_fp4_col_not_bf16(in_dtype, fast, spy):
     m, n, lens, offs = _groups("odd")
@@ -131,4 +137,58 @@ def test_fp4_col_odd_inputs(what, spy):
     s = spy(grouped_fp4_kernels, "grouped_fp4_pairs_col_kernel")
     args = GroupedQuantizeFp4Args(x, FP4, lens, offs, 0)
     _assert_all_same(grouped.grouped_quantize_fp4(args, tile), ref.grouped_quantize_fp4(args), f"fp4 col {what}")
+    assert s.calls == calls
+
+
+# -- MXFP4 with_trans ------------------------------------------------------------------------------------
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast{f}")
+@pytest.mark.parametrize("tile", [None, Tile(32, 32, 1), Tile(64, 64, 2)], ids=_tile_id)
+@pytest.mark.parametrize("case", list(CASES))
+def test_fp4_with_trans_bf16(case, tile, fast, spy):
+    m, n, lens, offs = _groups(case)
+    x = _input(m, n, torch.bfloat16, seed=2 * m + n)
+    s = spy(grouped_fp4_kernels, "grouped_fp4_pairs_with_trans_kernel")
+    args = GroupedQuantizeFp4WithTransArgs(x, FP4, lens, offs)
+    _assert_all_same(grouped.grouped_quantize_fp4_with_trans(args, tile, fast=fast),
+                     ref.grouped_quantize_fp4_with_trans(args), f"fp4 with_trans {case} fast={fast}")
+    assert s.calls == (0 if fast is False else 1)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast{f}")
+@pytest.mark.parametrize("in_dtype", [torch.float32, torch.float16], ids=str)
+def test_fp4_with_trans_not_bf16(in_dtype, fast, spy):
+    m, n, lens, offs = _groups("wide")
+    x = _input(m, n, in_dtype, seed=7)
+    s = spy(grouped_fp4_kernels, "grouped_fp4_pairs_with_trans_kernel")
+    args = GroupedQuantizeFp4WithTransArgs(x, FP4, lens, offs)
+    _assert_all_same(grouped.grouped_quantize_fp4_with_trans(args, fast=fast),
+                     ref.grouped_quantize_fp4_with_trans(args), f"fp4 with_trans {in_dtype} fast={fast}")
+    assert s.calls == 0
+
+
+# Strided bf16 input, a tile the pair kernel declines, every group empty (all rows are the tight row
+# copy's tail), groups claiming more rows than x has, no rows at all.
+@pytest.mark.parametrize("what", ["strided", "small-tile", "all-empty", "overclaimed", "no-rows"])
+def test_fp4_with_trans_odd_inputs(what, spy):
+    m, n, lens, offs = _groups("odd")
+    tile, calls = None, 1
+    x = _input(m, n, torch.bfloat16, seed=9, special=False)
+    if what == "strided":
+        x = _input(n, m, torch.bfloat16, seed=9, special=False).t()
+    elif what == "small-tile":
+        tile, calls = Tile(32, 32, 8), 0  # 1024 elements on 8 warps: fewer than two pairs a thread
+    elif what == "all-empty":
+        lens, offs = torch.zeros(3, dtype=torch.int64), torch.zeros(4, dtype=torch.int64)
+    elif what == "overclaimed":
+        lens, offs = torch.tensor([60, 60]), torch.tensor([0, 60, 120])
+    else:
+        x = x[:0]
+        lens, offs = torch.zeros(2, dtype=torch.int64), torch.zeros(3, dtype=torch.int64)
+    s = spy(grouped_fp4_kernels, "grouped_fp4_pairs_with_trans_kernel")
+    args = GroupedQuantizeFp4WithTransArgs(x, FP4, lens, offs)
+    _assert_all_same(grouped.grouped_quantize_fp4_with_trans(args, tile), ref.grouped_quantize_fp4_with_trans(args),
+                     f"fp4 with_trans {what}")
     assert s.calls == calls

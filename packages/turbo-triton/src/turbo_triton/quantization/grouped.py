@@ -20,8 +20,8 @@ FP8 MX, axis 1 / 0              groups padded to 32 / 128      map + ``grouped_q
 FP8 BLOCKWISE with_trans        tight row + bs-padded col      map + ``grouped_blockwise_with_trans_kernel``
 FP8 MX with_trans               row 32-, col 128-padded        map + ``grouped_mx_with_trans_kernel``
 FP4, axis 1                     tight                          the dense ``quantize_fp4`` launcher
-FP4, axis 0 / with_trans        groups padded to 512 (col)     map + the grouped MX kernels (``FP4``); bf16
-                                                               axis 0: a pair kernel (``grouped_fp4_kernels``)
+FP4, axis 0 / with_trans        groups padded to 512 (col)     map + the grouped MX kernels (``FP4``); bf16:
+                                                               the pair kernels (``grouped_fp4_kernels``)
 dequantize, padded layouts      ``[total_M, ...]``             ``unpad_map_kernel`` + ``grouped_dequant_kernel``
 ==============================  =============================  ================================================
 
@@ -284,7 +284,7 @@ def grouped_quantize_fp8(args: GroupedQuantizeFp8Args, tile: Tile | None = None)
     return _quantize_padded(x, args.out_dtype, gran, args.group_lens, args.group_offs, ax, args.block_size, tile)
 
 
-def _with_trans(x, dtype, gran, lens, offs, bs, tile, fp4=False):
+def _with_trans(x, dtype, gran, lens, offs, bs, tile, fp4=False, fast=None):
     from turbo_triton.quantization import grouped_kernels as kern
 
     m, n = x.shape
@@ -314,6 +314,9 @@ def _with_trans(x, dtype, gran, lens, offs, bs, tile, fp4=False):
         outs = (q_row.view(FLOAT4_E2M1FN_X2), s_row, q_col.view(FLOAT4_E2M1FN_X2), s_col)
     if n == 0:  # every data output is empty; the lens/offs are written
         return (*outs, l_row, o_row, l_col, o_col)
+    if fp4 and _fp4_pairs(x, tile, fast):
+        _fp4_pairs_with_trans(x, src, dst, o_col, q_row, s_row, q_col, s_col, m_c, n_ext, tile)
+        return (*outs, l_row, o_row, l_col, o_col)
     xa, x_bits = common.x_arg(x)
     if not mx:
         tile = _tile(tile, m_c, n, bs, bs)
@@ -330,6 +333,22 @@ def _with_trans(x, dtype, gran, lens, offs, bs, tile, fp4=False):
             m_c, m_r, n, n_ext, *x.stride(), BM=tile.block_m, BN=tile.block_n, FP4=fp4, **fmt,
             EMAX=0 if fp4 else common.mx_emax_of(dtype), X_BITS=x_bits, num_warps=tile.num_warps)
     return (*outs, l_row, o_row, l_col, o_col)
+
+
+def _fp4_pairs_with_trans(x, src, dst, o_col, q_row, s_row, q_col, s_col, m_c, n_pad, tile):
+    """MXFP4 with_trans by ``grouped_fp4_pairs_with_trans_kernel`` over the column layout's
+    ``[m_c, n_pad]`` (the tight row copy has ``x``'s ``M`` rows)."""
+    from turbo_triton.quantization import fp4
+    from turbo_triton.quantization import grouped_fp4_kernels as kern4
+
+    m, n = x.shape
+    # The dense with_trans pair tile (fp4.TRANS_TILE: 32 x 128 x 2 on the GPU).
+    tile = tile or fp4._pairs_tile(m_c, n_pad, 32, fp4.TRANS_TILE)
+    common.check_tile(tile, 32, 32)
+    kern4.grouped_fp4_pairs_with_trans_kernel[common.grid(1, m_c, n_pad, tile)](
+        x.view(torch.int16), src, dst, o_col, o_col.shape[0] - 1, q_row, s_row.view(torch.uint8), q_col,
+        s_col.view(torch.uint8), m_c, m, n, n_pad, *x.stride(), BM=tile.block_m, BN=tile.block_n,
+        ASM=not common.soft(), F32MUL=fp4.F32MUL, num_warps=tile.num_warps)
 
 
 def grouped_quantize_fp8_with_trans(args: GroupedQuantizeFp8WithTransArgs, tile: Tile | None = None):
@@ -362,10 +381,17 @@ def grouped_quantize_fp4(args: GroupedQuantizeFp4Args, tile: Tile | None = None,
                             tile, fp4=True, fast=fast)
 
 
-def grouped_quantize_fp4_with_trans(args: GroupedQuantizeFp4WithTransArgs, tile: Tile | None = None):
-    """Tight row copy and 512-row-aligned col copy from one read of ``x``: 8 tensors."""
+def grouped_quantize_fp4_with_trans(args: GroupedQuantizeFp4WithTransArgs, tile: Tile | None = None, *,
+                                    fast: bool | None = None):
+    """Tight row copy and 512-row-aligned col copy from one read of ``x``: 8 tensors
+    (``q_row [M, N_pad/2]``, ``s_row [M, N_pad/32]``, ``q_col [N, M_c/2]``, ``s_col [N, M_c/32]``,
+    then the row and col lens/offs); ``tile`` (over the column layout's ``[M_c, N_pad]``) overrides
+    the heuristic. ``fast`` as :func:`grouped_quantize_fp4`'s: None (default) the pair kernel
+    (``grouped_fp4_pairs_with_trans_kernel``, the dense with_trans PAIRS path through the row maps)
+    where the dense launcher would take it, else the generic ``grouped_mx_with_trans_kernel``;
+    True: the pair kernel wherever it applies; False: always the generic kernel. Same bits."""
     return _with_trans(args.x, args.out_dtype, G.MX_BLOCKWISE, args.group_lens, args.group_offs, None, tile,
-                       fp4=True)
+                       fp4=True, fast=fast)
 
 
 # -- dequantization ----------------------------------------------------------------------------------------
