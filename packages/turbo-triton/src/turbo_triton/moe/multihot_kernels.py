@@ -18,8 +18,8 @@ def _first_ids(idx_ptr, rows, rm, K, E, BLOCK_T: tl.constexpr, BLOCK_K: tl.const
     km = rm[:, None] & (ks < K)[None, :]
     ids = tl.load(idx_ptr + rows.to(tl.int64)[:, None] * K + ks[None, :], mask=km, other=-1).to(tl.int64)
     first = km & (ids >= 0) & (ids < E)
-    for k in range(K - 1):
-        prev = tl.load(idx_ptr + rows.to(tl.int64) * K + k, mask=rm, other=-1).to(tl.int64)
+    for k in range(K - 1):  # slot k's id taken out of the loaded tile (registers; no dependent reloads)
+        prev = tl.sum(tl.where(ks[None, :] == k, ids, 0), axis=1)
         first = first & ~((ids == prev[:, None]) & (ks[None, :] > k))
     return ks, ids, first
 
