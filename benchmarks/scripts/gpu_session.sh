@@ -4,7 +4,7 @@
 # own time limit, and a failing part does not stop the next.
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normsweep normbench groupedcheck groupedbench
-#        tritonfp8check fp8bench gg8check gg8gluon gg8bench conformance fp8acc issue5rest issue5gaps1 issue5gaps2 permutesweep wtsweep fp4deq opstep dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
+#        tritonfp8check fp8bench gg8check gg8gluon gg8bench conformance fp8acc issue5rest issue5gaps1 issue5gaps2 permutesweep wtsweep fp4deq writemix opstep dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
 #        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbbwd hbgap hbalgotests accuracy profile
 #        deepepkernels moedispatch nccltests asynctp epcheck (the last four on the two-GPU kind)
 set -u
@@ -65,6 +65,8 @@ for part in $parts; do
       timeout 200 python3 benchmarks/scripts/router_fp4_gpu_check.py --out "$OUT/fp4_check.json" --parts fp4 --quick > "$OUT/fp4_check.log" 2>&1; tail -6 "$OUT/fp4_check.log"
       timeout 300 python3 benchmarks/scripts/issue5_coverage_h200.py --out "$OUT/issue5_fp4deq.json" --parts fp4compile,grouped \
         --limits fp4compile=120,grouped=200 > "$OUT/issue5_fp4deq.log" 2>&1; grep -vE "^(fp4-q|/opt|  torch)" "$OUT/issue5_fp4deq.log" | tail -40 ;;
+    writemix)  # HBM bandwidth by read:write mix (copy, fill, sum, 1:K broadcast) at 16384 x 7168 bf16: the write-heavy ceiling
+      timeout 120 python3 benchmarks/scripts/write_mix_bandwidth.py --out "$OUT/write_mix.json" > "$OUT/write_mix.log" 2>&1; tail -8 "$OUT/write_mix.log" ;;
     opstep) timeout 400 python3 benchmarks/scripts/grouped_fp8_op_step_h200.py --out "$OUT/op_step.json" > "$OUT/op_step.log" 2>&1; grep -v "^ " "$OUT/op_step.log" | tail -40 ;;
     permutesweep) timeout ${SWEEP_S:-300} python3 benchmarks/scripts/moe_permute_search_sweep.py --out "$OUT/permute_sweep.json" ${SWEEP_ARGS:-} > "$OUT/permute_sweep.log" 2>&1; tail -60 "$OUT/permute_sweep.log" ;;
     fp8acc)  # FP8 GEMM fp32 results vs float64 math on the dequantized operands: TRITON beside cuBLASLt (the gate of assert_close_fp8_gemm)
