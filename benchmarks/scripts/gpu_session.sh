@@ -4,7 +4,7 @@
 # own time limit, and a failing part does not stop the next.
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normsweep normbench groupedcheck groupedbench
-#        tritonfp8check fp8bench gg8check gg8gluon gg8bench conformance fp8acc issue5rest issue5gaps1 issue5gaps2 permutesweep wtsweep fp4deq writemix opstep dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
+#        tritonfp8check fp8bench gg8check gg8gluon gg8bench conformance fp8acc issue5rest issue5gaps1 issue5gaps2 permutesweep wtsweep fp4deq s15final writemix opstep dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
 #        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbbwd hbgap hbalgotests accuracy profile
 #        deepepkernels moedispatch nccltests asynctp epcheck (the last four on the two-GPU kind)
 set -u
@@ -48,7 +48,7 @@ for part in $parts; do
         > "$OUT/gg8_gluon_bench.log" 2>&1; tail -45 "$OUT/gg8_gluon_bench.log" ;;
     gg8bench) timeout 300 python3 benchmarks/scripts/grouped_gemm_fp8_gpu_check.py --out "$OUT/gg8_bench.json" --skip-check --gluon --max-minutes 4 > "$OUT/gg8_bench.log" 2>&1; tail -40 "$OUT/gg8_bench.log" ;;
     conformance)  # the shared conformance suite on the GPU (CONFORMANCE_BACKENDS, default TRITON: issues 5 and 11)
-      timeout 580 python3 benchmarks/scripts/conformance_gpu.py --backends "${CONFORMANCE_BACKENDS:-TRITON}" --out "$OUT/conformance_gpu.json" \
+      timeout ${CONFORMANCE_S:-580} python3 benchmarks/scripts/conformance_gpu.py --backends "${CONFORMANCE_BACKENDS:-TRITON}" ${CONFORMANCE_ARGS:-} --out "$OUT/conformance_gpu.json" \
         > "$OUT/conformance_gpu.log" 2>&1; tail -20 "$OUT/conformance_gpu.log" ;;
     issue5gaps1)  # issue 5's never-timed figures, part 1: liger beside the fused rmsnorm_residual backward (the wheel from .whl/, copied into the snapshot), torch.compile of MXFP4 (every variant) and of the index ops
       python3 -m pip install -q --no-index --no-deps --target /tmp/liger .whl/liger_kernel-*.whl > /dev/null 2>&1 || echo "issue5gaps1: no liger wheel under .whl/"
@@ -65,6 +65,11 @@ for part in $parts; do
       timeout 200 python3 benchmarks/scripts/router_fp4_gpu_check.py --out "$OUT/fp4_check.json" --parts fp4 --quick > "$OUT/fp4_check.log" 2>&1; tail -6 "$OUT/fp4_check.log"
       timeout 300 python3 benchmarks/scripts/issue5_coverage_h200.py --out "$OUT/issue5_fp4deq.json" --parts fp4compile,grouped \
         --limits fp4compile=120,grouped=200 > "$OUT/issue5_fp4deq.log" 2>&1; grep -vE "^(fp4-q|/opt|  torch)" "$OUT/issue5_fp4deq.log" | tail -40 ;;
+    s15final)  # session 15's changes on the GPU: grouped quantization checks (fast paths), then grouped / index / ROWWISE with_trans timings
+      timeout 260 python3 benchmarks/scripts/grouped_quant_gpu_check.py --parts check,graph --out "$OUT/gquant_check.json" > "$OUT/gquant_check.log" 2>&1; tail -12 "$OUT/gquant_check.log"
+      timeout 260 python3 benchmarks/scripts/issue5_coverage_h200.py --out "$OUT/issue5_final.json" --parts quantcompile,index,grouped \
+        --qc-variants wt-rowwise,q-rowwise-first,q-rowwise-last --limits quantcompile=40,index=60,grouped=150 > "$OUT/issue5_final.log" 2>&1
+      grep -vE "^(/opt|  torch)" "$OUT/issue5_final.log" | tail -45 ;;
     writemix)  # HBM bandwidth by read:write mix (copy, fill, sum, 1:K broadcast) at 16384 x 7168 bf16: the write-heavy ceiling
       timeout 120 python3 benchmarks/scripts/write_mix_bandwidth.py --out "$OUT/write_mix.json" > "$OUT/write_mix.log" 2>&1; tail -8 "$OUT/write_mix.log" ;;
     opstep) timeout 400 python3 benchmarks/scripts/grouped_fp8_op_step_h200.py --out "$OUT/op_step.json" > "$OUT/op_step.log" 2>&1; grep -v "^ " "$OUT/op_step.log" | tail -40 ;;
@@ -81,7 +86,7 @@ for part in $parts; do
     quantsweep) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts sweep --out "$OUT/quant_sweep.json" > "$OUT/quant_sweep.log" 2>&1; tail -30 "$OUT/quant_sweep.log" ;;
     quantbench) timeout 580 python3 benchmarks/scripts/quant_fp8_gpu_check.py --parts bench --shapes 16384x8192 ${QUANT_BENCH_ARGS:-} --out "$OUT/quant_bench.json" > "$OUT/quant_bench.log" 2>&1; tail -40 "$OUT/quant_bench.log" ;;
     gquant) timeout 400 python3 benchmarks/scripts/grouped_quant_gpu_check.py --out "$OUT/grouped_quant.json" > "$OUT/grouped_quant.log" 2>&1; tail -30 "$OUT/grouped_quant.log" ;;
-    moecheck) timeout 580 python3 benchmarks/scripts/moe_permute_gpu_check.py --out "$OUT/moe_permute.json" > "$OUT/moe_permute.log" 2>&1; tail -30 "$OUT/moe_permute.log" ;;
+    moecheck) timeout ${MOECHECK_S:-580} python3 benchmarks/scripts/moe_permute_gpu_check.py --out "$OUT/moe_permute.json" ${MOECHECK_ARGS:-} > "$OUT/moe_permute.log" 2>&1; tail -30 "$OUT/moe_permute.log" ;;
     attncheck) timeout 400 python3 benchmarks/scripts/attention_gpu_check.py --parts check --out "$OUT/attention_check.json" > "$OUT/attention_check.log" 2>&1; tail -20 "$OUT/attention_check.log" ;;
     attnspeed) timeout 300 python3 benchmarks/scripts/attention_gpu_check.py --parts speed --out "$OUT/attention_speed.json" > "$OUT/attention_speed.log" 2>&1; tail -8 "$OUT/attention_speed.log" ;;
     routerfp4) timeout 300 python3 benchmarks/scripts/router_fp4_gpu_check.py --out "$OUT/router_fp4.json" > "$OUT/router_fp4.log" 2>&1; tail -30 "$OUT/router_fp4.log" ;;
