@@ -5,6 +5,8 @@ interpreter, with the old path (``fast=False``) beside them:
 * MXFP4 col-wise, bf16: ``grouped_fp4_pairs_col_kernel`` (even/odd padded rows, ``_pairs_col``).
 * MXFP4 with_trans, bf16: ``grouped_fp4_pairs_with_trans_kernel`` (``_pairs_row`` twice through
   ``dst``, ``_pairs_col``).
+* FP8 MX col-wise dequantize: ``grouped_mx_dequant_trans_kernel`` (transposed output tiles, loads
+  along the padded rows, transposed store), every input dtype (the dense one takes it always).
 
 Every case runs ``fast`` None (the default heuristic), True and False; a spy on the fast kernel
 checks which path ran: bf16 takes it unless ``fast=False``, fp32/fp16 never (the old path runs).
@@ -17,13 +19,19 @@ import pytest
 import torch
 from bit_compare import assert_same
 
-from turbo_core.dispatch.specs.quantization import GroupedQuantizeFp4Args, GroupedQuantizeFp4WithTransArgs
+from turbo_core.dispatch.specs.quantization import (
+    GroupedDequantizeFp8Args,
+    GroupedQuantizeFp4Args,
+    GroupedQuantizeFp4WithTransArgs,
+    GroupedQuantizeFp8Args,
+)
 from turbo_core.low_precision import FLOAT4_E2M1FN_X2
 from turbo_core.reference import quantization as ref
-from turbo_triton.quantization import grouped, grouped_fp4_kernels
+from turbo_triton.quantization import grouped, grouped_fp4_kernels, grouped_kernels
 from turbo_triton.quantization.common import Tile
 
 FP4 = FLOAT4_E2M1FN_X2
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
 pytestmark = pytest.mark.skipif(FP4 is None, reason="torch without float4_e2m1fn_x2")
 
@@ -192,3 +200,56 @@ def test_fp4_with_trans_odd_inputs(what, spy):
     _assert_all_same(grouped.grouped_quantize_fp4_with_trans(args, tile), ref.grouped_quantize_fp4_with_trans(args),
                      f"fp4 with_trans {what}")
     assert s.calls == calls
+
+
+# -- FP8 MX col-wise dequantize ---------------------------------------------------------------------------
+
+def _mx_col_quantized(case: str, fp8: torch.dtype, axis: int = 0):
+    """The reference's MX quantization (``q [N, M_c]`` col-wise) of an input with NaN/Inf (0xFF
+    scales), zero blocks, subnormal results: ``(q, s, offs, offs_pad, m)``."""
+    m, n, lens, offs = _groups(case)
+    x = _input(m, n, torch.float32, seed=11 * m + n)
+    q, s, _, op = ref.grouped_quantize_fp8(GroupedQuantizeFp8Args(x, fp8, "MX_BLOCKWISE", lens, offs, axis, 32))
+    return q, s, offs, op, m
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast{f}")
+@pytest.mark.parametrize("tile", [None, Tile(4, 16), Tile(32, 8, 1)], ids=_tile_id)
+@pytest.mark.parametrize("fp8,out_dtype", [(E4M3, torch.bfloat16), (E5M2, torch.float32), (E4M3, torch.float16)],
+                         ids=["e4m3-bf16", "e5m2-fp32", "e4m3-fp16"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_fp8_mx_col_dequantize(case, fp8, out_dtype, tile, fast, spy):
+    q, s, offs, op, _ = _mx_col_quantized(case, fp8)
+    k = spy(grouped_kernels, "grouped_mx_dequant_trans_kernel")
+    args = GroupedDequantizeFp8Args(q, s, out_dtype, "MX_BLOCKWISE", offs, op, int(offs[-1]), -2, 32)
+    assert_same(grouped.grouped_dequantize_fp8(args, tile, fast=fast), ref.grouped_dequantize_fp8(args),
+                f"mx col dequantize {case} {fp8} {out_dtype} fast={fast}")
+    assert k.calls == (0 if fast is False else 1)
+
+
+# total_M past the groups (rows of no group: zero), short of them (cut), none; strided data and scales.
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("what", ["longer", "shorter", "no-rows", "strided"])
+def test_fp8_mx_col_dequantize_odd(what, spy):
+    q, s, offs, op, m = _mx_col_quantized("odd", E4M3)
+    total = {"longer": m + 9, "shorter": int(offs[-1]) - 20, "no-rows": 0, "strided": int(offs[-1])}[what]
+    if what == "strided":
+        q, s = q.t().contiguous().t(), s.t().contiguous().t()
+    k = spy(grouped_kernels, "grouped_mx_dequant_trans_kernel")
+    args = GroupedDequantizeFp8Args(q, s, torch.bfloat16, "MX_BLOCKWISE", offs, op, total, 0, 32)
+    out = grouped.grouped_dequantize_fp8(args)
+    assert_same(out, ref.grouped_dequantize_fp8(args), f"mx col dequantize {what}")
+    assert k.calls == (0 if total == 0 else 1)
+
+
+# Layouts the fast kernel is not for (MX row-wise, BLOCKWISE col-wise): never taken.
+@pytest.mark.parametrize("gran,axis", [("MX_BLOCKWISE", 1), ("BLOCKWISE", 0)])
+def test_fp8_dequantize_other_layouts(gran, axis, spy):
+    m, n, lens, offs = _groups("odd")
+    x = _input(m, n, torch.float32, seed=13, special=False)
+    q, s, _, op = ref.grouped_quantize_fp8(GroupedQuantizeFp8Args(x, E4M3, gran, lens, offs, axis, 32))
+    k = spy(grouped_kernels, "grouped_mx_dequant_trans_kernel")
+    args = GroupedDequantizeFp8Args(q, s, torch.bfloat16, gran, offs, op, int(offs[-1]), axis, 32)
+    assert_same(grouped.grouped_dequantize_fp8(args, fast=True), ref.grouped_dequantize_fp8(args), f"{gran} {axis}")
+    assert k.calls == 0

@@ -23,6 +23,7 @@ FP4, axis 1                     tight                          the dense ``quant
 FP4, axis 0 / with_trans        groups padded to 512 (col)     map + the grouped MX kernels (``FP4``); bf16:
                                                                the pair kernels (``grouped_fp4_kernels``)
 dequantize, padded layouts      ``[total_M, ...]``             ``unpad_map_kernel`` + ``grouped_dequant_kernel``
+                                                               (FP8 MX axis 0: ``grouped_mx_dequant_trans_kernel``)
 ==============================  =============================  ================================================
 
 with_trans walks the column layout (the larger alignment) and writes each of its rows to the
@@ -412,9 +413,37 @@ def _launch_dequant(data, s, idx, out, c, strides, pdiv, cdiv, kind, fp8_dtype, 
     return out
 
 
-def grouped_dequantize_fp8(args: GroupedDequantizeFp8Args, tile: Tile | None = None) -> torch.Tensor:
+def _mx_col_dequant(x, sb, idx, out, tile):
+    """MX col-wise (``x [N, M_pad]``) by ``grouped_mx_dequant_trans_kernel`` over the transposed
+    output ``[N, total_M]``."""
+    from turbo_triton.quantization import grouped_kernels as kern
+
+    total, c = out.shape
+    if out.numel() == 0:
+        return out
+    # The dense MX col-wise dequantize's tile (128 x 64 on 8 warps: 128 data rows, so each output row
+    # gets 256 bytes of bf16) with the output rows in the padded rows' place.
+    tile = tile or common.pick(c, total, 1, 1, cap_n=64, warps=8)
+    common.check_tile(tile, 1, 1)
+    fmt = common.fmt_constexprs(x.dtype)
+    bf16_bits = common.soft() and out.dtype == torch.bfloat16
+    kern.grouped_mx_dequant_trans_kernel[common.grid(1, c, total, tile)](
+        common.data_arg(x), sb, idx, out.view(torch.int16) if bf16_bits else out, total, c, *x.stride(), *sb.stride(),
+        BM=tile.block_m, BN=tile.block_n, MB=fmt["MB"], BIAS=fmt["BIAS"], FNUZ=fmt["FNUZ"], SOFT=fmt["SOFT"],
+        ROUND_BF16=bf16_bits, num_warps=tile.num_warps)
+    return out
+
+
+def grouped_dequantize_fp8(args: GroupedDequantizeFp8Args, tile: Tile | None = None, *,
+                           fast: bool | None = None) -> torch.Tensor:
     """``[total_M, C]`` in ``out_dtype`` (C: N, or N_pad for MX row-wise) with the group padding
-    removed; rows in no group are zero. ``tile`` (over the output) overrides the heuristic."""
+    removed; rows in no group are zero. ``tile`` (over the output; for the MX col-wise fast path
+    over the transposed output ``[N, total_M]``) overrides the heuristic.
+
+    MX col-wise, ``fast`` picks the kernel: None (default) or True the transposed-store kernel
+    (``grouped_mx_dequant_trans_kernel``: loads along the padded rows, as the dense MX col-wise
+    dequantize, which always takes it); False: the row gather ``grouped_dequant_kernel`` (loads
+    strided by ``M_pad``; side-by-side timing). Same bits. Other layouts ignore it."""
     from turbo_triton.quantization import kernels
 
     x, s, dev = args.x, args.scale_inv, args.x.device
@@ -441,6 +470,8 @@ def grouped_dequantize_fp8(args: GroupedDequantizeFp8Args, tile: Tile | None = N
         strides, pdiv, cdiv, kind, sb = (*x.stride(), *s.stride()), args.block_size, 1, 0, s
     else:
         sb = s.view(torch.uint8)
+        if col_mx and fast is not False:
+            return _mx_col_dequant(x, sb, idx, out, tile)
         if col_mx:
             strides, pdiv, cdiv = (x.stride(1), x.stride(0), sb.stride(1), sb.stride(0)), 32, 1
         else:

@@ -19,7 +19,10 @@ past the last group are zero. Nothing about the groups is read on the host:
 * ``unpad_map_kernel`` gives, for each output row ``r`` of a grouped dequantization, its padded
   row (the reference's ``searchsorted`` rule: group 0 also takes the rows before ``offs[1]``;
   -1 when the row is in no group or maps outside the data), and ``grouped_dequant_kernel`` gathers
-  those rows, ``q * scale`` in fp32 (exact for E8M0), zero for unmapped rows.
+  those rows, ``q * scale`` in fp32 (exact for E8M0), zero for unmapped rows. The MX col-wise data
+  (``[N, M_pad]``, transposed) takes ``grouped_mx_dequant_trans_kernel``: tiles of the transposed
+  output ``[N, total_M]`` loaded along the padded rows and stored transposed (the dense
+  ``mx_dequant_kernel``'s TRANS path).
 
 Row maps are int32 (the launchers decline more than 2**31 - 1 padded rows); addresses are int64.
 Element arithmetic: ``turbo_triton.quantization.numerics``.
@@ -45,8 +48,9 @@ from turbo_triton.quantization.numerics import (
     to_out,
 )
 
-__all__ = ["grouped_blockwise_with_trans_kernel", "grouped_dequant_kernel", "grouped_mx_with_trans_kernel",
-           "grouped_quant_groups_kernel", "grouped_quant_mx_kernel", "pad_map_kernel", "unpad_map_kernel"]
+__all__ = ["grouped_blockwise_with_trans_kernel", "grouped_dequant_kernel", "grouped_mx_dequant_trans_kernel",
+           "grouped_mx_with_trans_kernel", "grouped_quant_groups_kernel", "grouped_quant_mx_kernel", "pad_map_kernel",
+           "unpad_map_kernel"]
 
 
 @triton.jit
@@ -255,3 +259,23 @@ def grouped_dequant_kernel(x_ptr, s_ptr, map_ptr, out_ptr, TOTAL, C, sx_p, sx_c,
     tl.store(out_ptr + rows[:, None] * C + cols[None, :], to_out(v, out_ptr, ROUND_BF16),
              mask=(rows < TOTAL)[:, None] & (cols < C)[None, :])
 
+
+
+@triton.jit
+def grouped_mx_dequant_trans_kernel(x_ptr, s_ptr, map_ptr, out_ptr, TOTAL, C, sx_c, sx_p, ss_c, ss_p,
+                                    BM: tl.constexpr, BN: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr,
+                                    FNUZ: tl.constexpr, SOFT: tl.constexpr, ROUND_BF16: tl.constexpr):
+    """MX col-wise FP8 data ``q [C, M_pad]`` (at ``c*sx_c + p*sx_p``; E8M0 scales at
+    ``c*ss_c + (p // 32)*ss_p``) to ``out [TOTAL, C]``, ``out[r, c] = q[c, map[r]] * scale`` (0 where
+    ``map[r] < 0``): ``BM x BN`` tiles of the transposed output ``[C, TOTAL]`` (``BM`` data rows,
+    ``BN`` output rows), so that the loads run along the padded rows (contiguous within a group),
+    and the tile is stored transposed (consecutive ``c`` consecutive in ``out``). The scale bytes
+    are gathered per element (a tile's rows may cross groups, whose padded rows jump)."""
+    b, tm, tn, cs, rows = tile_of(tl.program_id(0), C, TOTAL, BM, BN)
+    p = tl.load(map_ptr + rows, mask=rows < TOTAL, other=-1).to(tl.int64)
+    ok = (cs < C)[:, None] & (p >= 0)[None, :]
+    # No ``other``: masked lanes are replaced below (an int fill may not convert to FP8).
+    vals = from_fp8(tl.load(x_ptr + cs[:, None] * sx_c + p[None, :] * sx_p, mask=ok), MB, BIAS, FNUZ, SOFT)
+    byte = tl.load(s_ptr + cs[:, None] * ss_c + (p // 32)[None, :] * ss_p, mask=ok, other=127).to(tl.int32)
+    v = to_out(tl.where(ok, vals * e8m0_to_fp32(byte), 0.0), out_ptr, ROUND_BF16)
+    tl.store(out_ptr + rows[:, None] * C + cs[None, :], tl.trans(v), mask=(rows < TOTAL)[:, None] & (cs < C)[None, :])
