@@ -7,9 +7,12 @@ interpreter, with the old path (``fast=False``) beside them:
   ``dst``, ``_pairs_col``).
 * FP8 MX col-wise dequantize: ``grouped_mx_dequant_trans_kernel`` (transposed output tiles, loads
   along the padded rows, transposed store), every input dtype (the dense one takes it always).
+* FP8 MX col-wise quantize: ``grouped_quant_mx_kernel`` with ``FAST`` (float group amax, the
+  hardware saturation on GPUs: the interpreter keeps the software clamp), every input dtype.
 
 Every case runs ``fast`` None (the default heuristic), True and False; a spy on the fast kernel
-checks which path ran: bf16 takes it unless ``fast=False``, fp32/fp16 never (the old path runs).
+checks which path ran: the FP4 pair kernels take bf16 unless ``fast=False``, fp32/fp16 never (the
+old path runs); the FP8 paths take every input dtype unless ``fast=False``.
 Inputs: an empty group, group lengths that are no multiple of 32, rows past the last group,
 odd ``N`` and ``N`` past one tile, NaN/Inf, all-zero blocks, -0.0, subnormals; forced small
 tiles (several programs a group, ragged edges) and the default ones.
@@ -73,14 +76,20 @@ def _input(m: int, n: int, dtype: torch.dtype, seed: int, special: bool = True) 
 
 
 class _Spy:
-    """Counts the launches of a Triton kernel (``kernel[grid](...)``) and runs them."""
+    """Counts the launches of a Triton kernel (``kernel[grid](...)``), keeps their keyword
+    arguments (the constexprs) and runs them."""
 
     def __init__(self, kernel):
-        self.kernel, self.calls = kernel, 0
+        self.kernel, self.calls, self.kwargs = kernel, 0, []
 
     def __getitem__(self, grid):
         self.calls += 1
-        return self.kernel[grid]
+        launch = self.kernel[grid]
+
+        def run(*args, **kwargs):
+            self.kwargs.append(kwargs)
+            return launch(*args, **kwargs)
+        return run
 
 
 @pytest.fixture
@@ -253,3 +262,42 @@ def test_fp8_dequantize_other_layouts(gran, axis, spy):
     args = GroupedDequantizeFp8Args(q, s, torch.bfloat16, gran, offs, op, int(offs[-1]), axis, 32)
     assert_same(grouped.grouped_dequantize_fp8(args, fast=True), ref.grouped_dequantize_fp8(args), f"{gran} {axis}")
     assert k.calls == 0
+
+
+# -- FP8 MX col-wise quantize -------------------------------------------------------------------------------
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast{f}")
+@pytest.mark.parametrize("tile", [None, Tile(32, 8, 1), Tile(64, 32, 2)], ids=_tile_id)
+@pytest.mark.parametrize("fp8,in_dtype", [(E4M3, torch.bfloat16), (E5M2, torch.float32), (E4M3, torch.float16)],
+                         ids=["e4m3-bf16", "e5m2-fp32", "e4m3-fp16"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_fp8_mx_col_quantize(case, fp8, in_dtype, tile, fast, spy):
+    m, n, lens, offs = _groups(case)
+    x = _input(m, n, in_dtype, seed=m + 3 * n)
+    k = spy(grouped_kernels, "grouped_quant_mx_kernel")
+    args = GroupedQuantizeFp8Args(x, fp8, "MX_BLOCKWISE", lens, offs, -2, 32)
+    _assert_all_same(grouped.grouped_quantize_fp8(args, tile, fast=fast), ref.grouped_quantize_fp8(args),
+                     f"mx col quantize {case} {fp8} {in_dtype} fast={fast}")
+    assert [kw["FAST"] for kw in k.kwargs] == [fast is not False]
+
+
+# Strided input, every group empty, groups claiming more rows than x has; the row-wise layout never
+# takes FAST.
+@pytest.mark.parametrize("what", ["strided", "all-empty", "overclaimed", "row-wise"])
+def test_fp8_mx_col_quantize_odd(what, spy):
+    m, n, lens, offs = _groups("odd")
+    x = _input(m, n, torch.bfloat16, seed=15, special=False)
+    axis = 0
+    if what == "strided":
+        x = _input(n, m, torch.bfloat16, seed=15, special=False).t()
+    elif what == "all-empty":
+        lens, offs = torch.zeros(3, dtype=torch.int64), torch.zeros(4, dtype=torch.int64)
+    elif what == "overclaimed":
+        lens, offs = torch.tensor([60, 60]), torch.tensor([0, 60, 120])
+    else:
+        axis = 1
+    k = spy(grouped_kernels, "grouped_quant_mx_kernel")
+    args = GroupedQuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", lens, offs, axis, 32)
+    _assert_all_same(grouped.grouped_quantize_fp8(args), ref.grouped_quantize_fp8(args), f"mx quantize {what}")
+    assert [kw["FAST"] for kw in k.kwargs] == [axis == 0]

@@ -155,17 +155,23 @@ def grouped_quant_groups_kernel(x_ptr, src_ptr, q_ptr, s_ptr, M_PAD, N, sx_m, sx
 @triton.jit
 def grouped_quant_mx_kernel(x_ptr, src_ptr, q_ptr, s_ptr, M_PAD, N, N_EXT, sx_m, sx_n, sq_r, ss_r,
                             BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr,
-                            ROW: tl.constexpr, FP4: tl.constexpr, FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
-                            SOFT: tl.constexpr, EMAX: tl.constexpr, X_BITS: tl.constexpr):
+                            ROW: tl.constexpr, FP4: tl.constexpr, FMAX: tl.constexpr, MB: tl.constexpr,
+                            BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr, EMAX: tl.constexpr,
+                            X_BITS: tl.constexpr, FAST: tl.constexpr = False, HW_SAT: tl.constexpr = False):
     """MX (FP8, or MXFP4 when ``FP4``) of the padded layout ``[M_PAD, N]`` over the extent
     ``[M_PAD, N_EXT]``: ROW ``q [M_PAD, N_pad]`` (1x32 blocks); else ``q [N, M_PAD]`` (32x1 blocks,
-    transposed); ``sq_r``/``ss_r``: row strides of the data (bytes for FP4) and the scales."""
+    transposed); ``sq_r``/``ss_r``: row strides of the data (bytes for FP4) and the scales. FAST
+    (FP8): the dense ``quant_mx_kernel``'s arithmetic: the group amax by the NaN-keeping float max
+    (``group_amax``, no array of bits beside the tile) and ``HW_SAT`` (the conversion's saturation)."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_PAD, N_EXT, BM, BN)
     src = tl.load(src_ptr + rows, mask=rows < M_PAD, other=-1)
     x = _rows_via(x_ptr, src, cols, N, sx_m, sx_n, X_BITS)
     if FP4:
         _fp4_part(x, abs_bits(x), b, tm, tn, rows, cols, M_PAD, N_EXT, q_ptr, 0, sq_r, s_ptr, 0, ss_r,
                   BM, BN, GM, GN, ROW)
+    elif FAST:
+        _mx_part(x, None, b, tm, tn, rows, cols, M_PAD, N_EXT, q_ptr, 0, sq_r, s_ptr, 0, ss_r,
+                 BM, BN, GM, GN, ROW, FMAX, MB, BIAS, FNUZ, SOFT, EMAX, HW_SAT)
     else:
         _mx_part(x, abs_bits(x), b, tm, tn, rows, cols, M_PAD, N_EXT, q_ptr, 0, sq_r, s_ptr, 0, ss_r,
                  BM, BN, GM, GN, ROW, FMAX, MB, BIAS, FNUZ, SOFT, EMAX)
