@@ -10,9 +10,10 @@ interpreter, with the old path (``fast=False``) beside them:
 * FP8 MX col-wise quantize: ``grouped_quant_mx_kernel`` with ``FAST`` (float group amax, the
   hardware saturation on GPUs: the interpreter keeps the software clamp), every input dtype.
 
-Every case runs ``fast`` None (the default heuristic), True and False; a spy on the fast kernel
-checks which path ran: the FP4 pair kernels take bf16 unless ``fast=False``, fp32/fp16 never (the
-old path runs); the FP8 paths take every input dtype unless ``fast=False``.
+Every case runs ``fast`` None (the default: ``grouped.FAST_DEFAULT``, off until a GPU has checked
+these paths), True and False; a spy on the fast kernel checks which path ran: the FP4 pair kernels
+take bf16 when fast, fp32/fp16 never (the old path runs); the FP8 paths take every input dtype when
+fast. ``test_fast_default_switch`` checks that the switch turns them on for ``fast=None``.
 Inputs: an empty group, group lengths that are no multiple of 32, rows past the last group,
 odd ``N`` and ``N`` past one tile, NaN/Inf, all-zero blocks, -0.0, subnormals; forced small
 tiles (several programs a group, ragged edges) and the default ones.
@@ -120,7 +121,7 @@ def test_fp4_col_bf16(case, tile, fast, spy):
     args = GroupedQuantizeFp4Args(x, FP4, lens, offs, 0)
     _assert_all_same(grouped.grouped_quantize_fp4(args, tile, fast=fast), ref.grouped_quantize_fp4(args),
                      f"fp4 col {case} fast={fast}")
-    assert s.calls == (0 if fast is False else 1)
+    assert s.calls == int(grouped._fast(fast))
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -153,7 +154,8 @@ def test_fp4_col_odd_inputs(what, spy):
         lens, offs = torch.tensor([60, 60]), torch.tensor([0, 60, 120])
     s = spy(grouped_fp4_kernels, "grouped_fp4_pairs_col_kernel")
     args = GroupedQuantizeFp4Args(x, FP4, lens, offs, 0)
-    _assert_all_same(grouped.grouped_quantize_fp4(args, tile), ref.grouped_quantize_fp4(args), f"fp4 col {what}")
+    _assert_all_same(grouped.grouped_quantize_fp4(args, tile, fast=True), ref.grouped_quantize_fp4(args),
+                     f"fp4 col {what}")
     assert s.calls == calls
 
 
@@ -170,7 +172,7 @@ def test_fp4_with_trans_bf16(case, tile, fast, spy):
     args = GroupedQuantizeFp4WithTransArgs(x, FP4, lens, offs)
     _assert_all_same(grouped.grouped_quantize_fp4_with_trans(args, tile, fast=fast),
                      ref.grouped_quantize_fp4_with_trans(args), f"fp4 with_trans {case} fast={fast}")
-    assert s.calls == (0 if fast is False else 1)
+    assert s.calls == int(grouped._fast(fast))
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -206,8 +208,8 @@ def test_fp4_with_trans_odd_inputs(what, spy):
         lens, offs = torch.zeros(2, dtype=torch.int64), torch.zeros(3, dtype=torch.int64)
     s = spy(grouped_fp4_kernels, "grouped_fp4_pairs_with_trans_kernel")
     args = GroupedQuantizeFp4WithTransArgs(x, FP4, lens, offs)
-    _assert_all_same(grouped.grouped_quantize_fp4_with_trans(args, tile), ref.grouped_quantize_fp4_with_trans(args),
-                     f"fp4 with_trans {what}")
+    _assert_all_same(grouped.grouped_quantize_fp4_with_trans(args, tile, fast=True),
+                     ref.grouped_quantize_fp4_with_trans(args), f"fp4 with_trans {what}")
     assert s.calls == calls
 
 
@@ -234,7 +236,7 @@ def test_fp8_mx_col_dequantize(case, fp8, out_dtype, tile, fast, spy):
     args = GroupedDequantizeFp8Args(q, s, out_dtype, "MX_BLOCKWISE", offs, op, int(offs[-1]), -2, 32)
     assert_same(grouped.grouped_dequantize_fp8(args, tile, fast=fast), ref.grouped_dequantize_fp8(args),
                 f"mx col dequantize {case} {fp8} {out_dtype} fast={fast}")
-    assert k.calls == (0 if fast is False else 1)
+    assert k.calls == int(grouped._fast(fast))
 
 
 # total_M past the groups (rows of no group: zero), short of them (cut), none; strided data and scales.
@@ -247,7 +249,7 @@ def test_fp8_mx_col_dequantize_odd(what, spy):
         q, s = q.t().contiguous().t(), s.t().contiguous().t()
     k = spy(grouped_kernels, "grouped_mx_dequant_trans_kernel")
     args = GroupedDequantizeFp8Args(q, s, torch.bfloat16, "MX_BLOCKWISE", offs, op, total, 0, 32)
-    out = grouped.grouped_dequantize_fp8(args)
+    out = grouped.grouped_dequantize_fp8(args, fast=True)
     assert_same(out, ref.grouped_dequantize_fp8(args), f"mx col dequantize {what}")
     assert k.calls == (0 if total == 0 else 1)
 
@@ -279,7 +281,7 @@ def test_fp8_mx_col_quantize(case, fp8, in_dtype, tile, fast, spy):
     args = GroupedQuantizeFp8Args(x, fp8, "MX_BLOCKWISE", lens, offs, -2, 32)
     _assert_all_same(grouped.grouped_quantize_fp8(args, tile, fast=fast), ref.grouped_quantize_fp8(args),
                      f"mx col quantize {case} {fp8} {in_dtype} fast={fast}")
-    assert [kw["FAST"] for kw in k.kwargs] == [fast is not False]
+    assert [kw["FAST"] for kw in k.kwargs] == [grouped._fast(fast)]
 
 
 # Strided input, every group empty, groups claiming more rows than x has; the row-wise layout never
@@ -299,5 +301,30 @@ def test_fp8_mx_col_quantize_odd(what, spy):
         axis = 1
     k = spy(grouped_kernels, "grouped_quant_mx_kernel")
     args = GroupedQuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", lens, offs, axis, 32)
-    _assert_all_same(grouped.grouped_quantize_fp8(args), ref.grouped_quantize_fp8(args), f"mx quantize {what}")
+    _assert_all_same(grouped.grouped_quantize_fp8(args, fast=True), ref.grouped_quantize_fp8(args),
+                     f"mx quantize {what}")
     assert [kw["FAST"] for kw in k.kwargs] == [axis == 0]
+
+
+# FAST_DEFAULT set (what the GPU check will allow): fast=None takes every fast path, with the same bits.
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_fast_default_switch(spy, monkeypatch):
+    monkeypatch.setattr(grouped, "FAST_DEFAULT", True)
+    m, n, lens, offs = _groups("odd")
+    x = _input(m, n, torch.bfloat16, seed=21)
+    p_col = spy(grouped_fp4_kernels, "grouped_fp4_pairs_col_kernel")
+    p_wt = spy(grouped_fp4_kernels, "grouped_fp4_pairs_with_trans_kernel")
+    q8 = spy(grouped_kernels, "grouped_quant_mx_kernel")
+    dq8 = spy(grouped_kernels, "grouped_mx_dequant_trans_kernel")
+    a4 = GroupedQuantizeFp4Args(x, FP4, lens, offs, 0)
+    _assert_all_same(grouped.grouped_quantize_fp4(a4), ref.grouped_quantize_fp4(a4), "fp4 col default")
+    a4t = GroupedQuantizeFp4WithTransArgs(x, FP4, lens, offs)
+    _assert_all_same(grouped.grouped_quantize_fp4_with_trans(a4t), ref.grouped_quantize_fp4_with_trans(a4t),
+                     "fp4 with_trans default")
+    a8 = GroupedQuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", lens, offs, 0, 32)
+    want = ref.grouped_quantize_fp8(a8)
+    _assert_all_same(grouped.grouped_quantize_fp8(a8), want, "mx col quantize default")
+    q, s, _, op = want
+    d8 = GroupedDequantizeFp8Args(q, s, torch.bfloat16, "MX_BLOCKWISE", offs, op, int(offs[-1]), 0, 32)
+    assert_same(grouped.grouped_dequantize_fp8(d8), ref.grouped_dequantize_fp8(d8), "mx col dequantize default")
+    assert (p_col.calls, p_wt.calls, [kw["FAST"] for kw in q8.kwargs], dq8.calls) == (1, 1, [True], 1)

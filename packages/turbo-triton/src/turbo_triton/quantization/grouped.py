@@ -20,10 +20,11 @@ FP8 MX, axis 1 / 0              groups padded to 32 / 128      map + ``grouped_q
 FP8 BLOCKWISE with_trans        tight row + bs-padded col      map + ``grouped_blockwise_with_trans_kernel``
 FP8 MX with_trans               row 32-, col 128-padded        map + ``grouped_mx_with_trans_kernel``
 FP4, axis 1                     tight                          the dense ``quantize_fp4`` launcher
-FP4, axis 0 / with_trans        groups padded to 512 (col)     map + the grouped MX kernels (``FP4``); bf16:
-                                                               the pair kernels (``grouped_fp4_kernels``)
+FP4, axis 0 / with_trans        groups padded to 512 (col)     map + the grouped MX kernels (``FP4``); bf16,
+                                                               ``fast``: the pair kernels (``grouped_fp4_kernels``)
 dequantize, padded layouts      ``[total_M, ...]``             ``unpad_map_kernel`` + ``grouped_dequant_kernel``
-                                                               (FP8 MX axis 0: ``grouped_mx_dequant_trans_kernel``)
+                                                               (FP8 MX axis 0, ``fast``:
+                                                               ``grouped_mx_dequant_trans_kernel``)
 ==============================  =============================  ================================================
 
 with_trans walks the column layout (the larger alignment) and writes each of its rows to the
@@ -203,14 +204,27 @@ def _blockwise_rowwise(x, dtype, bs, tile):
     return q, s
 
 
+#: What ``fast=None`` means for the grouped fast paths (the FP4 col-wise and with_trans pair kernels,
+#: the FP8 MX col-wise quantize's ``FAST`` arithmetic and the FP8 MX col-wise transposed dequantize).
+#: They give the reference's bits on the CPU interpreter, but the PTX encoder and the hardware
+#: saturation they use run only on a GPU, and no GPU has compared them yet. So the default stays on
+#: the GPU-checked kernels until ``benchmarks/scripts/grouped_quant_fast_gpu.py`` (``gpu_session.sh
+#: gqfast``) passes on one; ``fast=True`` takes them now.
+FAST_DEFAULT = False
+
+
+def _fast(fast: bool | None) -> bool:
+    return FAST_DEFAULT if fast is None else fast
+
+
 def _fp4_pairs(x: torch.Tensor, tile: Tile | None, fast: bool | None) -> bool:
     """Whether an MXFP4 col-wise or with_trans call takes the pair kernels (``grouped_fp4_kernels``):
     where the dense launcher takes them (``fp4._pairs``: bf16 ``x``, not ROCm; ``fp4._pairs_ok``: a
-    tile of 32 rows or more with two pairs an encoder instance). ``fast`` None: also
+    tile of 32 rows or more with two pairs an encoder instance). ``fast`` None: ``FAST_DEFAULT`` and
     ``fp4.FAST_ENABLED`` (the dense launchers' switch); True: the conditions alone; False: never."""
     from turbo_triton.quantization import fp4
 
-    if fast is False or x.dtype != torch.bfloat16 or torch.version.hip is not None:
+    if not _fast(fast) or x.dtype != torch.bfloat16 or torch.version.hip is not None:
         return False
     return (fast or fp4.FAST_ENABLED) and (tile is None or fp4._pairs_ok(tile))
 
@@ -252,7 +266,7 @@ def _quantize_padded(x, dtype, gran, lens, offs, ax, bs, tile, fp4=False, fast=N
     gm, gn = (1, 32) if row else (32, 1)
     # FP8 col-wise fast path: the dense col-wise MX quantize's tile (64 x 128 x 4, quantize._mx) and
     # arithmetic (FAST: float group amax, HW_SAT), which it takes for every input dtype.
-    fast8 = not fp4 and not row and fast is not False
+    fast8 = not fp4 and not row and _fast(fast)
     if fast8 and tile is None:
         tile = common.pick(m_pad, n_ext, gm, gn, cap_n=128, target=8192, warps=4)
     tile = _tile(tile, m_pad, n_ext, gm, gn, mx=fp4 or not row)  # MX FP8 rows: the row-direction tile
@@ -285,11 +299,11 @@ def grouped_quantize_fp8(args: GroupedQuantizeFp8Args, tile: Tile | None = None,
     """``(q, scale_inv, group_lens_padded, group_offs_padded)`` (see the module doc); ``tile``
     (over the padded extent) overrides the heuristic (tests, tuning).
 
-    MX col-wise, ``fast`` picks the code path of ``grouped_quant_mx_kernel``: None (default) or True
-    the dense col-wise MX quantize's (``FAST``: float group amax and the hardware saturation on
+    MX col-wise, ``fast`` picks the code path of ``grouped_quant_mx_kernel``: True the dense
+    col-wise MX quantize's (``FAST``: float group amax and the hardware saturation on
     NVIDIA, 64 x 128 x 4 tiles; every input dtype, as the dense launcher); False: the old one
-    (integer amax on the bits, explicit clamp, ``pick_mx``'s 32 x 128 tiles; side-by-side timing).
-    Same bits. Other layouts ignore it."""
+    (integer amax on the bits, explicit clamp, ``pick_mx``'s 32 x 128 tiles); None (default):
+    ``FAST_DEFAULT``. Same bits. Other layouts ignore it."""
     gran, ax, x = G(args.granularity), normalize_axis(args.axis, 2), args.x
     if gran == G.BLOCKWISE and ax == 1:
         q, s = _blockwise_rowwise(x, args.out_dtype, args.block_size, tile)
@@ -380,11 +394,12 @@ def grouped_quantize_fp4(args: GroupedQuantizeFp4Args, tile: Tile | None = None,
     ``tile`` (over the padded extent ``[M_c, N]``) overrides the heuristic.
 
     Col-wise, ``fast`` picks the kernel: None (default) the pair kernel
-    (``grouped_fp4_pairs_col_kernel``, the dense col-wise PAIRS path through the row map) where the
-    dense launcher would take it (bf16 ``x``, not ROCm, ``fp4.FAST_ENABLED``, a tile it takes:
-    ``_fp4_pairs``), else the generic ``grouped_quant_mx_kernel``; True: the pair kernel wherever
-    it applies, whatever ``fp4.FAST_ENABLED``; False: always the generic kernel (side-by-side
-    timing). Both give the same bits. Row-wise ignores it."""
+    (``grouped_fp4_pairs_col_kernel``, the dense col-wise PAIRS path through the row map) where
+    ``FAST_DEFAULT`` is set and the dense launcher would take it (bf16 ``x``, not ROCm,
+    ``fp4.FAST_ENABLED``, a tile it takes: ``_fp4_pairs``), else the generic
+    ``grouped_quant_mx_kernel``; True: the pair kernel wherever it applies, whatever the switches;
+    False: always the generic kernel (side-by-side timing). Both give the same bits. Row-wise
+    ignores it."""
     ax = normalize_axis(args.axis, 2)
     if ax == 1:
         from turbo_triton.quantization import fp4
@@ -402,7 +417,7 @@ def grouped_quantize_fp4_with_trans(args: GroupedQuantizeFp4WithTransArgs, tile:
     then the row and col lens/offs); ``tile`` (over the column layout's ``[M_c, N_pad]``) overrides
     the heuristic. ``fast`` as :func:`grouped_quantize_fp4`'s: None (default) the pair kernel
     (``grouped_fp4_pairs_with_trans_kernel``, the dense with_trans PAIRS path through the row maps)
-    where the dense launcher would take it, else the generic ``grouped_mx_with_trans_kernel``;
+    where ``FAST_DEFAULT`` is set and the dense launcher would take it, else the generic ``grouped_mx_with_trans_kernel``;
     True: the pair kernel wherever it applies; False: always the generic kernel. Same bits."""
     return _with_trans(args.x, args.out_dtype, G.MX_BLOCKWISE, args.group_lens, args.group_offs, None, tile,
                        fp4=True, fast=fast)
@@ -453,10 +468,10 @@ def grouped_dequantize_fp8(args: GroupedDequantizeFp8Args, tile: Tile | None = N
     removed; rows in no group are zero. ``tile`` (over the output; for the MX col-wise fast path
     over the transposed output ``[N, total_M]``) overrides the heuristic.
 
-    MX col-wise, ``fast`` picks the kernel: None (default) or True the transposed-store kernel
+    MX col-wise, ``fast`` picks the kernel: True the transposed-store kernel
     (``grouped_mx_dequant_trans_kernel``: loads along the padded rows, as the dense MX col-wise
     dequantize, which always takes it); False: the row gather ``grouped_dequant_kernel`` (loads
-    strided by ``M_pad``; side-by-side timing). Same bits. Other layouts ignore it."""
+    strided by ``M_pad``); None (default): ``FAST_DEFAULT``. Same bits. Other layouts ignore it."""
     from turbo_triton.quantization import kernels
 
     x, s, dev = args.x, args.scale_inv, args.x.device
@@ -483,7 +498,7 @@ def grouped_dequantize_fp8(args: GroupedDequantizeFp8Args, tile: Tile | None = N
         strides, pdiv, cdiv, kind, sb = (*x.stride(), *s.stride()), args.block_size, 1, 0, s
     else:
         sb = s.view(torch.uint8)
-        if col_mx and fast is not False:
+        if col_mx and _fast(fast):
             return _mx_col_dequant(x, sb, idx, out, tile)
         if col_mx:
             strides, pdiv, cdiv = (x.stride(1), x.stride(0), sb.stride(1), sb.stride(0)), 32, 1
