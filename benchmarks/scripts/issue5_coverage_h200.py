@@ -32,7 +32,8 @@ Parts (``--parts``, default all, in this order; each stops starting new cases af
   TORCH reference, bit-compared, device time as in ``small``.
 * ``index``: ``indices_to_multihot`` (+ bwd), ``tokens_per_expert_to_mask``, ``moe_permute_preprocess``
   (DeepSeek-V3: 256 experts, top 8) at tokens 1, 16, 128, 4096: TRITON vs the TORCH reference and its
-  torch.compile, bit-compared, device time as in ``small``.
+  torch.compile, bit-compared, device time as in ``small``; ``moe_permute_preprocess`` also through its
+  three-launch path (``single=False``: ``three_us``) beside the default's one launch for tokens in one block.
 * ``conformance``: ``conformance_gpu.py --backends TRITON`` for the families normalization, activation,
   quantization, moe (stopped at the part's limit; the counts of what ran are recorded).
 
@@ -773,6 +774,21 @@ def _index_compile(row, name, args, anchor):
         row["compile_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
+def _preprocess_three(row, args, anchor):
+    """``moe_permute_preprocess(..., single=False)`` (three launches) beside the default, which takes
+    one launch when the tokens fit one block: ``three_us``, ``x_three`` = three / default."""
+    from turbo_triton.moe import permute_preprocess as pp
+
+    three = lambda: pp.moe_permute_preprocess(args, single=False)  # noqa: E731
+    with use_backend("TORCH"):
+        errs = compare_all(three(), call("moe_permute_preprocess", args))
+    if errs:
+        row["three_errors"] = errs
+        return
+    row["three_us"], row["three_timing"] = device_us(three, anchor)
+    row["x_three"] = row["three_us"] / row["triton_us"]
+
+
 def part_index(deadline):
     rows = RESULTS["rows"]["index"]
     e, k = (16, 4) if QUICK else (256, 8)
@@ -809,6 +825,8 @@ def part_index(deadline):
                     row["triton_us"], row["triton_timing"] = device_us(lambda: run("TRITON"), idx)
                     row["x_torch"] = row["torch_us"] / row["triton_us"]
                     _index_compile(row, name, args, idx)
+                    if name == "moe_permute_preprocess":  # the three-launch path beside the default
+                        _preprocess_three(row, args, idx)
                     log(f"{name:28s} {t:5d} {row['torch_us']:9.2f} {row['triton_us']:9.2f} {row['x_torch']:8.2f} "
                         f"yes {row['torch_timing']}/{row['triton_timing']} compile "
                         f"{row.get('compile_us') or float('nan'):.2f} us")

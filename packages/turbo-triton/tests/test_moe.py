@@ -134,6 +134,41 @@ def test_preprocess_overflow_flag_and_empty_expert():
     assert disp.item() == sum(1 for row in _index_map(T).tolist() if any(x >= 0 for x in row))
 
 
+@pytest.mark.parametrize("kind,layout,pad,cap,capa", [("int32", "topk", 4, 9, -1), ("mask", "routing_map", 0, -1, 2),
+                                                      ("int64", "routing_map", 0, 20, -1), ("int32", "topk", 0, 0, -1)])
+def test_preprocess_one_launch_matches_three(kind, layout, pad, cap, capa, monkeypatch):
+    """Tokens that fit one block take ``single_block_kernel`` alone (its tile shrunk to them); the same
+    inputs through the three launches (``single=False``) and the loops give the same outputs."""
+    from turbo_triton.moe import preprocess_kernels
+
+    launched = []
+    for name in ("single_block_kernel", "block_counts_kernel", "scan_kernel", "row_map_kernel"):
+        real = getattr(preprocess_kernels, name)
+
+        class Spy:
+            def __init__(self, name, real):
+                self.name, self.real = name, real
+
+            def __getitem__(self, grid):
+                launched.append(self.name)
+                return self.real[grid]
+
+        monkeypatch.setattr(preprocess_kernels, name, Spy(name, real))
+    idx = _index_map(T, torch.int64 if kind == "int64" else torch.int32)
+    args = MoePermutePreprocessArgs(_mask(idx) if kind == "mask" else idx, E, pad, cap, layout, capa)
+    one = permute_preprocess.moe_permute_preprocess(args)
+    assert launched == ["single_block_kernel"]
+    three = permute_preprocess.moe_permute_preprocess(args, single=False)
+    assert launched[1:] == ["block_counts_kernel", "scan_kernel", "row_map_kernel"]
+    rmap, tpe, over, disp = _loop_row_map(idx, pad, cap, capa, layout == "topk")
+    for a, b in zip(one, three, strict=True):
+        assert _bits_equal(a, b)
+    assert torch.equal(one[0], rmap)
+    assert one[1].tolist() == tpe and one[2].tolist() == [over] and one[3].tolist() == [disp]
+    with pytest.raises(ValueError, match="single=True"):
+        permute_preprocess.moe_permute_preprocess(args, block_t=4, single=True)
+
+
 def _permute_inputs(dtype, layout, pad, cap, t=T):
     idx = _index_map(t)
     rmap, tpe, _, _ = ref.moe_permute_preprocess(MoePermutePreprocessArgs(idx, E, pad, cap, layout))

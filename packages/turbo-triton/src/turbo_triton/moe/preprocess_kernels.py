@@ -1,6 +1,7 @@
 """Triton kernels of ``moe_permute_preprocess`` (see ``turbo_core.dispatch.specs.moe``).
 
-Three launches, deterministic (no atomics):
+Three launches, deterministic (no atomics), or one (``single_block_kernel``) when every token fits one
+block (``T <= BLOCK_T``: small batches, where the three launches cost more than their work):
 
 1. ``block_counts_kernel``: one program per block of ``BLOCK_T`` tokens; ``counts[b, e]`` = tokens
    of block ``b`` routed to expert ``e``, ``counts[b, E]`` = tokens of the block routed anywhere.
@@ -12,6 +13,9 @@ Three launches, deterministic (no atomics):
    ``prefix[b, e]`` plus an in-block ``tl.cumsum``; kept copies are compacted to the front of the
    row (another ``tl.cumsum`` across experts) and the rest of the row is -1. The two stores of a row
    touch disjoint columns, so no ordering between them is needed.
+
+``single_block_kernel`` is the three in one program: the block's counts are the totals, every prefix
+is 0, and the scan's layout (``_layout``) and the row map's stores (``_rows``) are the same code.
 
 The routing tile ``[BLOCK_T, BLOCK_E]`` comes from a bool map (loaded as bytes) or from a top-k
 index map (an id repeated in a row counts once, at its first slot; ids outside ``[0, E)`` are no
@@ -63,6 +67,33 @@ def block_counts_kernel(emap_ptr, counts_ptr, T, K, E, IS_MASK: tl.constexpr,
 
 
 @triton.jit
+def _layout(run, routed, ex, em, offsets_ptr, tpe_ptr, overflow_ptr, dispatched_ptr, pad, capacity, cap,
+            HAS_PAD: tl.constexpr, HAS_CAPACITY: tl.constexpr, HAS_CAP: tl.constexpr):
+    """From the per-expert totals ``run`` [BLOCK_E] and the routed-token count: the segment sizes
+    (padding / capacity), ``offsets`` (stored and returned), ``tokens_per_expert`` under the cap,
+    the overflow flag and the dispatched count."""
+    if HAS_CAPACITY:
+        sizes = tl.where(em, capacity, 0)
+    elif HAS_PAD:
+        sizes = (run + pad - 1) // pad * pad
+    else:
+        sizes = run
+    offsets = tl.cumsum(sizes, axis=0) - sizes
+    total = tl.sum(sizes, axis=0)
+    tl.store(offsets_ptr + ex, offsets, mask=em)
+    if HAS_CAP:
+        tpe = tl.minimum(sizes, tl.maximum(cap - offsets, 0))
+        over = tl.where(total > cap, 1, 0)
+    else:
+        tpe = sizes
+        over = total * 0
+    tl.store(tpe_ptr + ex, tpe.to(tl.int64), mask=em)
+    tl.store(overflow_ptr, over.to(tl.int32))
+    tl.store(dispatched_ptr, routed)
+    return offsets
+
+
+@triton.jit
 def scan_kernel(counts_ptr, prefix_ptr, offsets_ptr, tpe_ptr, overflow_ptr, dispatched_ptr,
                 blocks, E, pad, capacity, cap,
                 HAS_PAD: tl.constexpr, HAS_CAPACITY: tl.constexpr, HAS_CAP: tl.constexpr,
@@ -82,24 +113,8 @@ def scan_kernel(counts_ptr, prefix_ptr, offsets_ptr, tpe_ptr, overflow_ptr, disp
         tl.store(prefix_ptr + bs[:, None] * E + ex[None, :], before, mask=ok)
         run += tl.sum(c, axis=0)
         routed += tl.sum(tl.load(counts_ptr + bs * (E + 1) + E, mask=bm, other=0), axis=0)
-    if HAS_CAPACITY:
-        sizes = tl.where(em, capacity, 0)
-    elif HAS_PAD:
-        sizes = (run + pad - 1) // pad * pad
-    else:
-        sizes = run
-    offsets = tl.cumsum(sizes, axis=0) - sizes
-    total = tl.sum(sizes, axis=0)
-    tl.store(offsets_ptr + ex, offsets, mask=em)
-    if HAS_CAP:
-        tpe = tl.minimum(sizes, tl.maximum(cap - offsets, 0))
-        over = tl.where(total > cap, 1, 0)
-    else:
-        tpe = sizes
-        over = total * 0
-    tl.store(tpe_ptr + ex, tpe.to(tl.int64), mask=em)
-    tl.store(overflow_ptr, over.to(tl.int32))
-    tl.store(dispatched_ptr, routed)
+    _layout(run, routed, ex, em, offsets_ptr, tpe_ptr, overflow_ptr, dispatched_ptr, pad, capacity, cap,
+            HAS_PAD, HAS_CAPACITY, HAS_CAP)
 
 
 @triton.jit
@@ -112,6 +127,15 @@ def row_map_kernel(emap_ptr, prefix_ptr, offsets_ptr, map_ptr, T, K, E, capacity
     em = ex < E
     prefix = tl.load(prefix_ptr + pid * E + ex, mask=em, other=0)
     offsets = tl.load(offsets_ptr + ex, mask=em, other=0)
+    _rows(rows, ex, m, col, prefix, offsets, map_ptr, T, E, capacity, cap, HAS_CAPACITY, HAS_CAP)
+
+
+@triton.jit
+def _rows(rows, ex, m, col, prefix, offsets, map_ptr, T, E, capacity, cap,
+          HAS_CAPACITY: tl.constexpr, HAS_CAP: tl.constexpr):
+    """The row map's rows ``rows`` from their routing tile, the tokens of each expert before them
+    (``prefix``) and the expert offsets."""
+    em = ex < E
     rank = prefix[None, :] + tl.cumsum(m, axis=0) - m  # position of the token inside its expert
     dest = offsets[None, :] + rank
     keep = m != 0
@@ -128,7 +152,23 @@ def row_map_kernel(emap_ptr, prefix_ptr, offsets_ptr, map_ptr, T, K, E, capacity
     tl.store(row_ptr[:, None] + slot, dest, mask=kept)
     tl.store(row_ptr[:, None] + E + slot, col, mask=kept)
     empty = (ex[None, :] >= n[:, None]) & em[None, :] & rm[:, None]
-    minus = tl.full([BLOCK_T, BLOCK_E], -1, tl.int32)
+    minus = tl.zeros_like(m) - 1
     tl.store(row_ptr[:, None] + ex[None, :], minus, mask=empty)
     tl.store(row_ptr[:, None] + E + ex[None, :], minus, mask=empty)
     tl.store(row_ptr + 2 * E, n, mask=rm)
+
+
+@triton.jit
+def single_block_kernel(emap_ptr, map_ptr, offsets_ptr, tpe_ptr, overflow_ptr, dispatched_ptr, T, K, E,
+                        pad, capacity, cap, IS_MASK: tl.constexpr, TOPK_LAYOUT: tl.constexpr,
+                        HAS_PAD: tl.constexpr, HAS_CAPACITY: tl.constexpr, HAS_CAP: tl.constexpr,
+                        BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+    """One program, ``T <= BLOCK_T``: the three kernels' outputs (``offsets`` as scratch)."""
+    rows, ex, m, col = _routing_tile(emap_ptr, 0, T, K, E, IS_MASK, TOPK_LAYOUT, BLOCK_T, BLOCK_E)
+    em = ex < E
+    run = tl.sum(m, axis=0)
+    routed = tl.sum(tl.where(tl.sum(m, axis=1) > 0, 1, 0), axis=0)
+    offsets = _layout(run, routed, ex, em, offsets_ptr, tpe_ptr, overflow_ptr, dispatched_ptr, pad, capacity, cap,
+                      HAS_PAD, HAS_CAPACITY, HAS_CAP)
+    _rows(rows, ex, m, col, run * 0, offsets, map_ptr, T, E, capacity, cap, HAS_CAPACITY, HAS_CAP)
+
