@@ -1,13 +1,14 @@
 """GPU check and timing of the grouped quantization fast paths (``fast=True``) beside the
 GPU-checked kernels (``fast=False``) and the TORCH reference (run on the GPU machine).
 
-The four paths (``turbo_triton.quantization.grouped``, off by default through ``FAST_DEFAULT``
+The five paths (``turbo_triton.quantization.grouped``, off by default through ``FAST_DEFAULT``
 until this script passes on a GPU):
 
 * ``q4-col``: ``grouped_quantize_fp4`` col-wise, bf16, the pair kernel (PTX encoder on NVIDIA);
 * ``q4-trans``: ``grouped_quantize_fp4_with_trans``, bf16, the pair kernel;
 * ``q8-mx-col``: ``grouped_quantize_fp8`` MX col-wise with ``FAST`` (float amax, hardware saturation);
-* ``dq8-mx-col``: ``grouped_dequantize_fp8`` MX col-wise, the transposed-store kernel.
+* ``dq8-mx-col``: ``grouped_dequantize_fp8`` MX col-wise, the transposed-store kernel;
+* ``dq8-mx-row``: ``grouped_dequantize_fp8`` MX row-wise, scale bytes loaded once a tile.
 
 Parts (``--parts``, default ``check,graph,bench``):
 
@@ -112,12 +113,15 @@ def cases(x, lens, offs, fp8=E4M3, out=torch.bfloat16):
     a8 = qs.GroupedQuantizeFp8Args(x, fp8, "MX_BLOCKWISE", lens, offs, 0, 32)
     q, s, _, op = ref.grouped_quantize_fp8(a8)
     d8 = qs.GroupedDequantizeFp8Args(q, s, out, "MX_BLOCKWISE", offs, op, x.shape[0], 0, 32)
+    qr, sr, _, opr = ref.grouped_quantize_fp8(qs.GroupedQuantizeFp8Args(x, fp8, "MX_BLOCKWISE", lens, offs, 1, 32))
+    d8r = qs.GroupedDequantizeFp8Args(qr, sr, out, "MX_BLOCKWISE", offs, opr, x.shape[0], 1, 32)
     return [("q4-col", grouped.grouped_quantize_fp4, ref.grouped_quantize_fp4,
              qs.GroupedQuantizeFp4Args(x, FP4, lens, offs, 0)),
             ("q4-trans", grouped.grouped_quantize_fp4_with_trans, ref.grouped_quantize_fp4_with_trans,
              qs.GroupedQuantizeFp4WithTransArgs(x, FP4, lens, offs)),
             ("q8-mx-col", grouped.grouped_quantize_fp8, ref.grouped_quantize_fp8, a8),
-            ("dq8-mx-col", grouped.grouped_dequantize_fp8, ref.grouped_dequantize_fp8, d8)]
+            ("dq8-mx-col", grouped.grouped_dequantize_fp8, ref.grouped_dequantize_fp8, d8),
+            ("dq8-mx-row", grouped.grouped_dequantize_fp8, ref.grouped_dequantize_fp8, d8r)]
 
 
 def sync():
@@ -163,7 +167,7 @@ def part_graph():
         return True
     m, n, g = BIG
     ok = True
-    for i, name in enumerate(("q4-col", "q4-trans", "q8-mx-col", "dq8-mx-col")):
+    for i, name in enumerate(("q4-col", "q4-trans", "q8-mx-col", "dq8-mx-col", "dq8-mx-row")):
         try:
             x = make_x(m, n, torch.bfloat16, 11)
             lens, offs = groups(m, g, seed=11)
@@ -175,9 +179,9 @@ def part_graph():
                 out = fn(args, fast=True)
             new_x = make_x(m, n, torch.bfloat16, 12)
             new_lens, new_offs = groups(m, g, seed=12)
-            if name == "dq8-mx-col":  # new quantized data and scales for the same shapes
-                q, s, _, op = ref.grouped_quantize_fp8(
-                    qs.GroupedQuantizeFp8Args(new_x, E4M3, "MX_BLOCKWISE", new_lens, new_offs, 0, 32))
+            if name.startswith("dq8"):  # new quantized data and scales for the same shapes
+                q, s, _, op = ref.grouped_quantize_fp8(qs.GroupedQuantizeFp8Args(
+                    new_x, E4M3, "MX_BLOCKWISE", new_lens, new_offs, 0 if name == "dq8-mx-col" else 1, 32))
                 args.x.copy_(q)
                 args.scale_inv.copy_(s)
                 args.group_offs_padded.copy_(op)
@@ -236,11 +240,14 @@ def part_bench():
             moved = _nbytes(out) + (_nbytes(x) if name.startswith("q") else _nbytes((args.x, args.scale_inv)))
             row(name, lambda fn=fn, args=args, fast=fast: fn(args, fast=fast), moved, fast=fast)
     qd, sd = quantize.quantize_fp8(qs.QuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", 0, 32))
+    qdr, sdr = quantize.quantize_fp8(qs.QuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", 1, 32))
     dense = [("dense q4-col", lambda: fp4.quantize_fp4(qs.QuantizeFp4Args(x, FP4, 0)), x),
              ("dense q4-trans", lambda: fp4.quantize_fp4_with_trans(qs.QuantizeFp4WithTransArgs(x, FP4)), x),
              ("dense q8-mx-col", lambda: quantize.quantize_fp8(qs.QuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", 0, 32)), x),
              ("dense dq8-mx-col", lambda: dequantize.dequantize_fp8(
-                 qs.DequantizeFp8Args(qd, sd, torch.bfloat16, "MX_BLOCKWISE", 0, 32)), (qd, sd))]
+                 qs.DequantizeFp8Args(qd, sd, torch.bfloat16, "MX_BLOCKWISE", 0, 32)), (qd, sd)),
+             ("dense dq8-mx-row", lambda: dequantize.dequantize_fp8(
+                 qs.DequantizeFp8Args(qdr, sdr, torch.bfloat16, "MX_BLOCKWISE", 1, 32)), (qdr, sdr))]
     for name, fn, inputs in dense:
         row(name, fn, _nbytes(fn()) + _nbytes(inputs))
     return True

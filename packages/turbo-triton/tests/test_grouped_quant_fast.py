@@ -7,6 +7,8 @@ interpreter, with the old path (``fast=False``) beside them:
   ``dst``, ``_pairs_col``).
 * FP8 MX col-wise dequantize: ``grouped_mx_dequant_trans_kernel`` (transposed output tiles, loads
   along the padded rows, transposed store), every input dtype (the dense one takes it always).
+* FP8 MX row-wise dequantize: ``grouped_dequant_kernel`` with ``BLOCK_SCALES`` (each scale byte loaded
+  once a tile and broadcast, as the dense MX dequantize).
 * FP8 MX col-wise quantize: ``grouped_quant_mx_kernel`` with ``FAST`` (float group amax, the
   hardware saturation on GPUs: the interpreter keeps the software clamp), every input dtype.
 
@@ -254,7 +256,25 @@ def test_fp8_mx_col_dequantize_odd(what, spy):
     assert k.calls == (0 if total == 0 else 1)
 
 
-# Layouts the fast kernel is not for (MX row-wise, BLOCKWISE col-wise): never taken.
+# MX row-wise: fast loads each scale byte once a tile (BLOCK_SCALES) where the tile is a whole number of
+# 32-column blocks, and gathers it per element otherwise (16 columns) or when not fast.
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast{f}")
+@pytest.mark.parametrize("tile", [None, Tile(4, 64), Tile(8, 16, 1)], ids=_tile_id)
+@pytest.mark.parametrize("fp8,out_dtype", [(E4M3, torch.bfloat16), (E5M2, torch.float32), (E4M3, torch.float16)],
+                         ids=["e4m3-bf16", "e5m2-fp32", "e4m3-fp16"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_fp8_mx_row_dequantize(case, fp8, out_dtype, tile, fast, spy):
+    q, s, offs, op, m = _mx_col_quantized(case, fp8, axis=1)
+    k = spy(grouped_kernels, "grouped_dequant_kernel")
+    args = GroupedDequantizeFp8Args(q, s, out_dtype, "MX_BLOCKWISE", offs, op, m + 3, 1, 32)
+    assert_same(grouped.grouped_dequantize_fp8(args, tile, fast=fast), ref.grouped_dequantize_fp8(args),
+                f"mx row dequantize {case} {fp8} {out_dtype} fast={fast}")
+    blocked = grouped._fast(fast) and (tile is None or tile.block_n % 32 == 0)
+    assert [kw["BLOCK_SCALES"] for kw in k.kwargs] == [blocked]
+
+
+# Layouts the transposed-store kernel is not for (MX row-wise, BLOCKWISE col-wise): never taken.
 @pytest.mark.parametrize("gran,axis", [("MX_BLOCKWISE", 1), ("BLOCKWISE", 0)])
 def test_fp8_dequantize_other_layouts(gran, axis, spy):
     m, n, lens, offs = _groups("odd")
@@ -328,3 +348,8 @@ def test_fast_default_switch(spy, monkeypatch):
     d8 = GroupedDequantizeFp8Args(q, s, torch.bfloat16, "MX_BLOCKWISE", offs, op, int(offs[-1]), 0, 32)
     assert_same(grouped.grouped_dequantize_fp8(d8), ref.grouped_dequantize_fp8(d8), "mx col dequantize default")
     assert (p_col.calls, p_wt.calls, [kw["FAST"] for kw in q8.kwargs], dq8.calls) == (1, 1, [True], 1)
+    qr, sr, _, opr = ref.grouped_quantize_fp8(GroupedQuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", lens, offs, 1, 32))
+    dr = GroupedDequantizeFp8Args(qr, sr, torch.bfloat16, "MX_BLOCKWISE", offs, opr, m, 1, 32)
+    gd = spy(grouped_kernels, "grouped_dequant_kernel")
+    assert_same(grouped.grouped_dequantize_fp8(dr), ref.grouped_dequantize_fp8(dr), "mx row dequantize default")
+    assert [kw["BLOCK_SCALES"] for kw in gd.kwargs] == [True]

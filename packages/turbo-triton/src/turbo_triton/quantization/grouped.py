@@ -205,7 +205,8 @@ def _blockwise_rowwise(x, dtype, bs, tile):
 
 
 #: What ``fast=None`` means for the grouped fast paths (the FP4 col-wise and with_trans pair kernels,
-#: the FP8 MX col-wise quantize's ``FAST`` arithmetic and the FP8 MX col-wise transposed dequantize).
+#: the FP8 MX col-wise quantize's ``FAST`` arithmetic, the FP8 MX col-wise transposed dequantize and
+#: the FP8 MX row-wise dequantize's once-a-tile scale loads).
 #: They give the reference's bits on the CPU interpreter, but the PTX encoder and the hardware
 #: saturation they use run only on a GPU, and no GPU has compared them yet. So the default stays on
 #: the GPU-checked kernels until ``benchmarks/scripts/grouped_quant_fast_gpu.py`` (``gpu_session.sh
@@ -425,19 +426,21 @@ def grouped_quantize_fp4_with_trans(args: GroupedQuantizeFp4WithTransArgs, tile:
 
 # -- dequantization ----------------------------------------------------------------------------------------
 
-def _launch_dequant(data, s, idx, out, c, strides, pdiv, cdiv, kind, fp8_dtype, tile):
+def _launch_dequant(data, s, idx, out, c, strides, pdiv, cdiv, kind, fp8_dtype, tile, block_scales=False):
     from turbo_triton.quantization import grouped_kernels as kern
 
     total = out.shape[0]
     if out.numel() == 0:
         return out
     tile = _tile(tile, total, c, 1, 1)
+    block_scales = block_scales and tile.block_n % 32 == 0
     fmt = common.fmt_constexprs(fp8_dtype) if fp8_dtype is not None else dict(MB=1, BIAS=1, FNUZ=False, SOFT=False)
     bf16_bits = common.soft() and out.dtype == torch.bfloat16
     kern.grouped_dequant_kernel[common.grid(1, total, c, tile)](
         data, s, idx, out.view(torch.int16) if bf16_bits else out, total, c, *strides,
         BM=tile.block_m, BN=tile.block_n, PDIV=pdiv, CDIV=cdiv, KIND=kind, MB=fmt["MB"], BIAS=fmt["BIAS"],
-        FNUZ=fmt["FNUZ"], SOFT=fmt["SOFT"], ROUND_BF16=bf16_bits, num_warps=tile.num_warps)
+        FNUZ=fmt["FNUZ"], SOFT=fmt["SOFT"], ROUND_BF16=bf16_bits, BLOCK_SCALES=block_scales,
+        num_warps=tile.num_warps)
     return out
 
 
@@ -471,7 +474,9 @@ def grouped_dequantize_fp8(args: GroupedDequantizeFp8Args, tile: Tile | None = N
     MX col-wise, ``fast`` picks the kernel: True the transposed-store kernel
     (``grouped_mx_dequant_trans_kernel``: loads along the padded rows, as the dense MX col-wise
     dequantize, which always takes it); False: the row gather ``grouped_dequant_kernel`` (loads
-    strided by ``M_pad``); None (default): ``FAST_DEFAULT``. Same bits. Other layouts ignore it."""
+    strided by ``M_pad``). MX row-wise, True loads each scale byte once a tile and broadcasts it to
+    its 32 columns (``BLOCK_SCALES``, as the dense MX dequantize), False gathers it per element.
+    None (default): ``FAST_DEFAULT``. Same bits. BLOCKWISE ignores it."""
     from turbo_triton.quantization import kernels
 
     x, s, dev = args.x, args.scale_inv, args.x.device
@@ -505,7 +510,9 @@ def grouped_dequantize_fp8(args: GroupedDequantizeFp8Args, tile: Tile | None = N
         else:
             strides, pdiv, cdiv = (*x.stride(), *sb.stride()), 1, 32
         kind = 1
-    return _launch_dequant(data, sb, idx, out, c, strides, pdiv, cdiv, kind, x.dtype, tile)
+    # MX row-wise, fast: each scale byte loaded once a tile (the dense MX dequantize's way)
+    return _launch_dequant(data, sb, idx, out, c, strides, pdiv, cdiv, kind, x.dtype, tile,
+                           block_scales=gran == G.MX_BLOCKWISE and not col_mx and _fast(fast))
 
 
 def grouped_dequantize_fp4(args: GroupedDequantizeFp4Args, tile: Tile | None = None) -> torch.Tensor:

@@ -241,12 +241,14 @@ def grouped_blockwise_with_trans_kernel(x_ptr, src_ptr, dst_ptr, offs_c_ptr, G, 
 def grouped_dequant_kernel(x_ptr, s_ptr, map_ptr, out_ptr, TOTAL, C, sx_p, sx_c, ss_p, ss_c,
                            BM: tl.constexpr, BN: tl.constexpr, PDIV: tl.constexpr, CDIV: tl.constexpr,
                            KIND: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
-                           SOFT: tl.constexpr, ROUND_BF16: tl.constexpr):
+                           SOFT: tl.constexpr, ROUND_BF16: tl.constexpr, BLOCK_SCALES: tl.constexpr = False):
     """``out [TOTAL, C]``: element ``(r, c)`` is padded element ``(p = map[r], c)`` -- data at
     ``p*sx_p + c*sx_c`` (FP4: the byte of ``p // 2``, nibble ``p % 2``), scale at
     ``(p // PDIV)*ss_p + (c // CDIV)*ss_c`` -- dequantized in fp32 and rounded once; 0 where
     ``map[r] < 0``. KIND 0: FP8 with fp32 scales; 1: FP8 with E8M0 bytes; 2: packed E2M1 (the
-    blocked dim is ``p``) with E8M0 bytes."""
+    blocked dim is ``p``) with E8M0 bytes. BLOCK_SCALES (KIND 1 with ``CDIV`` 32, ``PDIV`` 1 and
+    ``BN`` a multiple of 32: MX row-wise): each scale byte is loaded once a tile and broadcast to its
+    32 columns (``expand``, as the dense ``mx_dequant_kernel``), not gathered per element."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), TOTAL, C, BM, BN)
     p = tl.load(map_ptr + rows, mask=rows < TOTAL, other=-1).to(tl.int64)
     ok = (p >= 0)[:, None] & (cols < C)[None, :]
@@ -259,6 +261,11 @@ def grouped_dequant_kernel(x_ptr, s_ptr, map_ptr, out_ptr, TOTAL, C, sx_p, sx_c,
         vals = from_fp8(tl.load(x_ptr + p[:, None] * sx_p + cols[None, :] * sx_c, mask=ok), MB, BIAS, FNUZ, SOFT)
     if KIND == 0:
         scale = tl.load(s_ptr + s_offs, mask=ok, other=1.0)
+    elif BLOCK_SCALES:
+        blk = tn.to(tl.int64) * (BN // 32) + tl.arange(0, BN // 32)
+        b_ok = (p >= 0)[:, None] & (blk < tl.cdiv(C, 32))[None, :]
+        byte = tl.load(s_ptr + p[:, None] * ss_p + blk[None, :] * ss_c, mask=b_ok, other=127)
+        scale = expand(e8m0_to_fp32(byte.to(tl.int32)), BM, BN, 1, 32)
     else:
         scale = e8m0_to_fp32(tl.load(s_ptr + s_offs, mask=ok, other=127).to(tl.int32))
     v = tl.where(ok, vals * scale, 0.0)
