@@ -1,14 +1,17 @@
 """GPU check and timing of the grouped quantization fast paths (``fast=True``) beside the
 GPU-checked kernels (``fast=False``) and the TORCH reference (run on the GPU machine).
 
-The five paths (``turbo_triton.quantization.grouped``, off by default through ``FAST_DEFAULT``
+The fast paths (``turbo_triton.quantization.grouped``, off by default through ``FAST_DEFAULT``
 until this script passes on a GPU):
 
 * ``q4-col``: ``grouped_quantize_fp4`` col-wise, bf16, the pair kernel (PTX encoder on NVIDIA);
 * ``q4-trans``: ``grouped_quantize_fp4_with_trans``, bf16, the pair kernel;
 * ``q8-mx-col``: ``grouped_quantize_fp8`` MX col-wise with ``FAST`` (float amax, hardware saturation);
 * ``dq8-mx-col``: ``grouped_dequantize_fp8`` MX col-wise, the transposed-store kernel;
-* ``dq8-mx-row``: ``grouped_dequantize_fp8`` MX row-wise, scale bytes loaded once a tile.
+* ``dq8-mx-row``: ``grouped_dequantize_fp8`` MX row-wise, scale bytes loaded once a tile;
+* ``q8-bw128-col`` / ``q8-bw32-col``: ``grouped_quantize_fp8`` BLOCKWISE col-wise with ``HW_SAT``;
+* ``q8-wt-bw128`` / ``q8-wt-mx``: ``grouped_quantize_fp8_with_trans`` with the dense arithmetic (``FAST``,
+  ``HW_SAT``; BLOCKWISE 128 on 8 warps).
 
 Parts (``--parts``, default ``check,graph,bench``):
 
@@ -47,7 +50,7 @@ import torch  # noqa: E402
 from turbo_core.dispatch.specs import quantization as qs  # noqa: E402
 from turbo_core.low_precision import FLOAT4_E2M1FN_X2 as FP4  # noqa: E402
 from turbo_core.reference import quantization as ref  # noqa: E402
-from turbo_triton.quantization import dequantize, fp4, grouped, quantize  # noqa: E402
+from turbo_triton.quantization import dequantize, fp4, grouped, quantize, quantize_with_trans  # noqa: E402
 
 DEV = "cpu" if ARGS.smoke else "cuda"
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -97,8 +100,8 @@ def mismatch(a, b) -> str | None:
     for i, (x, y) in enumerate(zip(a, b, strict=True)):
         if x.shape != y.shape or x.dtype != y.dtype:
             return f"output {i}: {x.dtype}{tuple(x.shape)}, expected {y.dtype}{tuple(y.shape)}"
-        if x.dtype.is_floating_point and x.element_size() > 1:
-            nx, ny = torch.isnan(x), torch.isnan(y)
+        if x.dtype.is_floating_point and x.dtype != FP4:  # NaN positions must match, not their payloads
+            nx, ny = torch.isnan(x.float()), torch.isnan(y.float())
             if not torch.equal(nx, ny):
                 return f"output {i}: NaN positions differ"
             bad = int((_bits(x)[~nx] != _bits(y)[~ny]).sum())
@@ -121,7 +124,15 @@ def cases(x, lens, offs, fp8=E4M3, out=torch.bfloat16):
              qs.GroupedQuantizeFp4WithTransArgs(x, FP4, lens, offs)),
             ("q8-mx-col", grouped.grouped_quantize_fp8, ref.grouped_quantize_fp8, a8),
             ("dq8-mx-col", grouped.grouped_dequantize_fp8, ref.grouped_dequantize_fp8, d8),
-            ("dq8-mx-row", grouped.grouped_dequantize_fp8, ref.grouped_dequantize_fp8, d8r)]
+            ("dq8-mx-row", grouped.grouped_dequantize_fp8, ref.grouped_dequantize_fp8, d8r),
+            ("q8-bw128-col", grouped.grouped_quantize_fp8, ref.grouped_quantize_fp8,
+             qs.GroupedQuantizeFp8Args(x, fp8, "BLOCKWISE", lens, offs, 0, 128)),
+            ("q8-bw32-col", grouped.grouped_quantize_fp8, ref.grouped_quantize_fp8,
+             qs.GroupedQuantizeFp8Args(x, fp8, "BLOCKWISE", lens, offs, 0, 32)),
+            ("q8-wt-bw128", grouped.grouped_quantize_fp8_with_trans, ref.grouped_quantize_fp8_with_trans,
+             qs.GroupedQuantizeFp8WithTransArgs(x, fp8, "BLOCKWISE", lens, offs, 128)),
+            ("q8-wt-mx", grouped.grouped_quantize_fp8_with_trans, ref.grouped_quantize_fp8_with_trans,
+             qs.GroupedQuantizeFp8WithTransArgs(x, fp8, "MX_BLOCKWISE", lens, offs, 32))]
 
 
 def sync():
@@ -167,7 +178,8 @@ def part_graph():
         return True
     m, n, g = BIG
     ok = True
-    for i, name in enumerate(("q4-col", "q4-trans", "q8-mx-col", "dq8-mx-col", "dq8-mx-row")):
+    for i, name in enumerate(("q4-col", "q4-trans", "q8-mx-col", "dq8-mx-col", "dq8-mx-row", "q8-bw128-col",
+                              "q8-bw32-col", "q8-wt-bw128", "q8-wt-mx")):
         try:
             x = make_x(m, n, torch.bfloat16, 11)
             lens, offs = groups(m, g, seed=11)
@@ -237,13 +249,19 @@ def part_bench():
     for name, fn, _, args in cases(x, lens, offs):
         for fast in (False, True):
             out = fn(args, fast=fast)
-            moved = _nbytes(out) + (_nbytes(x) if name.startswith("q") else _nbytes((args.x, args.scale_inv)))
+            data = out[:4] if name.startswith("q8-wt") else out  # the lens / offs are int and not counted
+            moved = _nbytes(data) + (_nbytes(x) if name.startswith("q") else _nbytes((args.x, args.scale_inv)))
             row(name, lambda fn=fn, args=args, fast=fast: fn(args, fast=fast), moved, fast=fast)
     qd, sd = quantize.quantize_fp8(qs.QuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", 0, 32))
     qdr, sdr = quantize.quantize_fp8(qs.QuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", 1, 32))
     dense = [("dense q4-col", lambda: fp4.quantize_fp4(qs.QuantizeFp4Args(x, FP4, 0)), x),
              ("dense q4-trans", lambda: fp4.quantize_fp4_with_trans(qs.QuantizeFp4WithTransArgs(x, FP4)), x),
              ("dense q8-mx-col", lambda: quantize.quantize_fp8(qs.QuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", 0, 32)), x),
+             ("dense q8-bw128-col", lambda: quantize.quantize_fp8(qs.QuantizeFp8Args(x, E4M3, "BLOCKWISE", 0, 128)), x),
+             ("dense q8-wt-bw128", lambda: quantize_with_trans.quantize_fp8_with_trans(
+                 qs.QuantizeFp8WithTransArgs(x, E4M3, "BLOCKWISE", 128)), x),
+             ("dense q8-wt-mx", lambda: quantize_with_trans.quantize_fp8_with_trans(
+                 qs.QuantizeFp8WithTransArgs(x, E4M3, "MX_BLOCKWISE", 32)), x),
              ("dense dq8-mx-col", lambda: dequantize.dequantize_fp8(
                  qs.DequantizeFp8Args(qd, sd, torch.bfloat16, "MX_BLOCKWISE", 0, 32)), (qd, sd)),
              ("dense dq8-mx-row", lambda: dequantize.dequantize_fp8(

@@ -9,6 +9,8 @@ interpreter, with the old path (``fast=False``) beside them:
   along the padded rows, transposed store), every input dtype (the dense one takes it always).
 * FP8 MX row-wise dequantize: ``grouped_dequant_kernel`` with ``BLOCK_SCALES`` (each scale byte loaded
   once a tile and broadcast, as the dense MX dequantize).
+* FP8 BLOCKWISE col-wise quantize with ``HW_SAT``; FP8 with_trans (BLOCKWISE and MX) with ``FAST`` (float
+  amax, ``HW_SAT``) and, BLOCKWISE 128, 8 warps: the dense with_trans kernels' arithmetic and tile.
 * FP8 MX col-wise quantize: ``grouped_quant_mx_kernel`` with ``FAST`` (float group amax, the
   hardware saturation on GPUs: the interpreter keeps the software clamp), every input dtype.
 
@@ -30,6 +32,7 @@ from turbo_core.dispatch.specs.quantization import (
     GroupedQuantizeFp4Args,
     GroupedQuantizeFp4WithTransArgs,
     GroupedQuantizeFp8Args,
+    GroupedQuantizeFp8WithTransArgs,
 )
 from turbo_core.low_precision import FLOAT4_E2M1FN_X2
 from turbo_core.reference import quantization as ref
@@ -324,6 +327,45 @@ def test_fp8_mx_col_quantize_odd(what, spy):
     _assert_all_same(grouped.grouped_quantize_fp8(args, fast=True), ref.grouped_quantize_fp8(args),
                      f"mx quantize {what}")
     assert [kw["FAST"] for kw in k.kwargs] == [axis == 0]
+
+
+# -- FP8 BLOCKWISE col-wise and FP8 with_trans --------------------------------------------------------------
+
+# BLOCKWISE col-wise fast only adds HW_SAT, which the interpreter never takes (its software clamp): the bits
+# of the launch with it are checked here, the hardware saturation itself by grouped_quant_fast_gpu.py.
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast{f}")
+@pytest.mark.parametrize("bs", [128, 32])
+@pytest.mark.parametrize("case", list(CASES))
+def test_fp8_blockwise_col_quantize(case, bs, fast, spy):
+    m, n, lens, offs = _groups(case)
+    x = _input(m, n, torch.bfloat16, seed=m + 5 * n)
+    k = spy(grouped_kernels, "grouped_quant_groups_kernel")
+    args = GroupedQuantizeFp8Args(x, E4M3, "BLOCKWISE", lens, offs, 0, bs)
+    _assert_all_same(grouped.grouped_quantize_fp8(args, fast=fast), ref.grouped_quantize_fp8(args),
+                     f"blockwise {bs} col quantize {case} fast={fast}")
+    assert [kw["HW_SAT"] for kw in k.kwargs] == [False]  # the interpreter: never the hardware saturation
+
+
+# with_trans fast: the float amax on the BLOCKWISE row copy and on both MX copies, and BLOCKWISE 128's
+# 8-warp tile; the same bits as the old code and the reference.
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast{f}")
+@pytest.mark.parametrize("gran,bs", [("BLOCKWISE", 128), ("BLOCKWISE", 32), ("MX_BLOCKWISE", 32)],
+                         ids=["bw128", "bw32", "mx"])
+@pytest.mark.parametrize("fp8,in_dtype", [(E4M3, torch.bfloat16), (E5M2, torch.float32)], ids=["e4m3-bf16", "e5m2-fp32"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_fp8_with_trans(case, fp8, in_dtype, gran, bs, fast, spy):
+    m, n, lens, offs = _groups(case)
+    x = _input(m, n, in_dtype, seed=3 * m + n)
+    name = "grouped_blockwise_with_trans_kernel" if gran == "BLOCKWISE" else "grouped_mx_with_trans_kernel"
+    k = spy(grouped_kernels, name)
+    args = GroupedQuantizeFp8WithTransArgs(x, fp8, gran, lens, offs, bs)
+    _assert_all_same(grouped.grouped_quantize_fp8_with_trans(args, fast=fast),
+                     ref.grouped_quantize_fp8_with_trans(args), f"with_trans {gran} {bs} {case} fast={fast}")
+    assert [kw["FAST"] for kw in k.kwargs] == [grouped._fast(fast)]
+    if gran == "BLOCKWISE" and bs == 128:
+        assert [kw["num_warps"] for kw in k.kwargs] == [8 if grouped._fast(fast) else 4]
 
 
 # FAST_DEFAULT set (what the GPU check will allow): fast=None takes every fast path, with the same bits.

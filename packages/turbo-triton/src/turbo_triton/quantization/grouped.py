@@ -205,8 +205,9 @@ def _blockwise_rowwise(x, dtype, bs, tile):
 
 
 #: What ``fast=None`` means for the grouped fast paths (the FP4 col-wise and with_trans pair kernels,
-#: the FP8 MX col-wise quantize's ``FAST`` arithmetic, the FP8 MX col-wise transposed dequantize and
-#: the FP8 MX row-wise dequantize's once-a-tile scale loads).
+#: the FP8 col-wise and with_trans quantizers' dense arithmetic (``FAST``: float amax; ``HW_SAT``),
+#: the FP8 MX col-wise transposed dequantize and the FP8 MX row-wise dequantize's once-a-tile scale
+#: loads).
 #: They give the reference's bits on the CPU interpreter, but the PTX encoder and the hardware
 #: saturation they use run only on a GPU, and no GPU has compared them yet. So the default stays on
 #: the GPU-checked kernels until ``benchmarks/scripts/grouped_quant_fast_gpu.py`` (``gpu_session.sh
@@ -257,7 +258,7 @@ def _quantize_padded(x, dtype, gran, lens, offs, ax, bs, tile, fp4=False, fast=N
         kern.grouped_quant_groups_kernel[common.grid(1, m_pad, n, tile)](
             xa, src, common.data_arg(q), s, m_pad, n, *x.stride(), common.eps(),
             BM=tile.block_m, BN=tile.block_n, BS=bs, **common.fmt_constexprs(dtype), X_BITS=x_bits,
-            num_warps=tile.num_warps)
+            HW_SAT=_fast(fast) and common.hw_sat()["HW_SAT"], num_warps=tile.num_warps)
         return q, s, lens_pad, offs_pad
     row = ax == 1
     if fp4 and _fp4_pairs(x, tile, fast):
@@ -300,11 +301,12 @@ def grouped_quantize_fp8(args: GroupedQuantizeFp8Args, tile: Tile | None = None,
     """``(q, scale_inv, group_lens_padded, group_offs_padded)`` (see the module doc); ``tile``
     (over the padded extent) overrides the heuristic (tests, tuning).
 
-    MX col-wise, ``fast`` picks the code path of ``grouped_quant_mx_kernel``: True the dense
+    BLOCKWISE col-wise, ``fast`` True takes the hardware saturation (``HW_SAT``, NVIDIA), as the
+    dense BLOCKWISE quantize. MX col-wise, ``fast`` picks the code path of ``grouped_quant_mx_kernel``: True the dense
     col-wise MX quantize's (``FAST``: float group amax and the hardware saturation on
     NVIDIA, 64 x 128 x 4 tiles; every input dtype, as the dense launcher); False: the old one
     (integer amax on the bits, explicit clamp, ``pick_mx``'s 32 x 128 tiles); None (default):
-    ``FAST_DEFAULT``. Same bits. Other layouts ignore it."""
+    ``FAST_DEFAULT``. Same bits. Row-wise layouts ignore it."""
     gran, ax, x = G(args.granularity), normalize_axis(args.axis, 2), args.x
     if gran == G.BLOCKWISE and ax == 1:
         q, s = _blockwise_rowwise(x, args.out_dtype, args.block_size, tile)
@@ -347,12 +349,17 @@ def _with_trans(x, dtype, gran, lens, offs, bs, tile, fp4=False, fast=None):
         _fp4_pairs_with_trans(x, src, dst, o_col, q_row, s_row, q_col, s_col, m_c, n_ext, tile)
         return (*outs, l_row, o_row, l_col, o_col)
     xa, x_bits = common.x_arg(x)
+    # FP8 fast: the dense with_trans kernels' arithmetic (float amax, HW_SAT) and, BLOCKWISE, their 8 warps
+    fast8 = not fp4 and _fast(fast)
+    hw = fast8 and common.hw_sat()["HW_SAT"]
     if not mx:
+        if fast8 and tile is None:
+            tile = common.pick(m_c, n, bs, bs, warps=8 if bs >= 128 else None)
         tile = _tile(tile, m_c, n, bs, bs)
         kern.grouped_blockwise_with_trans_kernel[common.grid(1, m_c, n, tile)](
             xa, src, dst, o_col, groups, common.data_arg(q_row), s_row, common.data_arg(q_col), s_col,
             m, m_c, n, *x.stride(), common.eps(), BM=tile.block_m, BN=tile.block_n, BS=bs,
-            **common.fmt_constexprs(dtype), X_BITS=x_bits, num_warps=tile.num_warps)
+            **common.fmt_constexprs(dtype), X_BITS=x_bits, FAST=fast8, HW_SAT=hw, num_warps=tile.num_warps)
     else:
         tile = _tile(tile, m_c, n_ext, 32, 32, mx=True)
         fmt = dict(FMAX=1.0, MB=1, BIAS=1, FNUZ=False, SOFT=False) if fp4 else common.fmt_constexprs(dtype)
@@ -360,7 +367,8 @@ def _with_trans(x, dtype, gran, lens, offs, bs, tile, fp4=False, fast=None):
         kern.grouped_mx_with_trans_kernel[common.grid(1, m_c, n_ext, tile)](
             xa, src, dst, o_col, groups, data(q_row), s_row.view(torch.uint8), data(q_col), s_col.view(torch.uint8),
             m_c, m_r, n, n_ext, *x.stride(), BM=tile.block_m, BN=tile.block_n, FP4=fp4, **fmt,
-            EMAX=0 if fp4 else common.mx_emax_of(dtype), X_BITS=x_bits, num_warps=tile.num_warps)
+            EMAX=0 if fp4 else common.mx_emax_of(dtype), X_BITS=x_bits, FAST=fast8, HW_SAT=hw,
+            num_warps=tile.num_warps)
     return (*outs, l_row, o_row, l_col, o_col)
 
 
@@ -380,11 +388,14 @@ def _fp4_pairs_with_trans(x, src, dst, o_col, q_row, s_row, q_col, s_col, m_c, n
         ASM=not common.soft(), F32MUL=fp4.F32MUL, num_warps=tile.num_warps)
 
 
-def grouped_quantize_fp8_with_trans(args: GroupedQuantizeFp8WithTransArgs, tile: Tile | None = None):
+def grouped_quantize_fp8_with_trans(args: GroupedQuantizeFp8WithTransArgs, tile: Tile | None = None, *,
+                                    fast: bool | None = None):
     """``(q_row, s_row, q_col, s_col, lens_row, offs_row, lens_col, offs_col)`` from one read of
-    ``x``; ``tile`` (over the column layout's padded extent) overrides the heuristic."""
+    ``x``; ``tile`` (over the column layout's padded extent) overrides the heuristic. ``fast``:
+    True the dense with_trans kernels' arithmetic (float amax, hardware saturation on NVIDIA) and,
+    BLOCKWISE 128, their 8-warp tile; False the old code; None (default) ``FAST_DEFAULT``. Same bits."""
     return _with_trans(args.x, args.out_dtype, G(args.granularity), args.group_lens, args.group_offs,
-                       args.block_size, tile)
+                       args.block_size, tile, fast=fast)
 
 
 # -- FP4 quantization --------------------------------------------------------------------------------------

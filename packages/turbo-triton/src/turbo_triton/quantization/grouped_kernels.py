@@ -41,6 +41,7 @@ from turbo_triton.quantization.numerics import (
     expand,
     fp32_scale,
     from_fp8,
+    group_amax,
     group_max,
     load_f32,
     tile_of,
@@ -142,14 +143,15 @@ def _rows_via(x_ptr, src, cols, N, sx_m, sx_n, X_BITS: tl.constexpr):
 def grouped_quant_groups_kernel(x_ptr, src_ptr, q_ptr, s_ptr, M_PAD, N, sx_m, sx_n, eps,
                                 BM: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,
                                 FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
-                                SOFT: tl.constexpr, X_BITS: tl.constexpr):
-    """BLOCKWISE col-wise: ``q [M_PAD, N]`` and ``s [cdiv(M_PAD, BS), N]`` of the padded layout."""
+                                SOFT: tl.constexpr, X_BITS: tl.constexpr, HW_SAT: tl.constexpr = False):
+    """BLOCKWISE col-wise: ``q [M_PAD, N]`` and ``s [cdiv(M_PAD, BS), N]`` of the padded layout.
+    ``HW_SAT``: the conversion's saturation instead of the clamp (``to_fp8``; NVIDIA GPUs)."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_PAD, N, BM, BN)
     src = tl.load(src_ptr + rows, mask=rows < M_PAD, other=-1)
     x = _rows_via(x_ptr, src, cols, N, sx_m, sx_n, X_BITS)
     mask = (rows < M_PAD)[:, None] & (cols < N)[None, :]
     _fp32_groups(x, rows, cols, mask, tm, tn, M_PAD, N, q_ptr, rows[:, None] * N + cols[None, :], s_ptr, N, 1, eps,
-                 BM, BN, BS, 1, FMAX, MB, BIAS, FNUZ, SOFT)
+                 BM, BN, BS, 1, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
 
 
 @triton.jit
@@ -189,10 +191,12 @@ def grouped_mx_with_trans_kernel(x_ptr, src_ptr, dst_ptr, offs_c_ptr, G, qr_ptr,
                                  M_C, M_R, N, N_PAD, sx_m, sx_n,
                                  BM: tl.constexpr, BN: tl.constexpr, FP4: tl.constexpr,
                                  FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
-                                 SOFT: tl.constexpr, EMAX: tl.constexpr, X_BITS: tl.constexpr):
+                                 SOFT: tl.constexpr, EMAX: tl.constexpr, X_BITS: tl.constexpr,
+                                 FAST: tl.constexpr = False, HW_SAT: tl.constexpr = False):
     """Both copies from one read of each tile of the column layout's extent ``[M_C, N_PAD]``: the
     col-wise copy ``[N, M_C]`` (scales ``[N, M_C/32]``) and, through ``dst``, the row-wise copy
-    ``[M_R, N_PAD]`` (scales ``[M_R, N_PAD/32]``); FP4 data halves the last dims."""
+    ``[M_R, N_PAD]`` (scales ``[M_R, N_PAD/32]``); FP4 data halves the last dims. FAST (FP8): the
+    dense ``mx_with_trans_kernel``'s arithmetic (float group amax, ``HW_SAT``)."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_C, N_PAD, BM, BN)
     src = tl.load(src_ptr + rows, mask=rows < M_C, other=-1)
     dst = tl.load(dst_ptr + rows, mask=rows < M_C, other=M_R).to(tl.int64)
@@ -203,6 +207,11 @@ def grouped_mx_with_trans_kernel(x_ptr, src_ptr, dst_ptr, offs_c_ptr, G, qr_ptr,
                   BM, BN, 1, 32, True)
         _fp4_part(xc, abs_bits(xc), b, tm, tn, rows, cols, M_C, N, qc_ptr, 0, M_C // 2, sc_ptr, 0, M_C // 32,
                   BM, BN, 32, 1, False)
+    elif FAST:
+        _mx_part(x, None, b, tm, tn, dst, cols, M_R, N_PAD, qr_ptr, 0, N_PAD, sr_ptr, 0, N_PAD // 32,
+                 BM, BN, 1, 32, True, FMAX, MB, BIAS, FNUZ, SOFT, EMAX, HW_SAT)
+        _mx_part(xc, None, b, tm, tn, rows, cols, M_C, N, qc_ptr, 0, M_C, sc_ptr, 0, M_C // 32,
+                 BM, BN, 32, 1, False, FMAX, MB, BIAS, FNUZ, SOFT, EMAX, HW_SAT)
     else:
         _mx_part(x, abs_bits(x), b, tm, tn, dst, cols, M_R, N_PAD, qr_ptr, 0, N_PAD, sr_ptr, 0, N_PAD // 32,
                  BM, BN, 1, 32, True, FMAX, MB, BIAS, FNUZ, SOFT, EMAX)
@@ -215,26 +224,32 @@ def grouped_blockwise_with_trans_kernel(x_ptr, src_ptr, dst_ptr, offs_c_ptr, G, 
                                         M, M_C, N, sx_m, sx_n, eps,
                                         BM: tl.constexpr, BN: tl.constexpr, BS: tl.constexpr,
                                         FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr,
-                                        FNUZ: tl.constexpr, SOFT: tl.constexpr, X_BITS: tl.constexpr):
+                                        FNUZ: tl.constexpr, SOFT: tl.constexpr, X_BITS: tl.constexpr,
+                                        FAST: tl.constexpr = False, HW_SAT: tl.constexpr = False):
     """BLOCKWISE segment quantization from one read of each tile of the column layout ``[M_C, N]``:
     ``q_col [M_C, N]`` / ``s_col [cdiv(M_C, BS), N]`` (BS x 1 blocks), and through ``dst`` the
-    tight row copy ``q_row [M, N]`` with transposed scales ``s_row [cdiv(N, BS), M]`` (1 x BS)."""
+    tight row copy ``q_row [M, N]`` with transposed scales ``s_row [cdiv(N, BS), M]`` (1 x BS).
+    FAST: the row copy's amax by the float max (``group_amax``, as the column copy and the dense
+    ``blockwise_with_trans_kernel``); ``HW_SAT``: the conversion's saturation on both copies."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_C, N, BM, BN)
     src = tl.load(src_ptr + rows, mask=rows < M_C, other=-1)
     dst = tl.load(dst_ptr + rows, mask=rows < M_C, other=M).to(tl.int64)
     x = _rows_via(x_ptr, src, cols, N, sx_m, sx_n, X_BITS)
     # Row copy: 1 x BS blocks of the tile's rows, stored at their rows dst.
-    scale, s_inv = fp32_scale(group_max(abs_bits(x), BM, BN, 1, BS), eps, FMAX)
+    if FAST:
+        scale, s_inv = fp32_scale(group_amax(x, BM, BN, 1, BS), eps, FMAX)
+    else:
+        scale, s_inv = fp32_scale(group_max(abs_bits(x), BM, BN, 1, BS), eps, FMAX)
     blk = tn.to(tl.int64) * (BN // BS) + tl.arange(0, BN // BS)
     ok = dst < M
     tl.store(sr_ptr + blk[None, :] * M + dst[:, None], s_inv, mask=ok[:, None] & (blk < tl.cdiv(N, BS))[None, :])
-    q = to_fp8(x * expand(scale, BM, BN, 1, BS), qr_ptr, FMAX, MB, BIAS, FNUZ, SOFT)
+    q = to_fp8(x * expand(scale, BM, BN, 1, BS), qr_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
     tl.store(qr_ptr + dst[:, None] * N + cols[None, :], q, mask=ok[:, None] & (cols < N)[None, :])
     # Column copy: BS x 1 blocks of the padded layout.
     xc = _col_tile(x, rows, offs_c_ptr, G)
     mask = (rows < M_C)[:, None] & (cols < N)[None, :]
     _fp32_groups(xc, rows, cols, mask, tm, tn, M_C, N, qc_ptr, rows[:, None] * N + cols[None, :], sc_ptr, N, 1, eps,
-                 BM, BN, BS, 1, FMAX, MB, BIAS, FNUZ, SOFT)
+                 BM, BN, BS, 1, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
 
 
 @triton.jit
