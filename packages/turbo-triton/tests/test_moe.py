@@ -141,19 +141,8 @@ def test_preprocess_one_launch_matches_three(kind, layout, pad, cap, capa, monke
     inputs through the three launches (``single=False``) and the loops give the same outputs."""
     from turbo_triton.moe import preprocess_kernels
 
-    launched = []
-    for name in ("single_block_kernel", "block_counts_kernel", "scan_kernel", "row_map_kernel"):
-        real = getattr(preprocess_kernels, name)
-
-        class Spy:
-            def __init__(self, name, real):
-                self.name, self.real = name, real
-
-            def __getitem__(self, grid):
-                launched.append(self.name)
-                return self.real[grid]
-
-        monkeypatch.setattr(preprocess_kernels, name, Spy(name, real))
+    launched = _record_launches(monkeypatch, preprocess_kernels,
+                                ("single_block_kernel", "block_counts_kernel", "scan_kernel", "row_map_kernel"))
     idx = _index_map(T, torch.int64 if kind == "int64" else torch.int32)
     args = MoePermutePreprocessArgs(_mask(idx) if kind == "mask" else idx, E, pad, cap, layout, capa)
     one = permute_preprocess.moe_permute_preprocess(args)
@@ -167,6 +156,24 @@ def test_preprocess_one_launch_matches_three(kind, layout, pad, cap, capa, monke
     assert one[1].tolist() == tpe and one[2].tolist() == [over] and one[3].tolist() == [disp]
     with pytest.raises(ValueError, match="single=True"):
         permute_preprocess.moe_permute_preprocess(args, block_t=4, single=True)
+
+
+def _record_launches(monkeypatch, module, names) -> list[str]:
+    """Wraps each Triton kernel ``module.<name>`` so that launching it appends its name to the list
+    returned."""
+    launched = []
+
+    class Spy:
+        def __init__(self, name, real):
+            self.name, self.real = name, real
+
+        def __getitem__(self, grid):
+            launched.append(self.name)
+            return self.real[grid]
+
+    for name in names:
+        monkeypatch.setattr(module, name, Spy(name, getattr(module, name)))
+    return launched
 
 
 def _permute_inputs(dtype, layout, pad, cap, t=T):
@@ -373,19 +380,7 @@ def test_search_path_threshold_and_many_chunks(monkeypatch):
     """The one-launch search runs by default up to ``SEARCH_MAX`` row-map entries and the scatter above;
     a row map of several ``_SEARCH_F`` chunks (40 tokens x 64 experts, the last chunk partial) finds
     every row, padding rows zero, probs by column, at every step width."""
-    calls = []
-    for name in ("search_gather_kernel", "permute_kernel"):
-        real = getattr(permute_kernels, name)
-
-        class Spy:
-            def __init__(self, name, real):
-                self.name, self.real = name, real
-
-            def __getitem__(self, grid):
-                calls.append(self.name)
-                return self.real[grid]
-
-        monkeypatch.setattr(permute_kernels, name, Spy(name, real))
+    calls = _record_launches(monkeypatch, permute_kernels, ("search_gather_kernel", "permute_kernel"))
     t, e, h = 40, 64, 8
     g = torch.Generator().manual_seed(23)
     idx = torch.stack([torch.randperm(e, generator=g)[:3] for _ in range(t)]).to(torch.int64)
