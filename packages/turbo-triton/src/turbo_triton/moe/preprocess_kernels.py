@@ -171,4 +171,3 @@ def single_block_kernel(emap_ptr, map_ptr, offsets_ptr, tpe_ptr, overflow_ptr, d
     offsets = _layout(run, routed, ex, em, offsets_ptr, tpe_ptr, overflow_ptr, dispatched_ptr, pad, capacity, cap,
                       HAS_PAD, HAS_CAPACITY, HAS_CAP)
     _rows(rows, ex, m, col, run * 0, offsets, map_ptr, T, E, capacity, cap, HAS_CAPACITY, HAS_CAP)
-

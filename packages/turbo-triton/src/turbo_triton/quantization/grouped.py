@@ -302,11 +302,11 @@ def grouped_quantize_fp8(args: GroupedQuantizeFp8Args, tile: Tile | None = None,
     (over the padded extent) overrides the heuristic (tests, tuning).
 
     BLOCKWISE col-wise, ``fast`` True takes the hardware saturation (``HW_SAT``, NVIDIA), as the
-    dense BLOCKWISE quantize. MX col-wise, ``fast`` picks the code path of ``grouped_quant_mx_kernel``: True the dense
-    col-wise MX quantize's (``FAST``: float group amax and the hardware saturation on
-    NVIDIA, 64 x 128 x 4 tiles; every input dtype, as the dense launcher); False: the old one
-    (integer amax on the bits, explicit clamp, ``pick_mx``'s 32 x 128 tiles); None (default):
-    ``FAST_DEFAULT``. Same bits. Row-wise layouts ignore it."""
+    dense BLOCKWISE quantize. MX col-wise, ``fast`` picks the code path of
+    ``grouped_quant_mx_kernel``: True the dense col-wise MX quantize's (``FAST``: float group amax
+    and the hardware saturation on NVIDIA, 64 x 128 x 4 tiles; every input dtype, as the dense
+    launcher); False: the old one (integer amax on the bits, explicit clamp, ``pick_mx``'s 32 x 128
+    tiles); None (default): ``FAST_DEFAULT``. Same bits. Row-wise layouts ignore it."""
     gran, ax, x = G(args.granularity), normalize_axis(args.axis, 2), args.x
     if gran == G.BLOCKWISE and ax == 1:
         q, s = _blockwise_rowwise(x, args.out_dtype, args.block_size, tile)
@@ -429,8 +429,9 @@ def grouped_quantize_fp4_with_trans(args: GroupedQuantizeFp4WithTransArgs, tile:
     then the row and col lens/offs); ``tile`` (over the column layout's ``[M_c, N_pad]``) overrides
     the heuristic. ``fast`` as :func:`grouped_quantize_fp4`'s: None (default) the pair kernel
     (``grouped_fp4_pairs_with_trans_kernel``, the dense with_trans PAIRS path through the row maps)
-    where ``FAST_DEFAULT`` is set and the dense launcher would take it, else the generic ``grouped_mx_with_trans_kernel``;
-    True: the pair kernel wherever it applies; False: always the generic kernel. Same bits."""
+    where ``FAST_DEFAULT`` is set and the dense launcher would take it, else the generic
+    ``grouped_mx_with_trans_kernel``; True: the pair kernel wherever it applies; False: always the
+    generic kernel. Same bits."""
     return _with_trans(args.x, args.out_dtype, G.MX_BLOCKWISE, args.group_lens, args.group_offs, None, tile,
                        fp4=True, fast=fast)
 
