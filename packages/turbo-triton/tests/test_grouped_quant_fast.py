@@ -14,10 +14,11 @@ interpreter, with the old path (``fast=False``) beside them:
 * FP8 MX col-wise quantize: ``grouped_quant_mx_kernel`` with ``FAST`` (float group amax, the
   hardware saturation on GPUs: the interpreter keeps the software clamp), every input dtype.
 
-Every case runs ``fast`` None (the default: ``grouped.FAST_DEFAULT``, off until a GPU has checked
-these paths), True and False; a spy on the fast kernel checks which path ran: the FP4 pair kernels
-take bf16 when fast, fp32/fp16 never (the old path runs); the FP8 paths take every input dtype when
-fast. ``test_fast_default_switch`` checks that the switch turns them on for ``fast=None``.
+Every case runs ``fast`` True and False; a spy on the fast kernel checks which path ran: the FP4
+pair kernels take bf16 when fast, fp32/fp16 never (the old path runs); the FP8 paths take every
+input dtype when fast. ``fast=None`` is ``grouped.FAST_DEFAULT`` (off until a GPU has checked these
+paths): the other grouped tests run it off, and ``test_fast_default_switch`` checks that the switch
+turns every path on.
 Inputs: an empty group, group lengths that are no multiple of 32, rows past the last group,
 odd ``N`` and ``N`` past one tile, NaN/Inf, all-zero blocks, -0.0, subnormals; forced small
 tiles (several programs a group, ragged edges) and the default ones.
@@ -50,7 +51,7 @@ CASES = {
     "odd": ([33, 0, 64, 7], 5, 67, torch.int64),
     "wide": ([0, 100, 31], 0, 130, torch.int32),
 }
-FASTS = [None, True, False]
+FASTS = [True, False]  # None is FAST_DEFAULT: test_fast_default_switch, and every other test's default call
 
 
 def _tile_id(t) -> str:
@@ -395,3 +396,10 @@ def test_fast_default_switch(spy, monkeypatch):
     gd = spy(grouped_kernels, "grouped_dequant_kernel")
     assert_same(grouped.grouped_dequantize_fp8(dr), ref.grouped_dequantize_fp8(dr), "mx row dequantize default")
     assert [kw["BLOCK_SCALES"] for kw in gd.kwargs] == [True]
+    for gran, bs, name in (("BLOCKWISE", 128, "grouped_blockwise_with_trans_kernel"),
+                           ("MX_BLOCKWISE", 32, "grouped_mx_with_trans_kernel")):
+        wt = spy(grouped_kernels, name)
+        a8t = GroupedQuantizeFp8WithTransArgs(x, E4M3, gran, lens, offs, bs)
+        _assert_all_same(grouped.grouped_quantize_fp8_with_trans(a8t), ref.grouped_quantize_fp8_with_trans(a8t),
+                         f"with_trans {gran} default")
+        assert [kw["FAST"] for kw in wt.kwargs] == [True]
