@@ -1,13 +1,13 @@
 """GPU check and timing of the grouped quantization fast paths (``fast=True``) beside the
 GPU-checked kernels (``fast=False``) and the TORCH reference (run on the GPU machine).
 
-The fast paths (``turbo_triton.quantization.grouped``, off by default through ``FAST_DEFAULT``
-until this script passes on a GPU):
+The fast paths (``turbo_triton.quantization.grouped``, the default through ``FAST_DEFAULT`` since
+this script passed on the H200 in Session 17):
 
 * ``q4-col``: ``grouped_quantize_fp4`` col-wise, bf16, the pair kernel (PTX encoder on NVIDIA);
 * ``q4-trans``: ``grouped_quantize_fp4_with_trans``, bf16, the pair kernel;
 * ``q8-mx-col``: ``grouped_quantize_fp8`` MX col-wise with ``FAST`` (float amax, hardware saturation);
-* ``dq8-mx-col``: ``grouped_dequantize_fp8`` MX col-wise, the transposed-store kernel;
+* ``dq8-mx-col``: ``grouped_dequantize_fp8`` MX col-wise, tiles of the padded data stored transposed;
 * ``dq8-mx-row``: ``grouped_dequantize_fp8`` MX row-wise, scale bytes loaded once a tile;
 * ``q8-bw128-col`` / ``q8-bw32-col``: ``grouped_quantize_fp8`` BLOCKWISE col-wise with ``HW_SAT``;
 * ``q8-wt-bw128`` / ``q8-wt-mx``: ``grouped_quantize_fp8_with_trans`` with the dense arithmetic (``FAST``,
@@ -23,6 +23,8 @@ Parts (``--parts``, default ``check,graph,bench``):
   and new group sizes, compared with the reference.
 * ``bench``: median ``triton.testing.do_bench`` of both paths and of the dense op on the same x;
   bytes: inputs read once, outputs written once; fraction of the measured copy bandwidth.
+* ``tiles`` (not in the default): ``dq8-mx-col`` fast at other tiles (``block_m x block_n x warps``
+  over the padded data), each bit-compared with the default tile's output, timed as ``bench``.
 
 Usage (repository root): ``PYTHONPATH=packages/turbo-core/src:packages/turbo-triton/src
 TURBO_PLUGINS=turbo_core.reference.plugin,turbo_triton.plugin python3
@@ -271,13 +273,38 @@ def part_bench():
     return True
 
 
+def part_tiles():
+    from turbo_triton.quantization.common import Tile
+
+    copy = RESULTS.get("copy_GBps") or _copy_gbps()
+    m, n, g = BIG
+    lens, offs = groups(m, g, seed=g)
+    x = make_x(m, n, torch.bfloat16, 1, special=False)
+    d8 = [c for c in cases(x, lens, offs) if c[0] == "dq8-mx-col"][0][3]
+    want = grouped.grouped_dequantize_fp8(d8, fast=True)
+    moved = _nbytes(want) + _nbytes((d8.x, d8.scale_inv))
+    tiles = [None, Tile(64, 64, 4), Tile(128, 128, 8), Tile(64, 128, 4), Tile(64, 128, 8), Tile(256, 64, 8),
+             Tile(32, 128, 4), Tile(128, 32, 4), Tile(64, 256, 8), Tile(32, 256, 4)]
+    ok = True
+    for t in tiles[:3] if ARGS.smoke else tiles:
+        err = mismatch(grouped.grouped_dequantize_fp8(d8, t, fast=True), want)
+        ms = _ms(lambda t=t: grouped.grouped_dequantize_fp8(d8, t, fast=True))
+        name = "default" if t is None else f"{t.block_m}x{t.block_n}x{t.num_warps}"
+        r = {"op": "dq8-mx-col", "tile": name, "ms": ms, "GBps": moved / ms / 1e6, "of_copy": moved / ms / 1e6 / copy,
+             "error": err}
+        RESULTS["bench"].append(r)
+        log(f"dq8-mx-col {name:12s} {ms * 1e3:9.1f} us {100 * r['of_copy']:6.1f}% of copy {err or 'same bits'}")
+        ok &= err is None
+    return ok
+
+
 def main():
     RESULTS["env"] = {"torch": torch.__version__,
                       "device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu (interpreter)"}
     ok = True
     for part in ARGS.parts.split(","):
         log(f"== {part}")
-        ok &= {"check": part_check, "graph": part_graph, "bench": part_bench}[part]()
+        ok &= {"check": part_check, "graph": part_graph, "bench": part_bench, "tiles": part_tiles}[part]()
         with open(ARGS.out, "w") as f:
             json.dump(RESULTS, f, indent=1, default=str)
     log("ALL OK" if ok else "FAILURES (see above)")

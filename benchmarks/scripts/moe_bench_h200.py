@@ -131,8 +131,11 @@ VARIANTS = {
     ("moe_routing", "bwd"): {128: [dict(block_t=2, num_warps=4), dict(block_t=1, num_warps=2)],
                              256: [dict(block_t=1, num_warps=4), dict(block_t=2, num_warps=4),
                                    dict(block_t=1, num_warps=2)]},
-    ("moe_permute", "fwd"): [dict(block_h=4096, num_warps=8), dict(block_h=1024, num_warps=4)],
+    ("moe_permute", "fwd"): [dict(block_h=4096, num_warps=8), dict(block_h=1024, num_warps=4), dict(unroll=4),
+                             dict(block_h=2048, num_warps=8), dict(block_h=8192, num_warps=8)],
     ("moe_unpermute", "fwd"): [dict(block_h=1024, num_warps=4), dict(block_h=4096, num_warps=8)],
+    ("moe_unpermute", "bwd"): [dict(block_h=4096, num_warps=8), dict(block_h=1024, num_warps=4),
+                               dict(block_h=2048, num_warps=8)],
 }
 #: Variants timed in session 11's first run (benchmarks/results/moe-bench-4096-s11a-h200-2026-12-01.json).
 EARLIER_VARIANTS = {

@@ -5,8 +5,9 @@ interpreter, with the old path (``fast=False``) beside them:
 * MXFP4 col-wise, bf16: ``grouped_fp4_pairs_col_kernel`` (even/odd padded rows, ``_pairs_col``).
 * MXFP4 with_trans, bf16: ``grouped_fp4_pairs_with_trans_kernel`` (``_pairs_row`` twice through
   ``dst``, ``_pairs_col``).
-* FP8 MX col-wise dequantize: ``grouped_mx_dequant_trans_kernel`` (transposed output tiles, loads
-  along the padded rows, transposed store), every input dtype (the dense one takes it always).
+* FP8 MX col-wise dequantize: ``grouped_mx_dequant_trans_kernel`` (tiles of the padded data, loads
+  along the padded rows, stored transposed to the rows of the inverse map) and
+  ``grouped_mx_dequant_fix_kernel`` (rows of no group, rows the inverse misses), every input dtype.
 * FP8 MX row-wise dequantize: ``grouped_dequant_kernel`` with ``BLOCK_SCALES`` (each scale byte loaded
   once a tile and broadcast, as the dense MX dequantize).
 * FP8 BLOCKWISE col-wise quantize with ``HW_SAT``; FP8 with_trans (BLOCKWISE and MX) with ``FAST`` (float
@@ -16,9 +17,9 @@ interpreter, with the old path (``fast=False``) beside them:
 
 Every case runs ``fast`` True and False; a spy on the fast kernel checks which path ran: the FP4
 pair kernels take bf16 when fast, fp32/fp16 never (the old path runs); the FP8 paths take every
-input dtype when fast. ``fast=None`` is ``grouped.FAST_DEFAULT`` (off until a GPU has checked these
-paths): the other grouped tests run it off, and ``test_fast_default_switch`` checks that the switch
-turns every path on.
+input dtype when fast. ``fast=None`` is ``grouped.FAST_DEFAULT`` (on since the H200 check; the other
+grouped tests run the default), but the BLOCKWISE with_trans path only on ``fast=True``;
+``test_fast_default_switch`` checks both settings of the switch.
 Inputs: an empty group, group lengths that are no multiple of 32, rows past the last group,
 odd ``N`` and ``N`` past one tile, NaN/Inf, all-zero blocks, -0.0, subnormals; forced small
 tiles (several programs a group, ragged edges) and the default ones.
@@ -245,14 +246,20 @@ def test_fp8_mx_col_dequantize(case, fp8, out_dtype, tile, fast, spy):
     assert k.calls == int(grouped._fast(fast))
 
 
-# total_M past the groups (rows of no group: zero), short of them (cut), none; strided data and scales.
+# total_M past the groups (rows of no group: zero), short of them (cut), none; strided data and
+# scales; padded offsets that overlap (group 2's last 32 rows sit in group 3's padded rows: the
+# kernel's tiles skip them and its row programs gather them).
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("what", ["longer", "shorter", "no-rows", "strided"])
+@pytest.mark.parametrize("what", ["longer", "shorter", "no-rows", "strided", "overlap"])
 def test_fp8_mx_col_dequantize_odd(what, spy):
     q, s, offs, op, m = _mx_col_quantized("odd", E4M3)
-    total = {"longer": m + 9, "shorter": int(offs[-1]) - 20, "no-rows": 0, "strided": int(offs[-1])}[what]
+    total = {"longer": m + 9, "shorter": int(offs[-1]) - 20, "no-rows": 0}.get(what, int(offs[-1]))
     if what == "strided":
         q, s = q.t().contiguous().t(), s.t().contiguous().t()
+    if what == "overlap":
+        assert op.tolist() == [0, 128, 128, 256, 384]  # lens 33, 0, 64, 7 padded to 128
+        op = op.clone()
+        op[3] = 160
     k = spy(grouped_kernels, "grouped_mx_dequant_trans_kernel")
     args = GroupedDequantizeFp8Args(q, s, torch.bfloat16, "MX_BLOCKWISE", offs, op, total, 0, 32)
     out = grouped.grouped_dequantize_fp8(args, fast=True)
@@ -369,10 +376,12 @@ def test_fp8_with_trans(case, fp8, in_dtype, gran, bs, fast, spy):
         assert [kw["num_warps"] for kw in k.kwargs] == [8 if grouped._fast(fast) else 4]
 
 
-# FAST_DEFAULT set (what the GPU check will allow): fast=None takes every fast path, with the same bits.
+# FAST_DEFAULT on (the default): fast=None takes every fast path but the BLOCKWISE with_trans one; off:
+# none of them. The same bits either way.
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_fast_default_switch(spy, monkeypatch):
-    monkeypatch.setattr(grouped, "FAST_DEFAULT", True)
+@pytest.mark.parametrize("on", [True, False])
+def test_fast_default_switch(spy, monkeypatch, on):
+    monkeypatch.setattr(grouped, "FAST_DEFAULT", on)
     m, n, lens, offs = _groups("odd")
     x = _input(m, n, torch.bfloat16, seed=21)
     p_col = spy(grouped_fp4_kernels, "grouped_fp4_pairs_col_kernel")
@@ -390,16 +399,18 @@ def test_fast_default_switch(spy, monkeypatch):
     q, s, _, op = want
     d8 = GroupedDequantizeFp8Args(q, s, torch.bfloat16, "MX_BLOCKWISE", offs, op, int(offs[-1]), 0, 32)
     assert_same(grouped.grouped_dequantize_fp8(d8), ref.grouped_dequantize_fp8(d8), "mx col dequantize default")
-    assert (p_col.calls, p_wt.calls, [kw["FAST"] for kw in q8.kwargs], dq8.calls) == (1, 1, [True], 1)
+    # off, the FP4 col-wise call takes grouped_quant_mx_kernel too (its FAST is FP8-only)
+    q8_fast = [True] if on else [False, False]
+    assert (p_col.calls, p_wt.calls, [kw["FAST"] for kw in q8.kwargs], dq8.calls) == (on, on, q8_fast, on)
     qr, sr, _, opr = ref.grouped_quantize_fp8(GroupedQuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", lens, offs, 1, 32))
     dr = GroupedDequantizeFp8Args(qr, sr, torch.bfloat16, "MX_BLOCKWISE", offs, opr, m, 1, 32)
     gd = spy(grouped_kernels, "grouped_dequant_kernel")
     assert_same(grouped.grouped_dequantize_fp8(dr), ref.grouped_dequantize_fp8(dr), "mx row dequantize default")
-    assert [kw["BLOCK_SCALES"] for kw in gd.kwargs] == [True]
+    assert [kw["BLOCK_SCALES"] for kw in gd.kwargs] == [on]
     for gran, bs, name in (("BLOCKWISE", 128, "grouped_blockwise_with_trans_kernel"),
                            ("MX_BLOCKWISE", 32, "grouped_mx_with_trans_kernel")):
         wt = spy(grouped_kernels, name)
         a8t = GroupedQuantizeFp8WithTransArgs(x, E4M3, gran, lens, offs, bs)
         _assert_all_same(grouped.grouped_quantize_fp8_with_trans(a8t), ref.grouped_quantize_fp8_with_trans(a8t),
                          f"with_trans {gran} default")
-        assert [kw["FAST"] for kw in wt.kwargs] == [True]
+        assert [kw["FAST"] for kw in wt.kwargs] == [on and gran == "MX_BLOCKWISE"]  # BLOCKWISE: fast=True only

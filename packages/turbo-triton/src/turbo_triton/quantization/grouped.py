@@ -166,16 +166,19 @@ def _pad_map(x: torch.Tensor, lens: torch.Tensor, offs: torch.Tensor, align: int
     return lens_pad, offs_pad, src
 
 
-def _unpad_map(offs: torch.Tensor, offs_pad: torch.Tensor, total: int, limit: int) -> torch.Tensor:
-    """int32 ``[total]``: each output row's padded row, or -1."""
+def _unpad_map(offs: torch.Tensor, offs_pad: torch.Tensor, total: int, limit: int, inverse: bool = False):
+    """int32 ``[total]``: each output row's padded row, or -1; ``inverse``: also int32 ``[limit]``,
+    each padded row's output row, or -1 (``unpad_map_kernel``'s ``inv``), in the same launch."""
     from turbo_triton.quantization import grouped_kernels as kern
 
     groups = offs.shape[0] - 1
     out = torch.empty(total, dtype=torch.int32, device=offs.device)
-    if total:
-        kern.unpad_map_kernel[(triton.cdiv(total, _MAP_ROWS),)](offs, offs_pad, out, groups, total, limit,
-                                                                BR=_MAP_ROWS, BG=_group_block(groups))
-    return out
+    inv = torch.empty(limit if inverse else 1, dtype=torch.int32, device=offs.device)
+    span = max(total, limit) if inverse else total
+    if span:
+        kern.unpad_map_kernel[(triton.cdiv(span, _MAP_ROWS),)](offs, offs_pad, out, inv, groups, total, limit,
+                                                               BR=_MAP_ROWS, BG=_group_block(groups), WITH_INV=inverse)
+    return (out, inv) if inverse else out
 
 
 def _tile(tile: Tile | None, m: int, n: int, gm: int, gn: int, cap_n: int = 1024, mx: bool = False) -> Tile:
@@ -205,14 +208,16 @@ def _blockwise_rowwise(x, dtype, bs, tile):
 
 
 #: What ``fast=None`` means for the grouped fast paths (the FP4 col-wise and with_trans pair kernels,
-#: the FP8 col-wise and with_trans quantizers' dense arithmetic (``FAST``: float amax; ``HW_SAT``),
-#: the FP8 MX col-wise transposed dequantize and the FP8 MX row-wise dequantize's once-a-tile scale
-#: loads).
-#: They give the reference's bits on the CPU interpreter, but the PTX encoder and the hardware
-#: saturation they use run only on a GPU, and no GPU has compared them yet. So the default stays on
-#: the GPU-checked kernels until ``benchmarks/scripts/grouped_quant_fast_gpu.py`` (``gpu_session.sh
-#: gqfast``) passes on one; ``fast=True`` takes them now.
-FAST_DEFAULT = False
+#: the FP8 col-wise and MX with_trans quantizers' dense arithmetic (``FAST``: float amax; ``HW_SAT``),
+#: the FP8 MX col-wise dequantize over the padded data and the FP8 MX row-wise dequantize's
+#: once-a-tile scale loads). ``gpu_session.sh gqfast`` (``benchmarks/scripts/grouped_quant_fast_gpu.py``)
+#: gave the reference's bits on the H200 for every one of them, eagerly and replayed in a CUDA graph,
+#: in four runs, and each was faster than ``fast=False`` in every run (1.06-2.4x at 16384 x 7168;
+#: ``benchmarks/results/grouped-quant-fast-s17*-h200-2026-12-02.json``), so they are the default.
+#: The BLOCKWISE with_trans fast path gave the same bits but was faster in two runs and slower in
+#: two, so its ``fast=None`` stays on the old kernel. False here puts every ``fast=None`` call on the
+#: old kernels.
+FAST_DEFAULT = True
 
 
 def _fast(fast: bool | None) -> bool:
@@ -349,8 +354,10 @@ def _with_trans(x, dtype, gran, lens, offs, bs, tile, fp4=False, fast=None):
         _fp4_pairs_with_trans(x, src, dst, o_col, q_row, s_row, q_col, s_col, m_c, n_ext, tile)
         return (*outs, l_row, o_row, l_col, o_col)
     xa, x_bits = common.x_arg(x)
-    # FP8 fast: the dense with_trans kernels' arithmetic (float amax, HW_SAT) and, BLOCKWISE, their 8 warps
-    fast8 = not fp4 and _fast(fast)
+    # FP8 fast: the dense with_trans kernels' arithmetic (float amax, HW_SAT) and, BLOCKWISE, their 8 warps.
+    # BLOCKWISE's fast=None keeps the old kernel: the H200 timed the fast one at 222 us in two runs and
+    # 303-309 us in two, the old one at 262-282 us in all four (FAST_DEFAULT's note).
+    fast8 = not fp4 and (fast if fast is not None else FAST_DEFAULT and mx)
     hw = fast8 and common.hw_sat()["HW_SAT"]
     if not mx:
         if fast8 and tile is None:
@@ -393,7 +400,8 @@ def grouped_quantize_fp8_with_trans(args: GroupedQuantizeFp8WithTransArgs, tile:
     """``(q_row, s_row, q_col, s_col, lens_row, offs_row, lens_col, offs_col)`` from one read of
     ``x``; ``tile`` (over the column layout's padded extent) overrides the heuristic. ``fast``:
     True the dense with_trans kernels' arithmetic (float amax, hardware saturation on NVIDIA) and,
-    BLOCKWISE 128, their 8-warp tile; False the old code; None (default) ``FAST_DEFAULT``. Same bits."""
+    BLOCKWISE 128, their 8-warp tile; False the old code; None (default): ``FAST_DEFAULT`` for MX, the
+    old code for BLOCKWISE (``FAST_DEFAULT``'s note). Same bits."""
     return _with_trans(args.x, args.out_dtype, G(args.granularity), args.group_lens, args.group_offs,
                        args.block_size, tile, fast=fast)
 
@@ -456,24 +464,35 @@ def _launch_dequant(data, s, idx, out, c, strides, pdiv, cdiv, kind, fp8_dtype, 
     return out
 
 
-def _mx_col_dequant(x, sb, idx, out, tile):
-    """MX col-wise (``x [N, M_pad]``) by ``grouped_mx_dequant_trans_kernel`` over the transposed
-    output ``[N, total_M]``."""
+def _mx_col_dequant(x, sb, offs, offs_pad, out, tile):
+    """MX col-wise (``x [N, M_pad]``) in three launches: the row map and its inverse,
+    ``grouped_mx_dequant_fix_kernel`` (the rows of no group, usually none), then
+    ``grouped_mx_dequant_trans_kernel`` (tiles of the padded data stored transposed to their rows;
+    ``tile`` over ``[N, M_pad]`` overrides its heuristic)."""
     from turbo_triton.quantization import grouped_kernels as kern
 
     total, c = out.shape
     if out.numel() == 0:
         return out
-    # The dense MX col-wise dequantize's tile (128 x 64 on 8 warps: 128 data rows, so each output row
-    # gets 256 bytes of bf16) with the output rows in the padded rows' place.
-    tile = tile or common.pick(c, total, 1, 1, cap_n=64, warps=8)
-    common.check_tile(tile, 1, 1)
+    p = x.shape[1]
+    idx, inv = _unpad_map(offs, offs_pad, total, p, inverse=True)
     fmt = common.fmt_constexprs(x.dtype)
-    bf16_bits = common.soft() and out.dtype == torch.bfloat16
-    kern.grouped_mx_dequant_trans_kernel[common.grid(1, c, total, tile)](
-        common.data_arg(x), sb, idx, out.view(torch.int16) if bf16_bits else out, total, c, *x.stride(), *sb.stride(),
-        BM=tile.block_m, BN=tile.block_n, MB=fmt["MB"], BIAS=fmt["BIAS"], FNUZ=fmt["FNUZ"], SOFT=fmt["SOFT"],
-        ROUND_BF16=bf16_bits, num_warps=tile.num_warps)
+    consts = dict(MB=fmt["MB"], BIAS=fmt["BIAS"], FNUZ=fmt["FNUZ"], SOFT=fmt["SOFT"],
+                  ROUND_BF16=common.soft() and out.dtype == torch.bfloat16)
+    o = out.view(torch.int16) if consts["ROUND_BF16"] else out
+    data = common.data_arg(x)
+    # Large tiles: the usual tile has nothing to write and only reads its map entries.
+    fix = common.pick(total, c, 1, 1, cap_n=1024, target=65536, warps=8)
+    kern.grouped_mx_dequant_fix_kernel[common.grid(1, total, c, fix)](
+        data, sb, idx, inv, o, total, c, *x.stride(), *sb.stride(), BR=fix.block_m, BC=fix.block_n,
+        GC=min(64, fix.block_n), **consts, num_warps=fix.num_warps)
+    # The dense MX col-wise dequantize's tile (128 x 64 on 8 warps: 128 data rows, so each output row
+    # gets 256 bytes of bf16).
+    tile = tile or common.pick(c, p, 1, 1, cap_n=64, warps=8)
+    common.check_tile(tile, 1, 1)
+    kern.grouped_mx_dequant_trans_kernel[common.grid(1, c, p, tile)](
+        data, sb, idx, inv, o, c, p, *x.stride(), *sb.stride(), BM=tile.block_m, BN=tile.block_n, **consts,
+        num_warps=tile.num_warps)
     return out
 
 
@@ -483,12 +502,12 @@ def grouped_dequantize_fp8(args: GroupedDequantizeFp8Args, tile: Tile | None = N
     removed; rows in no group are zero. ``tile`` (over the output; for the MX col-wise fast path
     over the transposed output ``[N, total_M]``) overrides the heuristic.
 
-    MX col-wise, ``fast`` picks the kernel: True the transposed-store kernel
-    (``grouped_mx_dequant_trans_kernel``: loads along the padded rows, as the dense MX col-wise
-    dequantize, which always takes it); False: the row gather ``grouped_dequant_kernel`` (loads
-    strided by ``M_pad``). MX row-wise, True loads each scale byte once a tile and broadcasts it to
-    its 32 columns (``BLOCK_SCALES``, as the dense MX dequantize), False gathers it per element.
-    None (default): ``FAST_DEFAULT``. Same bits. BLOCKWISE ignores it."""
+    MX col-wise, ``fast`` picks the kernel: True ``grouped_mx_dequant_trans_kernel`` (tiles of the
+    padded data, loads along the padded rows as the dense MX col-wise dequantize, stored transposed
+    to their output rows through the inverse row map); False: the row gather
+    ``grouped_dequant_kernel`` (loads strided by ``M_pad``). MX row-wise, True loads each scale byte
+    once a tile and broadcasts it to its 32 columns (``BLOCK_SCALES``, as the dense MX dequantize),
+    False gathers it per element. None (default): ``FAST_DEFAULT``. Same bits. BLOCKWISE ignores it."""
     from turbo_triton.quantization import kernels
 
     x, s, dev = args.x, args.scale_inv, args.x.device
@@ -509,14 +528,14 @@ def grouped_dequantize_fp8(args: GroupedDequantizeFp8Args, tile: Tile | None = N
         return out
     col_mx = gran == G.MX_BLOCKWISE and ax == 0
     limit, c = (x.shape[1], x.shape[0]) if col_mx else (x.shape[0], x.shape[1])
-    idx = _unpad_map(args.group_offs, args.group_offs_padded, args.total_m, limit)
     out = torch.empty((args.total_m, c), dtype=args.out_dtype, device=dev)
+    if col_mx and _fast(fast):
+        return _mx_col_dequant(x, s.view(torch.uint8), args.group_offs, args.group_offs_padded, out, tile)
+    idx = _unpad_map(args.group_offs, args.group_offs_padded, args.total_m, limit)
     if gran == G.BLOCKWISE:
         strides, pdiv, cdiv, kind, sb = (*x.stride(), *s.stride()), args.block_size, 1, 0, s
     else:
         sb = s.view(torch.uint8)
-        if col_mx and _fast(fast):
-            return _mx_col_dequant(x, sb, idx, out, tile)
         if col_mx:
             strides, pdiv, cdiv = (x.stride(1), x.stride(0), sb.stride(1), sb.stride(0)), 32, 1
         else:

@@ -114,22 +114,35 @@ def pad_map_kernel(lens_ptr, offs_ptr, lens_pad_ptr, offs_pad_ptr, src_ptr, lens
 
 
 @triton.jit
-def unpad_map_kernel(offs_ptr, offs_pad_ptr, map_ptr, G, TOTAL, LIMIT, BR: tl.constexpr, BG: tl.constexpr):
+def unpad_map_kernel(offs_ptr, offs_pad_ptr, map_ptr, inv_ptr, G, TOTAL, LIMIT, BR: tl.constexpr, BG: tl.constexpr,
+                     WITH_INV: tl.constexpr = False):
     """``map[r]`` for output rows ``r < TOTAL``: ``offs_pad[g] + r - offs[g]`` for the group ``g`` of
-    ``r`` if that lies in ``[0, LIMIT)``, else -1."""
-    r = tl.program_id(0).to(tl.int64) * BR + tl.arange(0, BR)
+    ``r`` if that lies in ``[0, LIMIT)``, else -1. ``WITH_INV``: also ``inv[p]`` for padded rows
+    ``p < LIMIT``: ``offs[g] + p - offs_pad[g]`` for the padded group ``g`` of ``p`` if that is a row
+    of group ``g`` below ``TOTAL``, else -1 (the inverse of ``map`` where the groups are consistent;
+    its users check ``map[inv[p]] == p``)."""
+    i = tl.program_id(0).to(tl.int64) * BR + tl.arange(0, BR)
     dest = tl.full((BR,), -1, tl.int64)
+    back = tl.full((BR,), -1, tl.int64)
     for c in range(0, G, BG):
         k = c + tl.arange(0, BG)
         km = k < G
         lo = tl.load(offs_ptr + k, mask=km, other=0).to(tl.int64)
         hi = tl.load(offs_ptr + k + 1, mask=km, other=0).to(tl.int64)
         pad = tl.load(offs_pad_ptr + k, mask=km, other=0).to(tl.int64)
-        inside = ((k == 0)[None, :] | (lo[None, :] <= r[:, None])) & (r[:, None] < hi[None, :]) & km[None, :]
-        d = tl.where(inside, pad[None, :] + r[:, None] - lo[None, :], -1)
+        inside = ((k == 0)[None, :] | (lo[None, :] <= i[:, None])) & (i[:, None] < hi[None, :]) & km[None, :]
+        d = tl.where(inside, pad[None, :] + i[:, None] - lo[None, :], -1)
         dest = tl.maximum(dest, tl.max(d, 1))
+        if WITH_INV:
+            pad_hi = tl.load(offs_pad_ptr + k + 1, mask=km, other=0).to(tl.int64)
+            rel = i[:, None] - pad[None, :]
+            own = (rel >= 0) & (i[:, None] < pad_hi[None, :]) & (rel < (hi - lo)[None, :]) & km[None, :]
+            back = tl.maximum(back, tl.max(tl.where(own, lo[None, :] + rel, -1), 1))
     dest = tl.where((dest >= 0) & (dest < LIMIT), dest, -1)
-    tl.store(map_ptr + r, dest.to(tl.int32), mask=r < TOTAL)
+    tl.store(map_ptr + i, dest.to(tl.int32), mask=i < TOTAL)
+    if WITH_INV:
+        back = tl.where(back < TOTAL, back, -1)
+        tl.store(inv_ptr + i, back.to(tl.int32), mask=i < LIMIT)
 
 
 @triton.jit
@@ -290,20 +303,60 @@ def grouped_dequant_kernel(x_ptr, s_ptr, map_ptr, out_ptr, TOTAL, C, sx_p, sx_c,
 
 
 @triton.jit
-def grouped_mx_dequant_trans_kernel(x_ptr, s_ptr, map_ptr, out_ptr, TOTAL, C, sx_c, sx_p, ss_c, ss_p,
+def grouped_mx_dequant_trans_kernel(x_ptr, s_ptr, map_ptr, inv_ptr, out_ptr, C, P, sx_c, sx_p, ss_c, ss_p,
                                     BM: tl.constexpr, BN: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr,
                                     FNUZ: tl.constexpr, SOFT: tl.constexpr, ROUND_BF16: tl.constexpr):
-    """MX col-wise FP8 data ``q [C, M_pad]`` (at ``c*sx_c + p*sx_p``; E8M0 scales at
-    ``c*ss_c + (p // 32)*ss_p``) to ``out [TOTAL, C]``, ``out[r, c] = q[c, map[r]] * scale`` (0 where
-    ``map[r] < 0``): ``BM x BN`` tiles of the transposed output ``[C, TOTAL]`` (``BM`` data rows,
-    ``BN`` output rows), so that the loads run along the padded rows (contiguous within a group),
-    and the tile is stored transposed (consecutive ``c`` consecutive in ``out``). The scale bytes
-    are gathered per element (a tile's rows may cross groups, whose padded rows jump)."""
-    b, tm, tn, cs, rows = tile_of(tl.program_id(0), C, TOTAL, BM, BN)
-    p = tl.load(map_ptr + rows, mask=rows < TOTAL, other=-1).to(tl.int64)
-    ok = (cs < C)[:, None] & (p >= 0)[None, :]
-    # No ``other``: masked lanes are replaced below (an int fill may not convert to FP8).
-    vals = from_fp8(tl.load(x_ptr + cs[:, None] * sx_c + p[None, :] * sx_p, mask=ok), MB, BIAS, FNUZ, SOFT)
-    byte = tl.load(s_ptr + cs[:, None] * ss_c + (p // 32)[None, :] * ss_p, mask=ok, other=127).to(tl.int32)
-    v = to_out(tl.where(ok, vals * e8m0_to_fp32(byte), 0.0), out_ptr, ROUND_BF16)
-    tl.store(out_ptr + rows[:, None] * C + cs[None, :], tl.trans(v), mask=(rows < TOTAL)[:, None] & (cs < C)[None, :])
+    """MX col-wise FP8 data ``q [C, P]`` (``P = M_pad``; at ``c*sx_c + p*sx_p``; E8M0 scales at
+    ``c*ss_c + (p // 32)*ss_p``) to ``out [TOTAL, C]``, ``out[r, c] = q[c, map[r]] * scale``, from
+    ``map`` and its inverse ``inv`` (``unpad_map_kernel`` ``WITH_INV``): ``BM x BN`` tiles of the
+    padded data, as the dense MX col-wise dequantize (loads along ``p``, aligned and contiguous;
+    each scale byte loaded once where ``BN >= 32``), stored transposed to the rows ``inv[p]``
+    (``BM`` consecutive ``c`` a row) where ``map[inv[p]] == p``; the padding rows are read and
+    dropped. ``grouped_mx_dequant_fix_kernel`` writes the output rows this leaves."""
+    _, tm, tn, cs, ps = tile_of(tl.program_id(0), C, P, BM, BN)
+    r = tl.load(inv_ptr + ps, mask=ps < P, other=-1).to(tl.int64)
+    back = tl.load(map_ptr + r, mask=r >= 0, other=-1).to(tl.int64)
+    w = (r >= 0) & (back == ps)
+    cm = cs < C
+    ok = cm[:, None] & (ps < P)[None, :]
+    vals = from_fp8(tl.load(x_ptr + cs[:, None] * sx_c + ps[None, :] * sx_p, mask=ok), MB, BIAS, FNUZ, SOFT)
+    if BN >= 32:
+        blk = tn.to(tl.int64) * (BN // 32) + tl.arange(0, BN // 32)
+        b_ok = cm[:, None] & (blk < tl.cdiv(P, 32))[None, :]
+        byte = tl.load(s_ptr + cs[:, None] * ss_c + blk[None, :] * ss_p, mask=b_ok, other=127)
+        scale = expand(e8m0_to_fp32(byte.to(tl.int32)), BM, BN, 1, 32)
+    else:
+        byte = tl.load(s_ptr + cs[:, None] * ss_c + (ps // 32)[None, :] * ss_p, mask=ok, other=127)
+        scale = e8m0_to_fp32(byte.to(tl.int32))
+    v = to_out(vals * scale, out_ptr, ROUND_BF16)
+    tl.store(out_ptr + r[:, None] * C + cs[None, :], tl.trans(v), mask=w[:, None] & cm[None, :])
+
+
+@triton.jit
+def grouped_mx_dequant_fix_kernel(x_ptr, s_ptr, map_ptr, inv_ptr, out_ptr, TOTAL, C, sx_c, sx_p, ss_c, ss_p,
+                                  BR: tl.constexpr, BC: tl.constexpr, GC: tl.constexpr, MB: tl.constexpr,
+                                  BIAS: tl.constexpr, FNUZ: tl.constexpr, SOFT: tl.constexpr,
+                                  ROUND_BF16: tl.constexpr):
+    """The output rows ``grouped_mx_dequant_trans_kernel`` does not write, ``BR x BC`` tiles of
+    ``out [TOTAL, C]``: rows of no group (``map[r] < 0``) get zeros (a plain store); rows whose
+    padded row maps back elsewhere (``inv[map[r]] != r``: inconsistent offsets) are gathered,
+    ``GC`` columns a step (the gather's layout change stays small). A tile with neither returns
+    after reading its ``BR`` map entries (the usual case)."""
+    _, _, tn, rows, cs = tile_of(tl.program_id(0), TOTAL, C, BR, BC)
+    rm = rows < TOTAL
+    p = tl.load(map_ptr + rows, mask=rm, other=-1).to(tl.int64)
+    fwd = tl.load(inv_ptr + p, mask=rm & (p >= 0), other=-1).to(tl.int64)
+    zero = rm & (p < 0)
+    gather = rm & (p >= 0) & (fwd != rows)
+    if tl.max(zero.to(tl.int32), 0) > 0:
+        tl.store(out_ptr + rows[:, None] * C + cs[None, :], tl.zeros([BR, BC], out_ptr.dtype.element_ty),
+                 mask=zero[:, None] & (cs < C)[None, :])
+    if tl.max(gather.to(tl.int32), 0) > 0:
+        for c0 in range(0, BC, GC):
+            cg = tn.to(tl.int64) * BC + c0 + tl.arange(0, GC)
+            ok = gather[:, None] & (cg < C)[None, :]
+            # No ``other``: the masked lanes are not stored (an int fill may not convert to FP8).
+            vals = from_fp8(tl.load(x_ptr + cg[None, :] * sx_c + p[:, None] * sx_p, mask=ok), MB, BIAS, FNUZ, SOFT)
+            byte = tl.load(s_ptr + cg[None, :] * ss_c + (p // 32)[:, None] * ss_p, mask=ok, other=127)
+            v = to_out(vals * e8m0_to_fp32(byte.to(tl.int32)), out_ptr, ROUND_BF16)
+            tl.store(out_ptr + rows[:, None] * C + cg[None, :], v, mask=ok)
