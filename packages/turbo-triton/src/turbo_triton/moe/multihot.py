@@ -46,7 +46,7 @@ def indices_to_multihot(args: IndicesToMultihotArgs):
         be = triton.next_power_of_2(e)
         kern.multihot_kernel[(triton.cdiv(t, bt),)](
             idx, common.bits(probs) if k else common.bits(dense), rmap.view(torch.uint8), common.bits(dense),
-            t, k, e, BLOCK_T=bt, BLOCK_K=triton.next_power_of_2(max(k, 1)), BLOCK_E=be,
+            t, k, e, BLOCK_T=bt, BLOCK_E=be,
             num_warps=common.warps(bt * be))
     return rmap, dense
 
