@@ -248,7 +248,7 @@ def test_fp8_mx_col_dequantize(case, fp8, out_dtype, tile, fast, spy):
 
 # total_M past the groups (rows of no group: zero), short of them (cut), none; strided data and
 # scales; padded offsets that overlap (group 2's last 32 rows sit in group 3's padded rows: the
-# kernel's tiles skip them and its row programs gather them).
+# main kernel's tiles skip them and the fix-up kernel gathers them).
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("what", ["longer", "shorter", "no-rows", "strided", "overlap"])
 def test_fp8_mx_col_dequantize_odd(what, spy):

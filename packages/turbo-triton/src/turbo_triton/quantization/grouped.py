@@ -490,6 +490,8 @@ def _mx_col_dequant(x, sb, offs, offs_pad, out, tile):
     # gets 256 bytes of bf16).
     tile = tile or common.pick(c, p, 1, 1, cap_n=64, warps=8)
     common.check_tile(tile, 1, 1)
+    if p == 0:  # no padded rows: every output row is a zero row, written above
+        return out
     kern.grouped_mx_dequant_trans_kernel[common.grid(1, c, p, tile)](
         data, sb, idx, inv, o, c, p, *x.stride(), *sb.stride(), BM=tile.block_m, BN=tile.block_n, **consts,
         num_warps=tile.num_warps)
@@ -500,7 +502,7 @@ def grouped_dequantize_fp8(args: GroupedDequantizeFp8Args, tile: Tile | None = N
                            fast: bool | None = None) -> torch.Tensor:
     """``[total_M, C]`` in ``out_dtype`` (C: N, or N_pad for MX row-wise) with the group padding
     removed; rows in no group are zero. ``tile`` (over the output; for the MX col-wise fast path
-    over the transposed output ``[N, total_M]``) overrides the heuristic.
+    over the padded data ``[N, M_pad]``) overrides the heuristic.
 
     MX col-wise, ``fast`` picks the kernel: True ``grouped_mx_dequant_trans_kernel`` (tiles of the
     padded data, loads along the padded rows as the dense MX col-wise dequantize, stored transposed
