@@ -48,6 +48,7 @@ if ARGS.smoke:
     os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
+from _bitcheck import compare_all as mismatch  # noqa: E402  (benchmarks/scripts, the script's own folder)
 
 from turbo_core.dispatch.specs import quantization as qs  # noqa: E402
 from turbo_core.low_precision import FLOAT4_E2M1FN_X2 as FP4  # noqa: E402
@@ -88,30 +89,6 @@ def make_x(m, n, dtype, seed, special=True):
         x[m - 3, 2] = -float("inf")
         x[11, 13] = -0.0
     return x.to(dtype)
-
-
-def _bits(t):
-    t = t.contiguous()
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def mismatch(a, b) -> str | None:
-    a, b = (a if isinstance(a, tuple) else (a,)), (b if isinstance(b, tuple) else (b,))
-    if len(a) != len(b):
-        return f"{len(a)} outputs, expected {len(b)}"
-    for i, (x, y) in enumerate(zip(a, b, strict=True)):
-        if x.shape != y.shape or x.dtype != y.dtype:
-            return f"output {i}: {x.dtype}{tuple(x.shape)}, expected {y.dtype}{tuple(y.shape)}"
-        if x.dtype.is_floating_point and x.dtype != FP4:  # NaN positions must match, not their payloads
-            nx, ny = torch.isnan(x.float()), torch.isnan(y.float())
-            if not torch.equal(nx, ny):
-                return f"output {i}: NaN positions differ"
-            bad = int((_bits(x)[~nx] != _bits(y)[~ny]).sum())
-        else:
-            bad = int((_bits(x) != _bits(y)).sum())
-        if bad:
-            return f"output {i}: {bad} elements differ"
-    return None
 
 
 def cases(x, lens, offs, fp8=E4M3, out=torch.bfloat16):

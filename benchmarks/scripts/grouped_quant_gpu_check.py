@@ -50,6 +50,7 @@ if ARGS.smoke:
     os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
+from _bitcheck import compare  # noqa: E402  (benchmarks/scripts, the script's own folder)
 
 from turbo_core.dispatch.specs.quantization import (  # noqa: E402
     GroupedDequantizeFp4Args,
@@ -105,31 +106,6 @@ class Poisoned:
 
     def __exit__(self, *exc):
         torch.empty, torch.empty_like = self.orig, self.orig_like
-
-
-def _bits(t):
-    t = t.contiguous()
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def _isnan(t):
-    if t.dtype in (E4M3, E5M2, torch.float32, torch.bfloat16, torch.float16):
-        return torch.isnan(t.float())
-    return torch.zeros(t.shape, dtype=torch.bool, device=t.device)
-
-
-def compare(actual, expected) -> str | None:
-    """None when bit-identical (NaN positions equal), else what differs."""
-    if actual.dtype != expected.dtype or actual.shape != expected.shape:
-        return f"{actual.dtype}{tuple(actual.shape)} vs {expected.dtype}{tuple(expected.shape)}"
-    na, ne = _isnan(actual), _isnan(expected)
-    if not torch.equal(na, ne):
-        return f"NaN at {int((na != ne).sum())} different positions"
-    diff = (_bits(actual) != _bits(expected)) & ~na
-    n = int(diff.sum())
-    if n:
-        return f"{n} of {diff.numel()} differ, first at {tuple(diff.nonzero()[0].tolist())}"
-    return None
 
 
 def groups(m: int, g: int, tail: int, seed: int):
