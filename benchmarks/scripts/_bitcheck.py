@@ -1,5 +1,5 @@
 """Bit-for-bit comparison of GPU outputs with the reference, shared by the GPU check scripts
-(``grouped_quant_gpu_check.py``, ``grouped_quant_fast_gpu.py``): floating outputs must have NaN at
+(``quant_fp8_gpu_check.py``, ``grouped_quant_gpu_check.py``, ``grouped_quant_fast_gpu.py``): floating outputs must have NaN at
 the same positions (payloads aside) and the same bits everywhere else; other dtypes (integers,
 packed FP4 bytes) the same bits."""
 
@@ -34,7 +34,11 @@ def compare(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
     diff = (bits(actual) != bits(expected)) & ~na
     n = int(diff.sum())
     if n:
-        return f"{n} of {diff.numel()} differ, first at {tuple(diff.nonzero()[0].tolist())}"
+        i = tuple(diff.nonzero()[0].tolist())
+        where = f"{n} of {diff.numel()} differ, first at {i}"
+        if actual.dtype in _FLOATS:  # the two values (packed FP4 has no float conversion)
+            where += f": {actual[i].float().item()!r} vs {expected[i].float().item()!r}"
+        return where
     return None
 
 

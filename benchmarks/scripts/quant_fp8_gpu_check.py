@@ -71,6 +71,7 @@ if ARGS.smoke:
     os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
+from _bitcheck import bits, compare  # noqa: E402  (benchmarks/scripts, the script's own folder)
 
 from turbo_core.dispatch.specs.quantization import (  # noqa: E402
     DequantizeFp8Args,
@@ -139,33 +140,6 @@ class Poisoned:
 
     def __exit__(self, *exc):
         torch.empty = self.orig
-
-
-def _bits(t):
-    if t.element_size() == 1:
-        return t.view(torch.uint8)
-    return t.view({4: torch.int32, 2: torch.int16}[t.element_size()])
-
-
-def _isnan(t):
-    if t.dtype in (E4M3, E5M2, torch.float32, torch.bfloat16, torch.float16):
-        return torch.isnan(t.float()) if t.element_size() == 1 else torch.isnan(t)
-    return torch.zeros(t.shape, dtype=torch.bool, device=t.device)
-
-
-def compare(actual, expected) -> str | None:
-    """None when bit-identical (NaN positions equal), else what differs."""
-    if actual.dtype != expected.dtype or actual.shape != expected.shape:
-        return f"{actual.dtype}{tuple(actual.shape)} vs {expected.dtype}{tuple(expected.shape)}"
-    na, ne = _isnan(actual), _isnan(expected)
-    if not torch.equal(na, ne):
-        return f"NaN at {int((na != ne).sum())} different positions"
-    diff = (_bits(actual) != _bits(expected)) & ~na
-    n = int(diff.sum())
-    if n:
-        i = tuple(diff.nonzero()[0].tolist())
-        return f"{n} of {diff.numel()} differ, first at {i}: {actual[i].float().item()!r} vs {expected[i].float().item()!r}"
-    return None
 
 
 def _record(kind, what, shape, dtype, outs, refs, names, **extra):
@@ -521,7 +495,7 @@ def part_bench():
                                   "p10_ms": t.p10_ms, "p90_ms": t.p90_ms}
                     if pname == "compile":
                         row["compile_bit_identical"] = all(
-                            compare(_bits(a), _bits(b)) is None for a, b in zip(fn(x), base, strict=True))
+                            compare(bits(a), bits(b)) is None for a, b in zip(fn(x), base, strict=True))
                 except Exception as exc:  # noqa: BLE001
                     row[pname] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
                 finally:
