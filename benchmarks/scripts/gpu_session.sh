@@ -71,7 +71,7 @@ for part in $parts; do
         --qc-variants wt-rowwise,q-rowwise-first,q-rowwise-last --limits quantcompile=40,index=60,grouped=150 > "$OUT/issue5_final.log" 2>&1
       grep -vE "^(/opt|  torch)" "$OUT/issue5_final.log" | tail -45 ;;
     gqfast)  # the grouped quantization fast paths (fast=True) bit for bit against the reference on the GPU, in a graph, timed beside fast=False and the dense ops
-      timeout ${GQFAST_S:-400} python3 benchmarks/scripts/grouped_quant_fast_gpu.py --out "$OUT/grouped_fast.json" > "$OUT/grouped_fast.log" 2>&1; tail -40 "$OUT/grouped_fast.log" ;;
+      timeout ${GQFAST_S:-400} python3 benchmarks/scripts/grouped_quant_fast_gpu.py --out "$OUT/grouped_fast.json" ${GQFAST_ARGS:-} > "$OUT/grouped_fast.log" 2>&1; tail -40 "$OUT/grouped_fast.log" ;;
     writemix)  # HBM bandwidth by read:write mix (copy, fill, sum, 1:K broadcast) at 16384 x 7168 bf16: the write-heavy ceiling
       timeout 120 python3 benchmarks/scripts/write_mix_bandwidth.py --out "$OUT/write_mix.json" > "$OUT/write_mix.log" 2>&1; tail -12 "$OUT/write_mix.log" ;;
     opstep) timeout 400 python3 benchmarks/scripts/grouped_fp8_op_step_h200.py --out "$OUT/op_step.json" > "$OUT/op_step.log" 2>&1; grep -v "^ " "$OUT/op_step.log" | tail -40 ;;

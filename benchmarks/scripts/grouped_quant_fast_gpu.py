@@ -23,6 +23,8 @@ Parts (``--parts``, default ``check,graph,bench``):
   and new group sizes, compared with the reference.
 * ``bench``: median ``triton.testing.do_bench`` of both paths and of the dense op on the same x;
   bytes: inputs read once, outputs written once; fraction of the measured copy bandwidth.
+* ``wtbw`` (not in the default): ``q8-wt-bw128``'s old kernel and fast path, each at 4 and 8 warps,
+  round-robin six times in one process (bit-compared with ``fast=False`` first).
 * ``tiles`` (not in the default): ``dq8-mx-col`` fast at other tiles (``block_m x block_n x warps``
   over the padded data), each bit-compared with the default tile's output, timed as ``bench``.
 
@@ -275,13 +277,47 @@ def part_tiles():
     return ok
 
 
+def part_wtbw():
+    """``q8-wt-bw128`` (BLOCKWISE 128 with_trans, the one fast path left opt-in): the old kernel and
+    the fast one at 4 and at 8 warps, round-robin ``ROUNDS`` times in one process on the same x, each
+    bit-compared with ``fast=False``: whether its 222 vs 303-309 us (S17) is a run-to-run state or a
+    variant's own spread."""
+    from turbo_triton.quantization.common import Tile
+
+    copy = RESULTS.get("copy_GBps") or _copy_gbps()
+    m, n, g = BIG
+    lens, offs = groups(m, g, seed=g)
+    x = make_x(m, n, torch.bfloat16, 1, special=False)
+    args = [c for c in cases(x, lens, offs) if c[0] == "q8-wt-bw128"][0][3]
+    fn = grouped.grouped_quantize_fp8_with_trans
+    want = fn(args, fast=False)
+    moved = _nbytes(want[:4]) + _nbytes(x)
+    variants = [("old (fast=False)", {"fast": False}), ("fast (8 warps)", {"fast": True}),
+                ("fast, 4 warps", {"fast": True, "tile": Tile(128, 128, 4)}),
+                ("old, 8 warps", {"fast": False, "tile": Tile(128, 128, 8)})]
+    ok = True
+    for name, kw in variants:
+        err = mismatch(fn(args, **kw), want)
+        RESULTS["bench"].append({"op": "q8-wt-bw128", "variant": name, "error": err})
+        log(f"q8-wt-bw128 {name:18s} {err or 'same bits'}")
+        ok &= err is None
+    for r in range(2 if ARGS.smoke else 6):
+        for name, kw in variants:
+            ms = _ms(lambda kw=kw: fn(args, **kw))
+            RESULTS["bench"].append({"op": "q8-wt-bw128", "variant": name, "round": r, "ms": ms,
+                                     "of_copy": moved / ms / 1e6 / copy})
+            log(f"q8-wt-bw128 round {r} {name:18s} {ms * 1e3:9.1f} us {100 * moved / ms / 1e6 / copy:6.1f}% of copy")
+    return ok
+
+
 def main():
     RESULTS["env"] = {"torch": torch.__version__,
                       "device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu (interpreter)"}
     ok = True
     for part in ARGS.parts.split(","):
         log(f"== {part}")
-        ok &= {"check": part_check, "graph": part_graph, "bench": part_bench, "tiles": part_tiles}[part]()
+        ok &= {"check": part_check, "graph": part_graph, "bench": part_bench, "tiles": part_tiles,
+                "wtbw": part_wtbw}[part]()
         with open(ARGS.out, "w") as f:
             json.dump(RESULTS, f, indent=1, default=str)
     log("ALL OK" if ok else "FAILURES (see above)")

@@ -307,6 +307,27 @@ def test_indices_to_multihot(itype, dtype):
     assert got[2, 1] == 0 and got[1, 0] == 0  # the repeated slot and the -1 slot get nothing
 
 
+@pytest.mark.parametrize("k", [0, 1, 6])
+def test_indices_to_multihot_ids_out_of_range_and_repeated(k):
+    """Ids in [E, next_power_of_2(E)) and past it, negative ids, an id repeated in later slots: only an
+    id's first in-range slot counts (the forward writes slots last to first)."""
+    g = torch.Generator().manual_seed(5 + k)
+    idx = torch.randint(-2, 10, (T, k), generator=g)
+    if k > 1:
+        idx[0] = torch.tensor([4, 4, 6, 4, -1, 7])[:k]
+        idx[1] = torch.tensor([7, 2, 9, 2, 0, 2])[:k]
+    p = torch.rand((T, k), generator=g)
+    args = IndicesToMultihotArgs(idx, p, E)
+    rm, dense = multihot.indices_to_multihot(args)
+    want_rm, want_dense = ref_routing.indices_to_multihot(args)
+    assert torch.equal(rm, want_rm) and _bits_equal(dense, want_dense)
+    if k > 1:
+        assert dense[0, 4] == p[0, 0] and dense[1, 2] == p[1, 1] and rm[1].sum() == 2
+    gd = torch.randn((T, E), generator=g)
+    got = multihot.indices_to_multihot_bwd(IndicesToMultihotBwdArgs(gd, idx))
+    assert _bits_equal(got, ref_routing.indices_to_multihot_bwd(IndicesToMultihotBwdArgs(gd, idx)))
+
+
 @pytest.mark.parametrize("counts,n", [([2, 0, 3], 7), ([0, 0], 3), ([4, 4], 5), ([1], 0), ([], 4)])
 def test_tokens_per_expert_to_mask(counts, n):
     for d in (torch.int32, torch.int64):

@@ -46,7 +46,7 @@ def indices_to_multihot(args: IndicesToMultihotArgs):
         be = triton.next_power_of_2(e)
         kern.multihot_kernel[(triton.cdiv(t, bt),)](
             idx, common.bits(probs) if k else common.bits(dense), rmap.view(torch.uint8), common.bits(dense),
-            t, k, e, BLOCK_T=bt, BLOCK_E=be,
+            t, e, K=k, BLOCK_T=bt, BLOCK_E=be,
             num_warps=common.warps(bt * be))
     return rmap, dense
 
@@ -61,7 +61,7 @@ def indices_to_multihot_bwd(args: IndicesToMultihotBwdArgs):
     if t and k:
         bt = _block_t(k)
         kern.multihot_bwd_kernel[(triton.cdiv(t, bt),)](
-            idx, common.bits(gd), common.bits(out), t, k, gd.shape[1], BLOCK_T=bt,
+            idx, common.bits(gd), common.bits(out), t, gd.shape[1], K=k, BLOCK_T=bt,
             BLOCK_K=triton.next_power_of_2(k), num_warps=common.warps(bt * k))
     return out
 

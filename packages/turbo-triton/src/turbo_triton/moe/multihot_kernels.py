@@ -1,8 +1,9 @@
 """Triton kernels of ``indices_to_multihot(_bwd)`` and ``tokens_per_expert_to_mask``.
 
 ``BLOCK_T`` tokens a program. The first slot of each id in a row wins (a slot whose id appears in
-an earlier slot, or lies outside ``[0, E)``, is dropped): found by comparing every slot with the
-earlier ones (``K`` is small). Probs travel as same-width integers (bit-exact).
+an earlier slot, or lies outside ``[0, E)``, is dropped): the forward writes the slots last to first,
+the backward compares every slot with the earlier ones. ``K`` (top-k, at most 64) is a compile-time
+constant, the slot loops unrolled. Probs travel as same-width integers (bit-exact).
 """
 
 from __future__ import annotations
@@ -12,61 +13,52 @@ import triton.language as tl
 
 
 @triton.jit
-def _first_ids(idx_ptr, rows, rm, K, E, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+def _first_ids(idx_ptr, rows, rm, E, K: tl.constexpr, BLOCK_K: tl.constexpr):
     """``(ks, ids int64 [BLOCK_T, BLOCK_K], first bool [BLOCK_T, BLOCK_K])``."""
     ks = tl.arange(0, BLOCK_K)
     km = rm[:, None] & (ks < K)[None, :]
     ids = tl.load(idx_ptr + rows.to(tl.int64)[:, None] * K + ks[None, :], mask=km, other=-1).to(tl.int64)
     first = km & (ids >= 0) & (ids < E)
-    # Slot k's id reloaded (a cached load) rather than taken out of the tile with a row reduction: the
-    # reduction (70a15f3) took the backward from 2.9-3.7 to 9.7-10.4 us on the H200 (Session 17).
-    for k in range(K - 1):
+    # Slot k's id reloaded (a cached load) rather than taken out of the tile with a row reduction (the
+    # reduction, 70a15f3, took the backward from 2.9-3.7 to 9.7-10.4 us on the H200, Session 17); the
+    # loop unrolled (K constexpr) so that the K-1 loads issue together instead of one after another.
+    for k in tl.static_range(K - 1):
         prev = tl.load(idx_ptr + rows.to(tl.int64) * K + k, mask=rm, other=-1).to(tl.int64)
         first = first & ~((ids == prev[:, None]) & (ks[None, :] > k))
     return ks, ids, first
 
 
 @triton.jit
-def _slot(idx_ptr, rows64, rm, K, E, k):
-    """``(id, first)`` of slot ``k`` of each row (``[BLOCK_T]``): its id (int64, -1 past ``T``) and
-    whether it is the id's first slot in the row and lies in ``[0, E)``; the earlier slots are
-    reloaded (cached loads, no reductions)."""
-    ids = tl.load(idx_ptr + rows64 * K + k, mask=rm, other=-1).to(tl.int64)
-    first = rm & (ids >= 0) & (ids < E)
-    for j in range(k):
-        first = first & (tl.load(idx_ptr + rows64 * K + j, mask=rm, other=-1).to(tl.int64) != ids)
-    return ids, first
-
-
-@triton.jit
-def multihot_kernel(idx_ptr, probs_ptr, map_ptr, dense_ptr, T, K, E, BLOCK_T: tl.constexpr,
+def multihot_kernel(idx_ptr, probs_ptr, map_ptr, dense_ptr, T, E, K: tl.constexpr, BLOCK_T: tl.constexpr,
                     BLOCK_E: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     rm = rows < T
     rows64 = rows.to(tl.int64)
-    ex = tl.arange(0, BLOCK_E)
+    ex = tl.arange(0, BLOCK_E).to(tl.int64)
     hit = tl.zeros([BLOCK_T, BLOCK_E], dtype=tl.int32)
     dense = tl.zeros([BLOCK_T, BLOCK_E], dtype=dense_ptr.dtype.element_ty)
-    # Slot by slot from loads (per-row vectors), not by row reductions of the loaded [BLOCK_T, K] tile
-    # (three a slot before Session 17): the backward ran 3x slower with seven of them (70a15f3), and
-    # the forward took 9.0-15 us for at most 4 MB. Bit-exact on the CPU interpreter; not yet timed.
-    for k in range(K):
-        id_k, ok_k = _slot(idx_ptr, rows64, rm, K, E, k)
-        p_k = tl.load(probs_ptr + rows64 * K + k, mask=ok_k, other=0)
-        on = ok_k[:, None] & (ex[None, :].to(tl.int64) == id_k[:, None])
+    # Slots last to first, each overwriting what matches its id: an id's first slot writes last and
+    # wins, with no test against the earlier slots. An id outside [0, E) matches no stored column
+    # (negative: none; E or more: a column the store masks off). Unrolled (K constexpr): the 2K loads
+    # are independent and issue together (Session 17's loop of dependent reloads took 9-15 us).
+    for j in tl.static_range(K):
+        id_k = tl.load(idx_ptr + rows64 * K + (K - 1 - j), mask=rm, other=-1).to(tl.int64)
+        p_k = tl.load(probs_ptr + rows64 * K + (K - 1 - j), mask=rm, other=0)
+        on = ex[None, :] == id_k[:, None]
         hit = tl.where(on, 1, hit)
         dense = tl.where(on, p_k[:, None].to(dense.dtype), dense)
-    out = rows.to(tl.int64)[:, None] * E + ex[None, :]
+    out = rows64[:, None] * E + ex[None, :]
     om = rm[:, None] & (ex < E)[None, :]
     tl.store(map_ptr + out, hit.to(map_ptr.dtype.element_ty), mask=om)
     tl.store(dense_ptr + out, dense, mask=om)
 
 
 @triton.jit
-def multihot_bwd_kernel(idx_ptr, gd_ptr, out_ptr, T, K, E, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+def multihot_bwd_kernel(idx_ptr, gd_ptr, out_ptr, T, E, K: tl.constexpr, BLOCK_T: tl.constexpr,
+                        BLOCK_K: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     rm = rows < T
-    ks, ids, first = _first_ids(idx_ptr, rows, rm, K, E, BLOCK_T, BLOCK_K)
+    ks, ids, first = _first_ids(idx_ptr, rows, rm, E, K, BLOCK_K)
     v = tl.load(gd_ptr + rows.to(tl.int64)[:, None] * E + ids, mask=first, other=0)
     tl.store(out_ptr + rows.to(tl.int64)[:, None] * K + ks[None, :], v, mask=rm[:, None] & (ks < K)[None, :])
 
