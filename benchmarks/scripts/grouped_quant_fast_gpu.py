@@ -11,7 +11,7 @@ this script passed on the H200 in Session 17):
 * ``dq8-mx-row``: ``grouped_dequantize_fp8`` MX row-wise, scale bytes loaded once a tile;
 * ``q8-bw128-col`` / ``q8-bw32-col``: ``grouped_quantize_fp8`` BLOCKWISE col-wise with ``HW_SAT``;
 * ``q8-wt-bw128`` / ``q8-wt-mx``: ``grouped_quantize_fp8_with_trans`` with the dense arithmetic (``FAST``,
-  ``HW_SAT``; BLOCKWISE 128 on 8 warps).
+  ``HW_SAT``; the old tiles).
 
 Parts (``--parts``, default ``check,graph,bench``):
 
@@ -23,8 +23,9 @@ Parts (``--parts``, default ``check,graph,bench``):
   and new group sizes, compared with the reference.
 * ``bench``: median ``triton.testing.do_bench`` of both paths and of the dense op on the same x;
   bytes: inputs read once, outputs written once; fraction of the measured copy bandwidth.
-* ``wtbw`` (not in the default): ``q8-wt-bw128``'s old kernel and fast path, each at 4 and 8 warps,
-  round-robin six times in one process (bit-compared with ``fast=False`` first).
+* ``wtbw`` (not in the default): BLOCKWISE 128 and 32 with_trans, the old kernel, the default and
+  ``fast=True`` (and 128's fast path on 8 warps), round-robin six times in one process
+  (bit-compared with ``fast=False`` first).
 * ``tiles`` (not in the default): ``dq8-mx-col`` fast at other tiles (``block_m x block_n x warps``
   over the padded data), each bit-compared with the default tile's output, timed as ``bench``.
 
@@ -278,35 +279,37 @@ def part_tiles():
 
 
 def part_wtbw():
-    """``q8-wt-bw128`` (BLOCKWISE 128 with_trans, the one fast path left opt-in): the old kernel and
-    the fast one at 4 and at 8 warps, round-robin ``ROUNDS`` times in one process on the same x, each
-    bit-compared with ``fast=False``: whether its 222 vs 303-309 us (S17) is a run-to-run state or a
-    variant's own spread."""
+    """``q8-wt-bw128`` / ``q8-wt-bw32`` (BLOCKWISE with_trans): the old kernel (``fast=False``), the
+    default, and BLOCKWISE 128's fast path on the 8 warps that Session 17 timed at 222 vs 303-309 us,
+    round-robin ``ROUNDS`` times in one process on the same x, each bit-compared with ``fast=False``:
+    whether a gap is a run-to-run state or a variant's own."""
     from turbo_triton.quantization.common import Tile
 
     copy = RESULTS.get("copy_GBps") or _copy_gbps()
     m, n, g = BIG
     lens, offs = groups(m, g, seed=g)
     x = make_x(m, n, torch.bfloat16, 1, special=False)
-    args = [c for c in cases(x, lens, offs) if c[0] == "q8-wt-bw128"][0][3]
     fn = grouped.grouped_quantize_fp8_with_trans
-    want = fn(args, fast=False)
-    moved = _nbytes(want[:4]) + _nbytes(x)
-    variants = [("old (fast=False)", {"fast": False}), ("fast (8 warps)", {"fast": True}),
-                ("fast, 4 warps", {"fast": True, "tile": Tile(128, 128, 4)}),
-                ("old, 8 warps", {"fast": False, "tile": Tile(128, 128, 8)})]
-    ok = True
-    for name, kw in variants:
-        err = mismatch(fn(args, **kw), want)
-        RESULTS["bench"].append({"op": "q8-wt-bw128", "variant": name, "error": err})
-        log(f"q8-wt-bw128 {name:18s} {err or 'same bits'}")
-        ok &= err is None
-    for r in range(2 if ARGS.smoke else 6):
+    ok, timed = True, []
+    for bs in (128, 32):
+        args = qs.GroupedQuantizeFp8WithTransArgs(x, E4M3, "BLOCKWISE", lens, offs, bs)
+        want = fn(args, fast=False)
+        moved = _nbytes(want[:4]) + _nbytes(x)
+        variants = [("old (fast=False)", {"fast": False}), ("default", {}), ("fast=True", {"fast": True})]
+        if bs == 128:
+            variants.append(("fast, 8 warps", {"fast": True, "tile": Tile(128, 128, 8)}))
         for name, kw in variants:
-            ms = _ms(lambda kw=kw: fn(args, **kw))
-            RESULTS["bench"].append({"op": "q8-wt-bw128", "variant": name, "round": r, "ms": ms,
+            err = mismatch(fn(args, **kw), want)
+            RESULTS["bench"].append({"op": f"q8-wt-bw{bs}", "variant": name, "error": err})
+            log(f"q8-wt-bw{bs} {name:18s} {err or 'same bits'}")
+            ok &= err is None
+            timed.append((bs, name, kw, args, moved))
+    for r in range(2 if ARGS.smoke else 6):
+        for bs, name, kw, args, moved in timed:
+            ms = _ms(lambda kw=kw, args=args: fn(args, **kw))
+            RESULTS["bench"].append({"op": f"q8-wt-bw{bs}", "variant": name, "round": r, "ms": ms,
                                      "of_copy": moved / ms / 1e6 / copy})
-            log(f"q8-wt-bw128 round {r} {name:18s} {ms * 1e3:9.1f} us {100 * moved / ms / 1e6 / copy:6.1f}% of copy")
+            log(f"q8-wt-bw{bs} round {r} {name:18s} {ms * 1e3:9.1f} us {100 * moved / ms / 1e6 / copy:6.1f}% of copy")
     return ok
 
 

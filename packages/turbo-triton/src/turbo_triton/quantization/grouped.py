@@ -214,9 +214,10 @@ def _blockwise_rowwise(x, dtype, bs, tile):
 #: gave the reference's bits on the H200 for every one of them, eagerly and replayed in a CUDA graph,
 #: in four runs, and each was faster than ``fast=False`` in every run (1.06-2.4x at 16384 x 7168;
 #: ``benchmarks/results/grouped-quant-fast-s17*-h200-2026-12-02.json``), so they are the default.
-#: The BLOCKWISE with_trans fast path gave the same bits but was faster in two runs and slower in
-#: two, so its ``fast=None`` stays on the old kernel. False here puts every ``fast=None`` call on the
-#: old kernels.
+#: The BLOCKWISE with_trans fast path on 8 warps was faster in two S17 runs and slower in two; on the
+#: old kernel's 4 warps it was faster than the old kernel in all six rounds of Session 18's
+#: round-robin (``--parts wtbw``: 203-255 vs 263-286 us), so it joined the default on 4 warps.
+#: False here puts every ``fast=None`` call on the old kernels.
 FAST_DEFAULT = True
 
 
@@ -354,14 +355,12 @@ def _with_trans(x, dtype, gran, lens, offs, bs, tile, fp4=False, fast=None):
         _fp4_pairs_with_trans(x, src, dst, o_col, q_row, s_row, q_col, s_col, m_c, n_ext, tile)
         return (*outs, l_row, o_row, l_col, o_col)
     xa, x_bits = common.x_arg(x)
-    # FP8 fast: the dense with_trans kernels' arithmetic (float amax, HW_SAT) and, BLOCKWISE, their 8 warps.
-    # BLOCKWISE's fast=None keeps the old kernel: the H200 timed the fast one at 222 us in two runs and
-    # 303-309 us in two, the old one at 262-282 us in all four (FAST_DEFAULT's note).
-    fast8 = not fp4 and (fast if fast is not None else FAST_DEFAULT and mx)
+    # FP8 fast: the dense with_trans kernels' arithmetic (float amax, HW_SAT) on the same tiles as the old
+    # code (BLOCKWISE 128: 128 x 128 x 4; the dense kernel's 8 warps ran 222-305 us here against 203-255
+    # on 4, Session 18; FAST_DEFAULT's note).
+    fast8 = not fp4 and _fast(fast)
     hw = fast8 and common.hw_sat()["HW_SAT"]
     if not mx:
-        if fast8 and tile is None:
-            tile = common.pick(m_c, n, bs, bs, warps=8 if bs >= 128 else None)
         tile = _tile(tile, m_c, n, bs, bs)
         kern.grouped_blockwise_with_trans_kernel[common.grid(1, m_c, n, tile)](
             xa, src, dst, o_col, groups, common.data_arg(q_row), s_row, common.data_arg(q_col), s_col,
@@ -399,9 +398,8 @@ def grouped_quantize_fp8_with_trans(args: GroupedQuantizeFp8WithTransArgs, tile:
                                     fast: bool | None = None):
     """``(q_row, s_row, q_col, s_col, lens_row, offs_row, lens_col, offs_col)`` from one read of
     ``x``; ``tile`` (over the column layout's padded extent) overrides the heuristic. ``fast``:
-    True the dense with_trans kernels' arithmetic (float amax, hardware saturation on NVIDIA) and,
-    BLOCKWISE 128, their 8-warp tile; False the old code; None (default): ``FAST_DEFAULT`` for MX, the
-    old code for BLOCKWISE (``FAST_DEFAULT``'s note). Same bits."""
+    True the dense with_trans kernels' arithmetic (float amax, hardware saturation on NVIDIA) on the
+    old code's tiles; False the old code; None (default): ``FAST_DEFAULT``. Same bits."""
     return _with_trans(args.x, args.out_dtype, G(args.granularity), args.group_lens, args.group_offs,
                        args.block_size, tile, fast=fast)
 
