@@ -1,13 +1,14 @@
 """Launch shapes of ``indices_to_multihot_bwd`` on the GPU machine, beside ``torch.compile``.
 
 ``grad_probs[t, k] = grad_multihot[t, indices[t, k]]`` where slot ``k`` is its id's first slot in the
-row and the id lies in ``[0, E)``, else 0. Session 18 timed the shipped kernel (``multihot_bwd_kernel``:
-``[BLOCK_T, K]`` tiles, 128 rows a program at top-8) at 0.68-0.85x compile (1.95-2.56 µs against
-1.64-1.91). This times, in one process and on the same tensors:
+row and the id lies in ``[0, E)``, else 0. Session 18 timed the kernel then shipped (``[BLOCK_T, K]``
+tiles, 128 rows a program at top-8; ``tile_bwd_kernel`` here) at 0.68-0.85x compile (1.95-2.56 µs
+against 1.64-1.91). This times, in one process and on the same tensors:
 
-* ``tile BT/W``: the shipped kernel at ``BLOCK_T`` rows a program and ``W`` warps;
-* ``flat B/W``: one element ``(t, k)`` a lane, ``B`` elements a program (the layout compile's kernel
-  has), the earlier slots of the row reloaded (cached) and compared, unrolled;
+* ``tile BT/W``: that kernel at ``BLOCK_T`` rows a program and ``W`` warps;
+* ``flat B/W``: ``multihot_kernels.multihot_bwd_kernel`` (shipped since this probe: 128/4), one slot
+  ``(t, k)`` a lane, ``B`` slots a program (the layout compile's kernel has), the row's earlier slots
+  reloaded (cached) and compared, unrolled;
 * ``shipped``: the launcher as it stands; ``compile``: ``torch.compile`` of the TORCH reference.
 
 Every variant is bit-compared with the reference first. Device time per call from a CUDA graph of 20
@@ -52,25 +53,27 @@ RESULTS: dict = {"rows": []}
 
 
 @triton.jit
-def flat_bwd_kernel(idx_ptr, gd_ptr, out_ptr, N, E, K: tl.constexpr, BLOCK: tl.constexpr):
-    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    m = i < N
-    row = i // K
-    a = i % K
-    ids = tl.load(idx_ptr + i, mask=m, other=-1).to(tl.int64)
-    ok = m & (ids >= 0) & (ids < E)
-    for b in tl.static_range(K - 1):
-        prev = tl.load(idx_ptr + row * K + b, mask=m & (a > b), other=-1).to(tl.int64)
-        ok = ok & (prev != ids)
-    v = tl.load(gd_ptr + row * E + ids, mask=ok, other=0)
-    tl.store(out_ptr + i, v, mask=m)
+def tile_bwd_kernel(idx_ptr, gd_ptr, out_ptr, T, E, K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The kernel shipped until Session 18: ``[BLOCK_T, K]`` tiles, each slot's first-slot test against
+    the row's earlier slots reloaded (unrolled), then the gather."""
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    rm = rows < T
+    ks = tl.arange(0, BLOCK_K)
+    km = rm[:, None] & (ks < K)[None, :]
+    ids = tl.load(idx_ptr + rows.to(tl.int64)[:, None] * K + ks[None, :], mask=km, other=-1).to(tl.int64)
+    first = km & (ids >= 0) & (ids < E)
+    for k in tl.static_range(K - 1):
+        prev = tl.load(idx_ptr + rows.to(tl.int64) * K + k, mask=rm, other=-1).to(tl.int64)
+        first = first & ~((ids == prev[:, None]) & (ks[None, :] > k))
+    v = tl.load(gd_ptr + rows.to(tl.int64)[:, None] * E + ids, mask=first, other=0)
+    tl.store(out_ptr + rows.to(tl.int64)[:, None] * K + ks[None, :], v, mask=km)
 
 
 def tile_variant(args, bt, w):
     idx, gd = args.indices, args.grad_multihot
     t, k = idx.shape
     out = torch.empty((t, k), dtype=gd.dtype, device=gd.device)
-    kern.multihot_bwd_kernel[(triton.cdiv(t, bt),)](
+    tile_bwd_kernel[(triton.cdiv(t, bt),)](
         idx, common.bits(gd), common.bits(out), t, gd.shape[1], K=k, BLOCK_T=bt,
         BLOCK_K=triton.next_power_of_2(k), num_warps=w)
     return out
@@ -80,8 +83,8 @@ def flat_variant(args, b, w):
     idx, gd = args.indices, args.grad_multihot
     t, k = idx.shape
     out = torch.empty((t, k), dtype=gd.dtype, device=gd.device)
-    flat_bwd_kernel[(triton.cdiv(t * k, b),)](idx, common.bits(gd), common.bits(out), t * k, gd.shape[1], K=k,
-                                              BLOCK=b, num_warps=w)
+    kern.multihot_bwd_kernel[(triton.cdiv(t * k, b),)](idx, common.bits(gd), common.bits(out), t * k, gd.shape[1],
+                                                       K=k, BLOCK=b, num_warps=w)
     return out
 
 

@@ -18,7 +18,8 @@ interpreter, with the old path (``fast=False``) beside them:
 Every case runs ``fast`` True and False; a spy on the fast kernel checks which path ran: the FP4
 pair kernels take bf16 when fast, fp32/fp16 never (the old path runs); the FP8 paths take every
 input dtype when fast. ``fast=None`` is ``grouped.FAST_DEFAULT`` (on since the H200 check; the other
-grouped tests run the default); ``test_fast_default_switch`` checks both settings of the switch.
+grouped tests run the default), but BLOCKWISE with_trans under 128-wide blocks only on ``fast=True``;
+``test_fast_default_switch`` checks both settings of the switch.
 Inputs: an empty group, group lengths that are no multiple of 32, rows past the last group,
 odd ``N`` and ``N`` past one tile, NaN/Inf, all-zero blocks, -0.0, subnormals; forced small
 tiles (several programs a group, ragged edges) and the default ones.
@@ -375,7 +376,8 @@ def test_fp8_with_trans(case, fp8, in_dtype, gran, bs, fast, spy):
         assert [kw["num_warps"] for kw in k.kwargs] == [4]
 
 
-# FAST_DEFAULT on (the default): fast=None takes every fast path; off: none of them. The same bits either way.
+# FAST_DEFAULT on (the default): fast=None takes every fast path but BLOCKWISE with_trans under 128-wide
+# blocks; off: none of them. The same bits either way.
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("on", [True, False])
 def test_fast_default_switch(spy, monkeypatch, on):
@@ -406,9 +408,10 @@ def test_fast_default_switch(spy, monkeypatch, on):
     assert_same(grouped.grouped_dequantize_fp8(dr), ref.grouped_dequantize_fp8(dr), "mx row dequantize default")
     assert [kw["BLOCK_SCALES"] for kw in gd.kwargs] == [on]
     for gran, bs, name in (("BLOCKWISE", 128, "grouped_blockwise_with_trans_kernel"),
+                           ("BLOCKWISE", 32, "grouped_blockwise_with_trans_kernel"),
                            ("MX_BLOCKWISE", 32, "grouped_mx_with_trans_kernel")):
         wt = spy(grouped_kernels, name)
         a8t = GroupedQuantizeFp8WithTransArgs(x, E4M3, gran, lens, offs, bs)
         _assert_all_same(grouped.grouped_quantize_fp8_with_trans(a8t), ref.grouped_quantize_fp8_with_trans(a8t),
                          f"with_trans {gran} default")
-        assert [kw["FAST"] for kw in wt.kwargs] == [on]
+        assert [kw["FAST"] for kw in wt.kwargs] == [on and (gran == "MX_BLOCKWISE" or bs >= 128)]

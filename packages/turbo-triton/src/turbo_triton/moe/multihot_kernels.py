@@ -1,8 +1,9 @@
 """Triton kernels of ``indices_to_multihot(_bwd)`` and ``tokens_per_expert_to_mask``.
 
-``BLOCK_T`` tokens a program. The first slot of each id in a row wins (a slot whose id appears in
-an earlier slot, or lies outside ``[0, E)``, is dropped): the forward writes the slots last to first,
-the backward compares every slot with the earlier ones. ``K`` (top-k, at most 64) is a compile-time
+The forward takes ``BLOCK_T`` tokens a program, the backward one slot a lane. The first slot of each
+id in a row wins (a slot whose id appears in an earlier slot, or lies outside ``[0, E)``, is
+dropped): the forward writes the slots last to first, the backward compares each slot with the
+earlier ones. ``K`` (top-k, at most 64) is a compile-time
 constant, the slot loops unrolled. Probs travel as same-width integers (bit-exact).
 """
 
@@ -10,22 +11,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-
-
-@triton.jit
-def _first_ids(idx_ptr, rows, rm, E, K: tl.constexpr, BLOCK_K: tl.constexpr):
-    """``(ks, ids int64 [BLOCK_T, BLOCK_K], first bool [BLOCK_T, BLOCK_K])``."""
-    ks = tl.arange(0, BLOCK_K)
-    km = rm[:, None] & (ks < K)[None, :]
-    ids = tl.load(idx_ptr + rows.to(tl.int64)[:, None] * K + ks[None, :], mask=km, other=-1).to(tl.int64)
-    first = km & (ids >= 0) & (ids < E)
-    # Slot k's id reloaded (a cached load) rather than taken out of the tile with a row reduction (the
-    # reduction, 70a15f3, took the backward from 2.9-3.7 to 9.7-10.4 us on the H200, Session 17); the
-    # loop unrolled (K constexpr) so that the K-1 loads issue together instead of one after another.
-    for k in tl.static_range(K - 1):
-        prev = tl.load(idx_ptr + rows.to(tl.int64) * K + k, mask=rm, other=-1).to(tl.int64)
-        first = first & ~((ids == prev[:, None]) & (ks[None, :] > k))
-    return ks, ids, first
 
 
 @triton.jit
@@ -54,13 +39,22 @@ def multihot_kernel(idx_ptr, probs_ptr, map_ptr, dense_ptr, T, E, K: tl.constexp
 
 
 @triton.jit
-def multihot_bwd_kernel(idx_ptr, gd_ptr, out_ptr, T, E, K: tl.constexpr, BLOCK_T: tl.constexpr,
-                        BLOCK_K: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    rm = rows < T
-    ks, ids, first = _first_ids(idx_ptr, rows, rm, E, K, BLOCK_K)
-    v = tl.load(gd_ptr + rows.to(tl.int64)[:, None] * E + ids, mask=first, other=0)
-    tl.store(out_ptr + rows.to(tl.int64)[:, None] * K + ks[None, :], v, mask=rm[:, None] & (ks < K)[None, :])
+def multihot_bwd_kernel(idx_ptr, gd_ptr, out_ptr, N, E, K: tl.constexpr, BLOCK: tl.constexpr):
+    """One slot ``i = t * K + k`` of ``[T, K]`` a lane (``N = T * K``): the slot's id, the row's earlier
+    slots reloaded (cached, unrolled: they issue together) and compared, then the gather. The H200 probe
+    (``multihot_bwd_probe.py``, Session 18) put 128 slots on 4 warps ahead of ``[BLOCK_T, K]`` row tiles
+    at every size (1.41-2.47 us against 1.42-3.15 at top-8)."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = i < N
+    row = i // K
+    k = i % K
+    ids = tl.load(idx_ptr + i, mask=m, other=-1).to(tl.int64)
+    ok = m & (ids >= 0) & (ids < E)
+    for j in tl.static_range(K - 1):
+        prev = tl.load(idx_ptr + row * K + j, mask=m & (k > j), other=-1).to(tl.int64)
+        ok = ok & (prev != ids)
+    v = tl.load(gd_ptr + row * E + ids, mask=ok, other=0)
+    tl.store(out_ptr + i, v, mask=m)
 
 
 @triton.jit

@@ -214,10 +214,11 @@ def _blockwise_rowwise(x, dtype, bs, tile):
 #: gave the reference's bits on the H200 for every one of them, eagerly and replayed in a CUDA graph,
 #: in four runs, and each was faster than ``fast=False`` in every run (1.06-2.4x at 16384 x 7168;
 #: ``benchmarks/results/grouped-quant-fast-s17*-h200-2026-12-02.json``), so they are the default.
-#: The BLOCKWISE with_trans fast path on 8 warps was faster in two S17 runs and slower in two; on the
-#: old kernel's 4 warps it was faster than the old kernel in all six rounds of Session 18's
-#: round-robin (``--parts wtbw``: 203-255 vs 263-286 us), so it joined the default on 4 warps.
-#: False here puts every ``fast=None`` call on the old kernels.
+#: The BLOCKWISE 128 with_trans fast path on the dense kernel's 8 warps was faster in two S17 runs
+#: and slower in two; on the old kernel's 128 x 128 x 4 tile it was faster than the old kernel in all
+#: twelve rounds of Session 18's two round-robin runs (``--parts wtbw``: 203-255 us against 263-286),
+#: so it is the default on that tile. BLOCKWISE 32's was not faster (216-242 vs 234-235 us) and
+#: stays on ``fast=True``. False here puts every ``fast=None`` call on the old kernels.
 FAST_DEFAULT = True
 
 
@@ -356,9 +357,9 @@ def _with_trans(x, dtype, gran, lens, offs, bs, tile, fp4=False, fast=None):
         return (*outs, l_row, o_row, l_col, o_col)
     xa, x_bits = common.x_arg(x)
     # FP8 fast: the dense with_trans kernels' arithmetic (float amax, HW_SAT) on the same tiles as the old
-    # code (BLOCKWISE 128: 128 x 128 x 4; the dense kernel's 8 warps ran 222-305 us here against 203-255
-    # on 4, Session 18; FAST_DEFAULT's note).
-    fast8 = not fp4 and _fast(fast)
+    # code (FAST_DEFAULT's note). fast=None: MX and BLOCKWISE 128 or wider; BLOCKWISE 32's fast path was
+    # no faster (216-242 us against the old 234-235, Session 18), so it keeps the old code.
+    fast8 = not fp4 and (fast if fast is not None else FAST_DEFAULT and (mx or bs >= 128))
     hw = fast8 and common.hw_sat()["HW_SAT"]
     if not mx:
         tile = _tile(tile, m_c, n, bs, bs)
@@ -399,7 +400,8 @@ def grouped_quantize_fp8_with_trans(args: GroupedQuantizeFp8WithTransArgs, tile:
     """``(q_row, s_row, q_col, s_col, lens_row, offs_row, lens_col, offs_col)`` from one read of
     ``x``; ``tile`` (over the column layout's padded extent) overrides the heuristic. ``fast``:
     True the dense with_trans kernels' arithmetic (float amax, hardware saturation on NVIDIA) on the
-    old code's tiles; False the old code; None (default): ``FAST_DEFAULT``. Same bits."""
+    old code's tiles; False the old code; None (default): ``FAST_DEFAULT`` for MX and BLOCKWISE of
+    128 or more, the old code for smaller BLOCKWISE blocks (``FAST_DEFAULT``'s note). Same bits."""
     return _with_trans(args.x, args.out_dtype, G(args.granularity), args.group_lens, args.group_offs,
                        args.block_size, tile, fast=fast)
 
