@@ -50,11 +50,17 @@ def core(session: nox.Session) -> None:
     session.run("pytest", "-q", f"{CORE}/tests", *session.posargs)
 
 
+#: pytest-xdist workers of a backend's tests (its test extra brings pytest-xdist): turbo-triton's run
+#: its kernels in the Triton interpreter, about an hour on one core of the 2-core CI machine.
+WORKERS = {"triton": "2"}
+
+
 def _backend_session(backend: str):
     def session_fn(session: nox.Session) -> None:
         _base(session)
         session.install(f"./{CORE}", f"./{BACKENDS[backend]}[test]")
-        session.run("pytest", "-q", f"{BACKENDS[backend]}/tests", *session.posargs)
+        workers = ["-n", WORKERS[backend]] if backend in WORKERS else []
+        session.run("pytest", "-q", *workers, f"{BACKENDS[backend]}/tests", *session.posargs)
 
     session_fn.__doc__ = f"turbo-core plus turbo-{backend} alone, running that package's tests."
     return nox.session(name=f"backend-{backend}")(session_fn)
