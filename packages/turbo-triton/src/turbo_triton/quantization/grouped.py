@@ -215,10 +215,11 @@ def _blockwise_rowwise(x, dtype, bs, tile):
 #: in four runs, and each was faster than ``fast=False`` in every run (1.06-2.4x at 16384 x 7168;
 #: ``benchmarks/results/grouped-quant-fast-s17*-h200-2026-12-02.json``), so they are the default.
 #: The BLOCKWISE 128 with_trans fast path on the dense kernel's 8 warps was faster in two S17 runs
-#: and slower in two; on the old kernel's 128 x 128 x 4 tile it was faster than the old kernel in all
-#: twelve rounds of Session 18's two round-robin runs (``--parts wtbw``: 203-255 us against 263-286),
-#: so it is the default on that tile. BLOCKWISE 32's was not faster (216-242 vs 234-235 us) and
-#: stays on ``fast=True``. False here puts every ``fast=None`` call on the old kernels.
+#: and slower in two. On the old kernel's 128 x 128 x 4 tile, Session 18's two round-robin runs
+#: (``--parts wtbw``) timed it 24 times at 203-265 us (medians 204 and 240) against the old kernel's
+#: 263-286 (one timing at 264.8 against 264.0, the rest faster), so it is the default on that tile;
+#: its spread within one process is not explained. BLOCKWISE 32's was not faster (216-242 vs
+#: 234-235 us) and stays on ``fast=True``. False here puts every ``fast=None`` call on the old kernels.
 FAST_DEFAULT = True
 
 
