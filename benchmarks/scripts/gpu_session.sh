@@ -4,7 +4,7 @@
 # own time limit, and a failing part does not stop the next.
 #   OUT=/some/dir bash benchmarks/scripts/gpu_session.sh [part ...]
 # Parts: gputests fp8check normcheck normsweep normbench groupedcheck groupedbench
-#        tritonfp8check fp8bench gg8check gg8gluon gg8bench conformance fp8acc issue5rest issue5gaps1 issue5gaps2 permutesweep wtsweep fp4deq s15final gqfast mhprobe writemix opstep dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
+#        tritonfp8check fp8bench gg8check gg8gluon gg8bench conformance fp8acc issue5rest issue5gaps1 issue5gaps2 permutesweep wtsweep fp4deq s15final gqfast mhprobe rmsprobe writemix opstep dispatch quantcheck quantsweep quantbench gquant moecheck attncheck attnspeed routerfp4 attnbench attntiles hipblaslt
 #        attnfp8 tunegemm demoparity moebench tunehipblaslt hbbench hbbwd hbgap hbalgotests accuracy profile
 #        deepepkernels moedispatch nccltests asynctp epcheck (the last four on the two-GPU kind)
 set -u
@@ -74,6 +74,8 @@ for part in $parts; do
       timeout ${GQFAST_S:-400} python3 benchmarks/scripts/grouped_quant_fast_gpu.py --out "$OUT/grouped_fast.json" ${GQFAST_ARGS:-} > "$OUT/grouped_fast.log" 2>&1; tail -40 "$OUT/grouped_fast.log" ;;
     mhprobe)  # indices_to_multihot_bwd: launch shapes (row tiles, one element a lane) beside torch.compile, three models, 1-16384 tokens
       timeout ${MHPROBE_S:-300} python3 benchmarks/scripts/multihot_bwd_probe.py --out "$OUT/multihot_bwd_probe.json" > "$OUT/multihot_bwd_probe.log" 2>&1; grep -vE "^(/opt|  torch)" "$OUT/multihot_bwd_probe.log" | tail -25 ;;
+    rmsprobe)  # RMSNorm forward: launch shapes and cache hints of the whole-row kernel beside torch.compile (Inductor's code kept)
+      timeout ${RMSPROBE_S:-300} python3 benchmarks/scripts/rmsnorm_fwd_probe.py --out "$OUT/rmsnorm_fwd_probe.json" > "$OUT/rmsnorm_fwd_probe.log" 2>&1; grep -vE "^(/opt|  torch)" "$OUT/rmsnorm_fwd_probe.log" | tail -60 ;;
     writemix)  # HBM bandwidth by read:write mix (copy, fill, sum, 1:K broadcast) at 16384 x 7168 bf16: the write-heavy ceiling
       timeout 120 python3 benchmarks/scripts/write_mix_bandwidth.py --out "$OUT/write_mix.json" > "$OUT/write_mix.log" 2>&1; tail -12 "$OUT/write_mix.log" ;;
     opstep) timeout 400 python3 benchmarks/scripts/grouped_fp8_op_step_h200.py --out "$OUT/op_step.json" > "$OUT/op_step.log" 2>&1; grep -v "^ " "$OUT/op_step.log" | tail -40 ;;
