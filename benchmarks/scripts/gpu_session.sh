@@ -75,7 +75,7 @@ for part in $parts; do
     mhprobe)  # indices_to_multihot_bwd: launch shapes (row tiles, one element a lane) beside torch.compile, three models, 1-16384 tokens
       timeout ${MHPROBE_S:-300} python3 benchmarks/scripts/multihot_bwd_probe.py --out "$OUT/multihot_bwd_probe.json" > "$OUT/multihot_bwd_probe.log" 2>&1; grep -vE "^(/opt|  torch)" "$OUT/multihot_bwd_probe.log" | tail -25 ;;
     rmsprobe)  # RMSNorm forward: launch shapes and cache hints of the whole-row kernel beside torch.compile (Inductor's code kept)
-      timeout ${RMSPROBE_S:-300} python3 benchmarks/scripts/rmsnorm_fwd_probe.py --out "$OUT/rmsnorm_fwd_probe.json" > "$OUT/rmsnorm_fwd_probe.log" 2>&1; grep -vE "^(/opt|  torch)" "$OUT/rmsnorm_fwd_probe.log" | tail -60 ;;
+      timeout ${RMSPROBE_S:-300} python3 benchmarks/scripts/rmsnorm_fwd_probe.py --out "$OUT/rmsnorm_fwd_probe.json" ${RMSPROBE_ARGS:-} > "$OUT/rmsnorm_fwd_probe.log" 2>&1; grep -vE "^(/opt|  torch)" "$OUT/rmsnorm_fwd_probe.log" | tail -60 ;;
     writemix)  # HBM bandwidth by read:write mix (copy, fill, sum, 1:K broadcast) at 16384 x 7168 bf16: the write-heavy ceiling
       timeout 120 python3 benchmarks/scripts/write_mix_bandwidth.py --out "$OUT/write_mix.json" > "$OUT/write_mix.log" 2>&1; tail -12 "$OUT/write_mix.log" ;;
     opstep) timeout 400 python3 benchmarks/scripts/grouped_fp8_op_step_h200.py --out "$OUT/op_step.json" > "$OUT/op_step.log" 2>&1; grep -v "^ " "$OUT/op_step.log" | tail -40 ;;
