@@ -1,5 +1,6 @@
 """Test kit shared by turbo-core and every backend package (third-party ones included)."""
 
+from turbo_core.testing.bits import assert_same_bits, bit_mismatch
 from turbo_core.testing.determinism import deterministic_check
 from turbo_core.testing.numerics import (
     SNR_DB,
@@ -17,8 +18,10 @@ __all__ = [
     "TOLERANCES",
     "assert_close_normwise",
     "assert_close_to_reference",
+    "assert_same_bits",
     "assert_snr",
     "backend_row",
+    "bit_mismatch",
     "deterministic_check",
     "imported_modules_after",
     "snr_db",
