@@ -4,7 +4,7 @@
 Both kernel paths: the pointer kernel (odd sizes: rows not 16-byte aligned) and the TMA kernel
 (aligned sizes, sm90+), every layout (trans_a, trans_b, trans_c) and accumulate-into-``out``, fp32 /
 fp16 / bf16, outputs allocated from NaN-poisoned memory. Gate: ``turbo_core.testing`` tolerance of
-the dtype (fp32: 1e-4, so the fp32 kernels must not round through TF32).
+the dtype (fp32: 1e-4, which the fp32 kernels' 3xTF32 products hold and one TF32 pass would not).
 """
 
 from __future__ import annotations
