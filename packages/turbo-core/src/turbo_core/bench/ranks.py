@@ -5,86 +5,48 @@ slowest rank (the suites ``moe-dispatch`` and ``async-tp``).
 NCCL with one GPU each, or gloo on the CPU), runs ``rank_rows(rank, world, group, dev, args)`` on
 each and returns rank 0's rows. ``rank_rows`` must be a module-level function (it is pickled).
 ``time_calls`` times a call (or a batch of calls enqueued without waiting) after a barrier on every
-iteration (CUDA events on a GPU, wall clock on the CPU); ``graphed`` turns a call into the replay of
-its CUDA graph; ``slowest`` picks the rank with the largest median.
+iteration and reports the slowest rank; ``graphed`` turns a call into the replay of its CUDA graph.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 
 import torch
 
-__all__ = ["graphed", "slowest", "spawn", "stats", "time_calls", "world_and_backend"]
+from turbo_core import timing
+
+__all__ = ["graphed", "spawn", "time_calls", "world_and_backend"]
 
 
-def time_calls(fn, dev: torch.device, warmup: int, iters: int, calls: int = 1) -> list[float]:
-    """Milliseconds per call of ``fn`` over ``iters`` batches, each started after a barrier of all
-    ranks; a batch is ``calls`` calls enqueued back to back (no wait between them, as in a training
-    step whose host runs ahead of the GPU; 1: a single call on an idle GPU)."""
+def time_calls(fn, dev: torch.device, warmup: int, iters: int, calls: int = 1) -> timing.Timing:
+    """Milliseconds per call of ``fn`` on the slowest rank (the one with the largest median), over
+    ``iters`` batches, each started after a barrier of all ranks; a batch is ``calls`` calls enqueued
+    back to back (no wait between them, as in a training step whose host runs ahead of the GPU; 1: a
+    single call on an idle GPU). Events around each batch on a GPU, the wall clock on the CPU
+    (:func:`turbo_core.timing.measure_batched`). Every rank must call it at the same point."""
     import torch.distributed as dist
 
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(iters):
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        dist.barrier()
-        if dev.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(calls):
-                fn()
-            b.record()
-            torch.cuda.synchronize()
-            out.append(a.elapsed_time(b) / calls)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            out.append((time.perf_counter() - t0) * 1e3 / calls)
-    return out
+    mine = timing.measure_batched(fn, device=dev, warmup=warmup, iters=iters, calls=calls, clock="device",
+                                  before=dist.barrier)
+    t = torch.tensor([mine.median_ms, mine.p10_ms, mine.p90_ms], dtype=torch.float64, device=dev)
+    gathered = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, t)
+    med, p10, p90 = max(gathered, key=lambda g: float(g[0])).tolist()
+    return timing.Timing(med, p10, p90, mine.samples)
 
 
 def graphed(fn):
-    """``fn`` captured in a CUDA graph (after two warm-up calls on a side stream): its replay, the
-    GPU's own time for the same work without the host's launches; or a string saying why it could
-    not be captured. Every rank must call it at the same point (the capture runs the collectives)."""
+    """``fn`` captured in a CUDA graph (:func:`turbo_core.timing.graphed`): its replay, the GPU's own
+    time for the same work without the host's launches; or a string saying why it could not be
+    captured. Every rank must call it at the same point (the capture runs the collectives)."""
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
+        return timing.graphed(fn)
     except Exception as exc:  # noqa: BLE001 - the row says why
         return f"not capturable: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-    return graph.replay
-
-
-def stats(times: list[float]) -> tuple[float, float, float]:
-    """(median, p10, p90)."""
-    s = sorted(times)
-    return statistics.median(s), s[int(0.1 * (len(s) - 1))], s[int(0.9 * (len(s) - 1))]
-
-
-def slowest(values: tuple[float, float, float], dev: torch.device) -> tuple[float, float, float]:
-    """(median, p10, p90) of the rank with the largest median."""
-    import torch.distributed as dist
-
-    t = torch.tensor(values, dtype=torch.float64, device=dev)
-    gathered = [torch.empty_like(t) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, t)
-    return tuple(max(gathered, key=lambda g: float(g[0])).tolist())
 
 
 def _worker(rank: int, world: int, store: str, backend: str, rank_rows, args: dict, out_path: str) -> None:

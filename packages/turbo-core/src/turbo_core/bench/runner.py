@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from turbo_core.bench import timing
+from turbo_core import timing
 from turbo_core.bench.suites import gemm as gemm_suite
 
 #: Interleaved timing rounds per case (``turbo bench --rounds``; see the module docstring).
@@ -159,7 +159,7 @@ def run_cases(suite: str, cases: Sequence, *, row: Callable[[Any], dict], flops:
         cases: the suite's cases; ``row(case)`` gives each case's fields, ``flops(case)`` its FLOPs.
         make_inputs: ``make_inputs(case, generator)`` -> one input set (any object; the providers'
             ``prepare`` reads it). On a GPU, more sets are made until the sets' ``timed_bytes``
-            exceed :data:`turbo_core.bench.timing.ROTATE_BYTES`; on the CPU one set is used.
+            exceed :data:`turbo_core.timing.ROTATE_BYTES`; on the CPU one set is used.
         providers: ``providers(case, first_set)`` -> the case's :class:`Provider` list, baselines first.
         reference: ``reference(case, first_set, oracle)`` -> the float64 result a provider with
             that ``oracle`` is checked against (computed once per case and oracle).

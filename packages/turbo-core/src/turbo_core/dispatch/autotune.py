@@ -22,12 +22,12 @@ import math
 import os
 import re
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from turbo_core import timing
 from turbo_core.dispatch.primitives import Primitive, args_key
 from turbo_core.platform import Platform
 from turbo_core.plugins.types import Kernel
@@ -134,27 +134,13 @@ def _scratch(prim: Primitive, args: Any) -> Any:
     return dataclasses.replace(args, **changes) if changes else args
 
 
-def _sync(platform: Platform) -> None:
-    if platform.kind != "cpu":
-        torch.cuda.synchronize()
-
-
 def _time_kernel(kernel: Kernel, args: Any, platform: Platform, warmup: int, iters: int) -> float:
-    for _ in range(warmup):
-        kernel.run(args)
-    _sync(platform)
-    if platform.kind == "cpu":
-        start = time.perf_counter()
-        for _ in range(iters):
-            kernel.run(args)
-        return (time.perf_counter() - start) / iters
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(iters):
-        kernel.run(args)
-    end.record()
-    end.synchronize()
-    return begin.elapsed_time(end) / 1e3 / iters
+    """Seconds per call of ``kernel.run(args)``: one batch of ``iters`` calls after ``warmup``, a pair
+    of events around it on a GPU (:func:`turbo_core.timing.measure_batched`)."""
+    device = torch.device("cpu") if platform.kind == "cpu" else torch.device("cuda", platform.device_index)
+    t = timing.measure_batched(lambda: kernel.run(args), device=device, warmup=warmup, iters=1, calls=iters,
+                               clock="device")
+    return t.median_ms / 1e3
 
 
 class Tuner:

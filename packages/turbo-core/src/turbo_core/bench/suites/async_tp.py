@@ -117,7 +117,8 @@ def _rank_rows(rank: int, world: int, group, dev: torch.device, args: dict) -> l
                 row = dict(base, provider=name, role="baseline" if name == BASELINE else "turbo", baseline=BASELINE)
                 try:
                     e = err(fn())
-                    med, p10, p90 = ranks.slowest(ranks.stats(ranks.time_calls(fn, dev, warmup, iters)), dev)
+                    t = ranks.time_calls(fn, dev, warmup, iters)
+                    med, p10, p90 = t.median_ms, t.p10_ms, t.p90_ms
                     times[name] = med
                     row.update(status="ok", median_ms=med, p10_ms=p10, p90_ms=p90, max_rel_err=e,
                                tflops=base["flops"] / med / 1e9, ratio=times[BASELINE] / med)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from turbo_core.bench import timing
+from turbo_core import timing
 
 __all__ = ["MemCase", "Peer", "cases", "copy_bandwidth", "liger_attr", "peer_providers", "print_table", "run",
            "run_bandwidth"]
