@@ -5,11 +5,11 @@ import pytest
 import torch
 
 import turbo_ck
-from turbo_ck import _ext
+from turbo_ck._ext import EXTENSION
 from turbo_ck._toolchain import NO_TOOLKIT
 from turbo_core.testing import backend_row, imported_modules_after
 
-no_extension = pytest.mark.skipif(_ext.installed(), reason="this install has a compiled turbo_ck._C")
+no_extension = pytest.mark.skipif(EXTENSION.installed(), reason="this install has a compiled turbo_ck._C")
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +38,6 @@ def test_pure_wheel_registers_nothing_and_says_why(row):
     assert row["notes"].startswith("no kernels registered: " + NO_TOOLKIT)
 
 
-@pytest.mark.skipif(bool(torch.version.hip) or _ext.installed(), reason="ROCm torch or a compiled extension")
+@pytest.mark.skipif(bool(torch.version.hip) or EXTENSION.installed(), reason="ROCm torch or a compiled extension")
 def test_unavailable_here(row):
     assert row["available"] is False

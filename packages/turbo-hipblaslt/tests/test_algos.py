@@ -260,7 +260,7 @@ def test_version_numbers_read_as_major_minor_patch(number, platform, text):
 def loaded(monkeypatch):
     """A loaded (simulated) cuBLASLt extension under a CUDA build of torch."""
     fake = FakeExt()
-    monkeypatch.setattr(_ext, "_module", fake)
+    monkeypatch.setattr(_ext.EXTENSION, "loaded", lambda: fake)
     monkeypatch.setattr(_ext, "torch_platform", lambda: "cuda")
     return fake
 
@@ -291,10 +291,10 @@ def test_version_probe_needs_a_handle_only_where_the_library_does(loaded, monkey
 
 
 def test_version_probe_never_builds_the_extension(monkeypatch, tmp_path):
-    monkeypatch.setattr(_ext, "_module", None)
+    monkeypatch.setattr(_ext.EXTENSION, "loaded", lambda: None)
     monkeypatch.setattr(_ext, "torch_platform", lambda: "cuda")
-    monkeypatch.setattr(_ext, "installed", lambda: False)
-    monkeypatch.setattr(_ext, "load", lambda: pytest.fail("loaded or built the extension"))
+    monkeypatch.setattr(_ext.EXTENSION, "installed", lambda: False)
+    monkeypatch.setattr(_ext.EXTENSION, "load", lambda: pytest.fail("loaded or built the extension"))
     monkeypatch.delenv("TURBO_HIPBLASLT_JIT", raising=False)
     assert probe.cublaslt_version() is None  # no extension and no JIT
     monkeypatch.setenv("TURBO_HIPBLASLT_JIT", "1")

@@ -13,10 +13,10 @@ from blas_sim import run_call
 
 from turbo_hipblaslt import _toolchain
 from turbo_hipblaslt.algos import MAX_ALGOS
-from turbo_hipblaslt.blaslt import ALGO_SLOT, NUM_ARGS, Side, call_args, probe_args, with_algo
 from turbo_hipblaslt.codes import DTYPE_CODES, EPILOGUE_CODES, SCALE_CODES
 from turbo_hipblaslt.grouped_gemm import group_calls
 from turbo_hipblaslt.layout import BlasPlan, plan_gemm
+from turbo_hipblaslt.matmul_args import ALGO_SLOT, NUM_ARGS, Side, call_args, probe_args, with_algo
 
 CPP = (_toolchain.csrc_dir() / "turbo_blaslt.cpp").read_text()
 

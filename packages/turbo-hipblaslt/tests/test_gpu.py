@@ -24,6 +24,7 @@ from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args
 from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmVariableKArgs
 from turbo_core.reference.gemm_fp8 import gemm_fp8 as reference_gemm_fp8
 from turbo_core.testing.numerics import assert_close_to_reference, error_stats
+from turbo_hipblaslt.matmul_args import Side
 
 pytestmark = pytest.mark.gpu
 F64 = torch.float64
@@ -31,13 +32,13 @@ F64 = torch.float64
 
 @pytest.fixture(scope="module")
 def ext():
-    from turbo_hipblaslt import _ext
+    from turbo_hipblaslt._ext import EXTENSION
     from turbo_hipblaslt.probe import probe
 
     reason = probe()
     if reason:
         pytest.skip(f"HIPBLASLT unavailable: {reason}")
-    return _ext.load()
+    return EXTENSION.load()
 
 
 def view(t: torch.Tensor, how: str) -> torch.Tensor:
@@ -278,7 +279,7 @@ def test_library_errors_carry_the_status_name(ext):
 
     x = torch.empty(64, 64, device="cuda")
     p = BlasPlan(64, 64, 64, False, False, False, 64, 64, 64)
-    args = blaslt.args_for(p, blaslt.Side(x.data_ptr(), 99), blaslt.Side(x.data_ptr(), 0), x)
+    args = blaslt.args_for(p, Side(x.data_ptr(), 99), Side(x.data_ptr(), 0), x)
     with pytest.raises(ext.BlasLtError) as info:
         blaslt.launch(args)
     assert info.value.status.endswith("STATUS_NOT_SUPPORTED") and info.value.stage == "setup"
@@ -318,7 +319,7 @@ def test_every_offered_algo_rank_computes_the_product(ext):
         d = torch.empty(256, 320, dtype=torch.bfloat16, device="cuda")
         p = blaslt.plan(args.a, False, args.b, True, d, False)
         code = DTYPE_CODES[torch.bfloat16]
-        call = blaslt.args_for(p, blaslt.Side(args.a.data_ptr(), code), blaslt.Side(args.b.data_ptr(), code), d,
+        call = blaslt.args_for(p, Side(args.a.data_ptr(), code), Side(args.b.data_ptr(), code), d,
                                algo=count)
         with pytest.raises(ext.BlasLtError, match=rf"offers only {count} algorithm\(s\) .*algo={count} requested"):
             blaslt.launch(call)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from toolkit_fakes import fake_compiler, fake_cuda, hermetic_env, runs
 
+from turbo_core.plugins.extension import ExtensionUnavailable
 from turbo_hipblaslt import _jit, _toolchain
 from turbo_hipblaslt._toolchain import find_toolchain
 
@@ -122,5 +123,5 @@ def test_bad_splitk_setting_is_named(monkeypatch):
     from turbo_hipblaslt import _ext
 
     monkeypatch.setenv("TURBO_HIPBLASLT_SPLITK", "fast")
-    with pytest.raises(_ext.ExtensionUnavailable, match="TURBO_HIPBLASLT_SPLITK: expected one of"):
+    with pytest.raises(ExtensionUnavailable, match="TURBO_HIPBLASLT_SPLITK: expected one of"):
         _ext._configure(type("M", (), {"set_reduction_mask": staticmethod(lambda m: None)}))

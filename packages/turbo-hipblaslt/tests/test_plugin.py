@@ -6,11 +6,11 @@ from toolkit_fakes import fake_compiler, fake_cuda, hermetic_env
 
 import turbo_hipblaslt
 from turbo_core.testing import backend_row, imported_modules_after
-from turbo_hipblaslt import _ext
+from turbo_hipblaslt._ext import EXTENSION
 from turbo_hipblaslt._toolchain import NO_TOOLKIT
 
 KERNELS = {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_variable_k"}
-no_extension = pytest.mark.skipif(_ext.installed(), reason="this install has a compiled turbo_hipblaslt._C")
+no_extension = pytest.mark.skipif(EXTENSION.installed(), reason="this install has a compiled turbo_hipblaslt._C")
 
 
 @pytest.fixture(scope="module")

@@ -1,20 +1,14 @@
-"""Integer codes crossing into ``turbo_ck._C`` (``csrc/ck_problem.h`` has the same enums). Pure."""
+"""Integer codes crossing into ``turbo_ck._C`` (``csrc/ck_problem.h`` has the same enums). Pure. The dtype
+codes are the ones both compiled backends share (``turbo_core.plugins.extension.DTYPE_CODES``)."""
 
 from __future__ import annotations
 
 import torch
 
+from turbo_core.plugins.extension import DTYPE_CODES
+
 __all__ = ["ARCH_CODES", "ARCH_FP8", "DTYPE_CODES", "KIND_BLOCKWISE", "KIND_PLAIN", "KIND_ROWWISE", "arch_code"]
 
-DTYPE_CODES: dict[torch.dtype, int] = {
-    torch.float32: 0,
-    torch.float16: 1,
-    torch.bfloat16: 2,
-    torch.float8_e4m3fn: 3,
-    torch.float8_e5m2: 4,
-    torch.float8_e4m3fnuz: 5,
-    torch.float8_e5m2fnuz: 6,
-}
 #: What a GEMM applies: nothing (16-bit), per-row/per-column fp32 vectors, 1x128 x 128x128 blocks.
 KIND_PLAIN, KIND_ROWWISE, KIND_BLOCKWISE = 0, 1, 2
 #: arch -> the ``arch`` argument of ``_C.gemm``.

@@ -7,6 +7,7 @@ importing it); the probe loads it, and the kernels on first use.
 from __future__ import annotations
 
 from turbo_ck import __version__
+from turbo_ck._ext import EXTENSION
 from turbo_core.plugins import BackendInfo, Kernel, hookimpl
 
 SERVES = ("gemm_fp8 (TENSORWISE/ROWWISE and BLOCKWISE 1x128 x 128x128; E4M3/E5M2 and mixed pairs; bf16/fp16 "
@@ -15,15 +16,9 @@ SERVES = ("gemm_fp8 (TENSORWISE/ROWWISE and BLOCKWISE 1x128 x 128x128; E4M3/E5M2
 NOT_DONE = "variable-K grouped GEMMs, accumulate-into-out, fp32 results and MX/FP4 are not implemented"
 
 
-def _missing() -> str | None:
-    from turbo_ck._ext import missing_reason
-
-    return missing_reason()
-
-
 @hookimpl
 def turbo_backend_info():
-    missing = _missing()
+    missing = EXTENSION.missing_reason()
     return BackendInfo(
         name="CK",
         package="turbo-ck",
@@ -40,7 +35,7 @@ def turbo_backend_info():
 @hookimpl
 def turbo_register_kernels(register):
     """Registers the kernels only when the wheel ships the compiled extension."""
-    if _missing() is not None:
+    if EXTENSION.missing_reason() is not None:
         return
     register(Kernel("gemm_fp8", "CK", "turbo_ck.gemm_fp8:gemm_fp8", check="turbo_ck.gemm_fp8:can_handle",
                     variants=("TENSORWISE", "ROWWISE", "BLOCKWISE", "e4m3", "e5m2", "hybrid", "fnuz")))

@@ -8,14 +8,14 @@ import functools
 
 import torch
 
-from turbo_ck import _ext
+from turbo_ck._ext import EXTENSION
 from turbo_ck.codes import arch_code
 
 __all__ = ["arch", "ext", "gpu_reason", "on_device", "stream"]
 
 
 def ext():
-    return _ext.load()
+    return EXTENSION.load()
 
 
 def gpu_reason(t: torch.Tensor, what: str) -> str | None:

@@ -46,6 +46,7 @@ from turbo_core.tuning import ConfigReader, Key, Space, dtype_name, kernel_confi
 from turbo_core.tuning import register_space as _register_space
 from turbo_hipblaslt import blaslt, runtime
 from turbo_hipblaslt.codes import DTYPE_CODES, EPILOGUE_CODES, SCALE_CODES, SCALE_NONE
+from turbo_hipblaslt.matmul_args import ALGO_SLOT, with_algo
 
 __all__ = ["BACKEND", "MAX_ALGOS", "algo_from_config", "key_of", "launch", "libraries", "register_space", "reset",
            "tuning_key"]
@@ -82,7 +83,7 @@ def _layout(transa: int, transb: int, compute: int, epilogue: int, a_mode: int, 
 
 
 def key_of(args: tuple) -> tuple:
-    """The tuning key of call tuple ``args`` (``blaslt.call_args``) as a plain tuple, equal to the
+    """The tuning key of call tuple ``args`` (``matmul_args.call_args``) as a plain tuple, equal to the
     :class:`~turbo_core.tuning.Key` of :func:`tuning_key` (same hash; memoized per signature)."""
     sig = _signature(args)
     key = _keys.get(sig)
@@ -130,11 +131,11 @@ def launch(primitive: str, args: tuple) -> None:
     algo = 0 if config is None else _algo[primitive](config)
     key = key_of(args) if algo else None
     if algo == 0 or (primitive, key, algo) in _beyond:
-        blaslt.launch(args if args[blaslt.ALGO_SLOT] == 0 else blaslt.with_algo(args, 0))
+        blaslt.launch(args if args[ALGO_SLOT] == 0 else with_algo(args, 0))
         return
     error = runtime.ext().BlasLtError
     try:
-        blaslt.launch(blaslt.with_algo(args, algo))
+        blaslt.launch(with_algo(args, algo))
         return
     except error as exc:
         if getattr(exc, "stage", None) != "heuristic":
@@ -146,7 +147,7 @@ def launch(primitive: str, args: tuple) -> None:
     if first:
         log.warning("turbo: the tuned %s %s algorithm of rank %d for %s is not available now (%s); the "
                     "heuristic's first algorithm runs instead", BACKEND, primitive, algo, Key(*key).label(), reason)
-    blaslt.launch(blaslt.with_algo(args, 0))
+    blaslt.launch(with_algo(args, 0))
 
 
 def reset() -> None:

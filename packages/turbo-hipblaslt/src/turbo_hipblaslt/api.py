@@ -10,9 +10,9 @@ import torch
 from turbo_core.dispatch.specs.gemm import GEMM, GemmArgs, gemm_dims
 from turbo_hipblaslt import algos, blaslt, runtime
 from turbo_hipblaslt import gemm as _gemm
-from turbo_hipblaslt.blaslt import Side
 from turbo_hipblaslt.codes import DTYPE_CODES
 from turbo_hipblaslt.layout import LayoutUnsupported
+from turbo_hipblaslt.matmul_args import Side
 
 __all__ = ["ACTIVATIONS", "capabilities", "gemm", "linear"]
 

@@ -1,23 +1,16 @@
 """The integer codes that cross into the C++ extension (``csrc/turbo_blaslt.cpp`` has the same
-enums): dtypes, scale modes, epilogues. Pure: imports torch only for the dtype objects."""
+enums): dtypes, scale modes, epilogues. Pure: imports torch only for the dtype objects. The dtype codes
+are the ones both compiled backends share (``turbo_core.plugins.extension.DTYPE_CODES``)."""
 
 from __future__ import annotations
 
 import torch
 
+from turbo_core.plugins.extension import DTYPE_CODES
+
 __all__ = ["DTYPE_CODES", "EPILOGUE_CODES", "FP8_CODES", "SCALE_BLOCK128", "SCALE_CODES", "SCALE_NONE",
            "SCALE_OUTER_VEC", "SCALE_SCALAR", "SCALE_VEC128", "dtype_code"]
 
-#: torch dtype -> the extension's dtype code.
-DTYPE_CODES: dict[torch.dtype, int] = {
-    torch.float32: 0,
-    torch.float16: 1,
-    torch.bfloat16: 2,
-    torch.float8_e4m3fn: 3,
-    torch.float8_e5m2: 4,
-    torch.float8_e4m3fnuz: 5,
-    torch.float8_e5m2fnuz: 6,
-}
 FP8_CODES = frozenset({3, 4, 5, 6})
 
 #: Scale modes of an operand (``A_SCALE_MODE`` / ``B_SCALE_MODE``): no scale pointer, one fp32 scalar,

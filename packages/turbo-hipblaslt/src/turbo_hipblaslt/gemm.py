@@ -17,9 +17,9 @@ import torch
 
 from turbo_core.dispatch.specs.gemm import GemmArgs, gemm_dims
 from turbo_hipblaslt import algos, blaslt, runtime
-from turbo_hipblaslt.blaslt import Side
 from turbo_hipblaslt.codes import DTYPE_CODES
 from turbo_hipblaslt.layout import LayoutUnsupported
+from turbo_hipblaslt.matmul_args import Side, call_args
 
 __all__ = ["DIRECT", "call_for", "call_reason", "can_handle", "gemm", "plan_call", "plan_reason", "result_layout"]
 
@@ -89,11 +89,11 @@ def plan_call(p: blaslt.BlasPlan, a: torch.Tensor, b: torch.Tensor, out: torch.T
     """The call tuple of a 16/32-bit plan of ``a`` and ``b`` writing ``d_dtype`` (``out``: the result is
     accumulated into it, beta = 1), as the capability checks ask the library about it."""
     code = DTYPE_CODES[a.dtype]
-    return blaslt.call_args(p, Side(a.data_ptr(), code), Side(b.data_ptr(), code),
-                            out.data_ptr() if out is not None else 0, DTYPE_CODES[d_dtype],
-                            device=runtime.device_index(a), beta=1.0 if out is not None else 0.0,
-                            compute=runtime.tf32() if a.dtype == torch.float32 else 0,
-                            workspace_size=runtime.workspace_bytes())
+    return call_args(p, Side(a.data_ptr(), code), Side(b.data_ptr(), code),
+                     out.data_ptr() if out is not None else 0, DTYPE_CODES[d_dtype],
+                     device=runtime.device_index(a), beta=1.0 if out is not None else 0.0,
+                     compute=runtime.tf32() if a.dtype == torch.float32 else 0,
+                     workspace_size=runtime.workspace_bytes())
 
 
 def plan_reason(what: str, p: blaslt.BlasPlan, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None,

@@ -39,10 +39,10 @@ import torch
 from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args, blockwise_layout, gemm_fp8_dims
 from turbo_core.low_precision import ScalingGranularity
 from turbo_hipblaslt import algos, blaslt, relayout, runtime, scales
-from turbo_hipblaslt.blaslt import Side
 from turbo_hipblaslt.codes import DTYPE_CODES, SCALE_BLOCK128, SCALE_OUTER_VEC, SCALE_SCALAR, SCALE_VEC128
 from turbo_hipblaslt.gemm import call_reason, gpu_reason, result_layout
 from turbo_hipblaslt.layout import LayoutUnsupported, k_contiguous, plan_gemm
+from turbo_hipblaslt.matmul_args import Side, call_args
 
 __all__ = ["call_for", "can_handle", "gemm_fp8"]
 
@@ -174,11 +174,11 @@ def call_for(args: GemmFp8Args) -> tuple | str:
         return prep
     a_ptr = 0 if prep.copy_a else args.a.data_ptr()
     b_ptr = 0 if prep.copy_b else args.b.data_ptr()
-    return blaslt.call_args(prep.plan, Side(a_ptr, DTYPE_CODES[args.a.dtype], 16, prep.a_mode),
-                            Side(b_ptr, DTYPE_CODES[args.b.dtype], 16, prep.b_mode),
-                            args.out.data_ptr() if args.out is not None else 0, DTYPE_CODES[args.result_dtype],
-                            device=runtime.device_index(args.a), beta=1.0 if args.out is not None else 0.0,
-                            workspace_size=runtime.workspace_bytes())
+    return call_args(prep.plan, Side(a_ptr, DTYPE_CODES[args.a.dtype], 16, prep.a_mode),
+                     Side(b_ptr, DTYPE_CODES[args.b.dtype], 16, prep.b_mode),
+                     args.out.data_ptr() if args.out is not None else 0, DTYPE_CODES[args.result_dtype],
+                     device=runtime.device_index(args.a), beta=1.0 if args.out is not None else 0.0,
+                     workspace_size=runtime.workspace_bytes())
 
 
 def gemm_fp8(args: GemmFp8Args) -> torch.Tensor:

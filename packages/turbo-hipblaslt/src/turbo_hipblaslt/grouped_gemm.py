@@ -26,10 +26,10 @@ import torch
 
 from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmVariableKArgs, grouped_gemm_dims
 from turbo_hipblaslt import blaslt, runtime
-from turbo_hipblaslt.blaslt import Side
 from turbo_hipblaslt.codes import DTYPE_CODES
 from turbo_hipblaslt.gemm import DIRECT, gpu_reason, plan_reason, result_layout
 from turbo_hipblaslt.layout import LayoutUnsupported
+from turbo_hipblaslt.matmul_args import Side
 
 __all__ = ["can_handle", "can_handle_variable_k", "group_calls", "grouped_gemm", "grouped_gemm_variable_k",
            "launch_groups"]

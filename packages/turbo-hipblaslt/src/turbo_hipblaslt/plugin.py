@@ -11,6 +11,7 @@ from __future__ import annotations
 from turbo_core.plugins import BackendInfo, Kernel, hookimpl
 from turbo_core.tuning.versions import register_library
 from turbo_hipblaslt import __version__
+from turbo_hipblaslt._ext import EXTENSION
 from turbo_hipblaslt.probe import cublaslt_version, hipblaslt_version
 
 SERVES = ("gemm (fp16/bf16/fp32, every layout, accumulate-into-out; bias/GELU epilogues through "
@@ -27,15 +28,9 @@ register_library("cublaslt", cublaslt_version)
 register_library("hipblaslt", hipblaslt_version)
 
 
-def _missing() -> str | None:
-    from turbo_hipblaslt._ext import missing_reason
-
-    return missing_reason()
-
-
 @hookimpl
 def turbo_backend_info():
-    missing = _missing()
+    missing = EXTENSION.missing_reason()
     notes = f"{SERVES}; {NOT_DONE}" if missing is None else f"no kernels registered: {missing}"
     return BackendInfo(
         name="HIPBLASLT",
@@ -53,7 +48,7 @@ def turbo_backend_info():
 @hookimpl
 def turbo_register_kernels(register):
     """Registers the kernels only when there is an extension to load (see the module docstring)."""
-    if _missing() is not None:
+    if EXTENSION.missing_reason() is not None:
         return
     dense = ("bf16", "fp16", "fp32")
     register(Kernel("gemm", "HIPBLASLT", "turbo_hipblaslt.gemm:gemm", check="turbo_hipblaslt.gemm:can_handle",

@@ -4,22 +4,27 @@ reported available and the build happens on first use."""
 
 from __future__ import annotations
 
+import torch
+
+from turbo_core.platform import gpu_count
+from turbo_core.plugins.extension import ExtensionUnavailable
+from turbo_hipblaslt import _ext, _jit
+from turbo_hipblaslt._ext import EXTENSION
+
 __all__ = ["cublaslt_version", "format_version", "hipblaslt_version", "library_version", "probe"]
 
 
 def probe() -> str | None:
-    from turbo_hipblaslt import _ext, _jit
-
-    reason = _ext.missing_reason()
+    reason = EXTENSION.missing_reason()
     if reason:
         return reason
     torch_platform = _ext.torch_platform()
     if torch_platform is None:
         return "needs a CUDA or ROCm build of torch (this torch is CPU-only)"
-    if _ext.installed() or _ext._module is not None:
+    if EXTENSION.installed() or EXTENSION.loaded() is not None:
         try:
-            module = _ext.load()  # loads the library (no GPU context is created)
-        except _ext.ExtensionUnavailable as exc:
+            module = EXTENSION.load()  # loads the library (no GPU context is created)
+        except ExtensionUnavailable as exc:
             return str(exc)
         if module.PLATFORM != torch_platform:
             return (f"the extension was built for {module.PLATFORM} ({module.LIBRARY}) but this torch is a "
@@ -28,8 +33,6 @@ def probe() -> str | None:
         tc, _ = _ext.jit_toolchain()
         if tc is not None and tc.platform != torch_platform:  # cannot happen: the search follows torch
             return f"the JIT toolkit is {tc.platform} but this torch is a {torch_platform} build"
-    from turbo_core.platform import gpu_count
-
     if gpu_count() == 0:
         return "no GPU"
     return None
@@ -54,28 +57,24 @@ def library_version(platform: str) -> str | None:
     Loads the extension when it is installed, already loaded, or built by the JIT into its cache (never
     builds it). cuBLASLt reports its version without a handle; hipBLASLt needs one: that of a device this
     process already used, else one created on the current device once torch has initialised the GPU."""
-    from turbo_hipblaslt import _ext, _jit
-
     if _ext.torch_platform() != platform:
         return None
-    module = _ext._module
+    module = EXTENSION.loaded()
     if module is None:
-        if not _ext.installed():
+        if not EXTENSION.installed():
             if not _jit.jit_enabled():
                 return None
             tc, _ = _ext.jit_toolchain()
             if tc is None or _jit.cached_library(tc) is None:
                 return None
         try:
-            module = _ext.load()
-        except _ext.ExtensionUnavailable:
+            module = EXTENSION.load()
+        except ExtensionUnavailable:
             return None
     if getattr(module, "PLATFORM", None) != platform:
         return None
     number = int(module.library_version()) if hasattr(module, "library_version") else -1
     if number < 0:
-        import torch
-
         if not torch.cuda.is_initialized():
             return None
         number = int(module.capabilities(torch.cuda.current_device()).get("library_version", -1))

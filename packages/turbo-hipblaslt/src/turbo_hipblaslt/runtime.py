@@ -10,7 +10,18 @@ import threading
 
 import torch
 
-from turbo_hipblaslt import _ext
+from turbo_core.platform import platform_of
+from turbo_hipblaslt._ext import EXTENSION
+from turbo_hipblaslt.codes import (
+    DTYPE_CODES,
+    EPILOGUE_CODES,
+    SCALE_BLOCK128,
+    SCALE_OUTER_VEC,
+    SCALE_SCALAR,
+    SCALE_VEC128,
+)
+from turbo_hipblaslt.layout import BlasPlan
+from turbo_hipblaslt.matmul_args import Side, call_args, probe_args
 
 __all__ = ["FP8_FP32_OUT_ENV", "arch", "capabilities", "device_index", "ext", "fp8_fp32_out_allowed", "fp8_needs_tn",
            "fp8_reduced_accumulation", "reset", "run_on", "stream_handle", "tf32", "workspace", "workspace_bytes"]
@@ -24,8 +35,8 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def ext():
-    """The loaded extension module (``_ext.ExtensionUnavailable`` when there is none)."""
-    return _ext.load()
+    """The loaded extension module (``ExtensionUnavailable`` with the reason when there is none)."""
+    return EXTENSION.load()
 
 
 def workspace_bytes() -> int:
@@ -50,8 +61,6 @@ def device_index(t: torch.Tensor) -> int:
 def arch(index: int) -> str:
     """turbo's name of device ``index``'s architecture (``"sm90"``, ``"gfx942"``: ``turbo_core.platform``);
     the first field of this backend's tuning keys (``turbo_hipblaslt.algos``)."""
-    from turbo_core.platform import platform_of
-
     return platform_of(torch.device("cuda", index)).arch or "unknown"
 
 
@@ -104,17 +113,6 @@ def capabilities(index: int) -> dict:
 
 
 def _probe_modes(index: int, caps: dict) -> dict[str, str | None]:
-    from turbo_hipblaslt import blaslt
-    from turbo_hipblaslt.codes import (
-        DTYPE_CODES,
-        EPILOGUE_CODES,
-        SCALE_BLOCK128,
-        SCALE_OUTER_VEC,
-        SCALE_SCALAR,
-        SCALE_VEC128,
-    )
-    from turbo_hipblaslt.layout import BlasPlan
-
     # turbo's NT call (a [M, K], b [N, K], both K-contiguous) as the library sees it: swapped, TN.
     plan = BlasPlan(256, 256, 256, True, False, True, 256, 256, 256)
     ocp = caps["platform"] == "cuda" or caps["ocp_fp8"]
@@ -130,14 +128,14 @@ def _probe_modes(index: int, caps: dict) -> dict[str, str | None]:
     }
     out: dict[str, str | None] = {}
     for name, (ma, mb) in combos.items():
-        args = blaslt.call_args(plan, blaslt.Side(256, fp8, 256, ma), blaslt.Side(256, fp8, 256, mb), 256, bf16,
-                                device=index, workspace_size=ws)
-        out[f"fp8 {name}"] = blaslt.check(args)
+        args = call_args(plan, Side(256, fp8, 256, ma), Side(256, fp8, 256, mb), 256, bf16, device=index,
+                         workspace_size=ws)
+        out[f"fp8 {name}"] = run_on(index, ext().check, *probe_args(args))
     for epilogue in ("bias", "gelu", "gelu_bias"):
-        args = blaslt.call_args(plan, blaslt.Side(256, bf16), blaslt.Side(256, bf16), 256, bf16, device=index,
-                                epilogue=EPILOGUE_CODES[epilogue], bias_ptr=256 if "bias" in epilogue else 0,
-                                bias_code=bf16 if "bias" in epilogue else -1, workspace_size=ws)
-        out[f"bf16 epilogue {epilogue}"] = blaslt.check(args)
+        args = call_args(plan, Side(256, bf16), Side(256, bf16), 256, bf16, device=index,
+                         epilogue=EPILOGUE_CODES[epilogue], bias_ptr=256 if "bias" in epilogue else 0,
+                         bias_code=bf16 if "bias" in epilogue else -1, workspace_size=ws)
+        out[f"bf16 epilogue {epilogue}"] = run_on(index, ext().check, *probe_args(args))
     return out
 
 
@@ -182,5 +180,6 @@ def reset() -> None:
     with _lock:
         _workspaces.clear()
     capabilities.cache_clear()
-    if _ext._module is not None:
-        _ext._module.clear_cache()
+    module = EXTENSION.loaded()
+    if module is not None:
+        module.clear_cache()
