@@ -4,9 +4,8 @@ Nothing here imports aiter at module import: importing aiter without a ROCm buil
 (it reads the GPU arch at import). :func:`load` imports it once, on the first kernel call, and
 caches the module or the reason it cannot be imported.
 
-Written against the interface of amd-aiter 0.1.7.post2.dev18 (the wheel on PyPI, read on
-2026-11-30); Primus-Turbo pins 0.1.14.post1 from git. The functions used, all exported at the
-top level of ``aiter``: ``mha_fwd``, ``mha_bwd``, ``mha_varlen_fwd``, ``mha_varlen_bwd`` (CK flash
+Written against the interface of amd-aiter 0.1.7.post2.dev18 (the wheel on PyPI); Primus-Turbo pins
+0.1.14.post1 from git. The functions used, all exported at the top level of ``aiter``: ``mha_fwd``, ``mha_bwd``, ``mha_varlen_fwd``, ``mha_varlen_bwd`` (CK flash
 attention), ``gemm_a8w8`` (CK, per-row x per-column scales), ``gemm_a8w8_blockscale`` (CK, 1x128
 x 128x128 scales), ``gemm_a4w4`` (MXFP4, gfx950), ``rmsnorm2d_fwd`` (CK RMSNorm forward).
 """
