@@ -17,8 +17,7 @@ from turbo_deepep.all_to_all.dispatch import _format  # noqa: E402
 from turbo_deepep.all_to_all.payload import RowFormat  # noqa: E402
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
-# The compiled kernels where a GPU is (the same checks, run by benchmarks/scripts/gpu_session.sh's
-# deepepkernels part), Triton's interpreter on the CPU otherwise (conftest.py)
+# The compiled kernels where a GPU is, Triton's interpreter on the CPU otherwise (conftest.py)
 DEV = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 

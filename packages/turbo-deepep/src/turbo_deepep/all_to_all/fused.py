@@ -2,10 +2,10 @@
 five Triton kernels instead of about ninety small torch ops.
 
 The torch path (:mod:`~turbo_deepep.all_to_all.layout`, :mod:`~turbo_deepep.all_to_all.payload`)
-issues one op per step; at DeepSeek-V3 size on an H200 one dispatch call spent ~2.4 ms on the host
-launching them, eight times the all-to-all itself (benchmarks/gpu-checks-h200-2026-11-30.md). This
-path computes the same things with the same bytes and the same summation order, so its results are
-bit-identical to the torch path's (tests/test_all_to_all_fused.py runs both).
+issues one op per step, so an eager dispatch spends several times the all-to-all itself on the host
+launching them (the ``moe-dispatch`` suite measures it). This path computes the same things with the
+same bytes and the same summation order, so its results are bit-identical to the torch path's
+(tests/test_all_to_all_fused.py runs both).
 
 Used for GPU tensors when Triton is importable and every field of the packed row is a whole number
 of 4-byte words (``x`` rows of an even number of bf16/fp16 values or a multiple of 4 fp8 values);
@@ -124,9 +124,8 @@ def route(idx: torch.Tensor, num_experts: int, world: int, slot: int, *, put_cou
     peers, rank = put_counts if put_counts is not None else (counts, 0)
     block_t = min(_SCAN, _pow2(t))
     block_k = _pow2(k)
-    # one program a rank walks all T tokens, 2048 a step on 8 warps: the scan lies on the critical
-    # path of every dispatch (H200, 4096 x top-8 tokens: 12.8 us, against 19.6 us for 1024 a step on
-    # 4 warps; benchmarks/scripts/deepep_route_h200.py)
+    # one program a rank walks all T tokens, 2048 a step on 8 warps (tuned on sm90; the `moe-dispatch`
+    # suite times the dispatch it is part of): the scan lies on the critical path of every dispatch
     launch(_k().route_kernel, (world,),
            (idx.contiguous(), slot_tok, pos, counts, peers, t, k, num_experts // world, world, slot, rank),
            {"BLOCK_T": block_t, "BLOCK_K": block_k, "PUT_COUNTS": put_counts is not None},

@@ -1,24 +1,21 @@
 """A leaner launch of the fused path's Triton kernels.
 
-``kernel[grid](*args, **constexprs)`` goes through ``JITFunction.run`` on every call: option
-parsing, argument binding and specialization, the cache-key string, the global-value check, then
-the compiled kernel's launcher. On an H200 that was most of an eager dispatch's host time (four
-launches; benchmarks/gpu-checks-h200-2026-11-30.md, session 9). :func:`launch` makes the first
-call of each specialization that way and keeps the :class:`~triton.compiler.CompiledKernel` it
-returns; later calls with the same specialization go straight to its launcher
-(``CompiledKernel.run``, with the same arguments ``JITFunction.run`` passes it: the grid, the
-stream, the function, the packed metadata, the launch metadata and hooks, then every argument of
-the kernel in its signature's order).
+``kernel[grid](*args, **constexprs)`` goes through ``JITFunction.run`` on every call: option parsing, argument
+binding and specialization, the cache-key string, the global-value check, then the compiled kernel's launcher;
+in an eager dispatch (four launches) that is much of the host time. :func:`launch` makes the first call of
+each specialization that way and keeps the :class:`~triton.compiler.CompiledKernel` it returns; later calls
+with the same specialization go straight to its launcher (``CompiledKernel.run``, with the same arguments
+``JITFunction.run`` passes it: the grid, the stream, the function, the packed metadata, the launch metadata
+and hooks, then every argument of the kernel in its signature's order).
 
 The key is what Triton specializes on: each tensor's dtype and whether its address is a multiple
 of 16; each int's width (i32 / i64 / u64), whether it is a multiple of 16 and whether it is 1 (a
 constant then); bools, floats and None; the constexpr values and ``num_warps``; the device.
 
-Opt-in (``TURBO_DEEPEP_LAUNCH=lean``): the key mirrors Triton 3.6's specialization rules, which
-another Triton version may extend, and on the H200 the saving was within noise for dispatch and
-about 10% of a combine's host time (benchmarks/moe-dispatch-h200x2-2026-11-30.md), too little to
-bypass Triton's own checks by default. Without the opt-in, and whenever the fast path is not
-there (Triton's interpreter, a Triton without ``triton.knobs`` or whose compiled kernels lack the
+Opt-in (``TURBO_DEEPEP_LAUNCH=lean``): the key mirrors Triton 3.6's specialization rules, which another Triton
+version may extend, and the host time it saves (the ``moe-dispatch`` suite measures a dispatch's host time) is
+small next to the risk of bypassing Triton's own checks by default. Without the opt-in, and whenever the fast
+path is not there (Triton's interpreter, a Triton without ``triton.knobs`` or whose compiled kernels lack the
 launcher's attributes), every call is ``kernel[grid](...)``.
 """
 
