@@ -273,7 +273,7 @@ def test_conformance_case(sim, fp32_opt_in, case):
 
 
 def test_fp8_fp32_result_is_declined_through_the_dispatcher_without_the_opt_in(sim, monkeypatch):
-    # The H200's default: a pinned HIPBLASLT (here BLASLTSIM) refuses an fp32 FP8 result with the reason,
+    # The sm90 default: a pinned HIPBLASLT (here BLASLTSIM) refuses an fp32 FP8 result with the reason,
     # and serves the same call with a bf16 result.
     from turbo_core.dispatch.dispatcher import BackendError, call
     from turbo_core.dispatch.manager import use_backend
@@ -330,8 +330,8 @@ def test_fused_wgrad_call_into_fp32_main_grad_is_declined(sim, monkeypatch):
 
 
 def test_fused_wgrad_case_pinned_declines_the_fp32_main_grad(sim, monkeypatch):
-    # The conformance case that failed on the H200, through the public op with gemm_fp8 pinned: the forward
-    # and the dgrad (bf16 results) are served, the wgrad into the fp32 main_grad is refused before a launch.
+    # The fused-wgrad conformance case through the public op with gemm_fp8 pinned: the forward and the
+    # dgrad (bf16 results) are served, the wgrad into the fp32 main_grad is refused before a launch.
     from turbo_core.dispatch.dispatcher import BackendError
     from turbo_core.dispatch.manager import use_backend
 
@@ -344,11 +344,11 @@ def test_fused_wgrad_case_pinned_declines_the_fp32_main_grad(sim, monkeypatch):
 
 
 def test_a_backward_run_outside_the_pin_reaches_another_backend(sim, monkeypatch):
-    # Why that case failed on the H200 instead of being declined: autograd runs a CUDA backward on its device
-    # worker thread, where use_backend's context variable is unset, so the dgrad and the wgrad went through
-    # the default selection (cuda: HIPBLASLT, which declines the fp32 main_grad, then TRITON) and the wgrad
-    # ran elsewhere. Reproduced here by running the backward in an empty context; the GPU check runs its
-    # cases with torch.autograd.set_multithreading_enabled(False) (the backward on the calling thread).
+    # Why a pin needs the backward on the calling thread: autograd runs a CUDA backward on its device worker
+    # thread, where use_backend's context variable is unset, so the dgrad and the wgrad go through the
+    # default selection (cuda: HIPBLASLT, which declines the fp32 main_grad, then TRITON) and the wgrad runs
+    # elsewhere. Reproduced here by running the backward in an empty context; turbo_core.testing.conformance
+    # runs its cases with torch.autograd.set_multithreading_enabled(False) (the backward on the calling thread).
     from turbo_core.dispatch import dispatcher
     from turbo_core.dispatch.manager import use_backend
     from turbo_core.low_precision import Float8QuantConfig, ScalingGranularity

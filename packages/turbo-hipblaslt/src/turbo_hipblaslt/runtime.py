@@ -156,9 +156,9 @@ def fp8_reduced_accumulation(index: int) -> bool:
     cuBLASLt on sm89/sm90, whose FP8 tensor-core MMAs keep only about 14 bits of the running sum
     (cuBLASLt's default, non-"fast" mode promotes the partial sums into fp32 registers between MMA
     steps, e.g. once per 128-wide scale block for BLOCKWISE, but every step itself is imprecise).
-    Measured on the H200 (cuBLASLt 13.0, BLOCKWISE 128x256x384, fp32 result, results of standard
-    deviation ~20): errors up to 2.3e-2 against float64, half the elements beyond fp32's tolerance
-    (1e-4 + 1e-4 |ref|). Blackwell and hipBLASLt are assumed to accumulate FP8 in fp32 (not measured here)."""
+    With cuBLASLt 13 on sm90 (BLOCKWISE 128x256x384, fp32 result, results of standard deviation ~20) the
+    errors reach about 2e-2 against float64, half the elements beyond fp32's tolerance (1e-4 + 1e-4 |ref|).
+    Blackwell and hipBLASLt are assumed to accumulate FP8 in fp32 (not checked on those GPUs)."""
     return _cuda_ada_or_hopper(index)
 
 

@@ -18,7 +18,7 @@
 // Algorithm selection: the library's heuristic (cublasLtMatmulAlgoGetHeuristic / hipblasLtMatmulAlgoGetHeuristic)
 // ranks the algorithms it has for a configuration. The 29th argument `algo` (>= 0) picks one by its rank among
 // the usable results (state == success), counting from 0: algo 0 is the heuristic's first choice, asked for alone
-// (one result, as before algo existed); algo = K > 0 asks for up to kMaxAlgos (16) results and takes the usable
+// (one result); algo = K > 0 asks for up to kMaxAlgos (16) results and takes the usable
 // one of rank K, or fails at stage "heuristic" (NOT_SUPPORTED: "the heuristic offers only N algorithm(s) for
 // ..., algo=K requested") when there are fewer. algo_count(<the 29 arguments>) says how many usable algorithms
 // the heuristic offers (0..16), so a tuner can time each rank (turbo_hipblaslt.algos); library_version() names
