@@ -1,6 +1,6 @@
 """The fast paths of the TRITON grouped quantization kernels (the dense launchers' faster code
 paths read through the grouped row maps) against the TORCH reference bit for bit, CPU
-interpreter, with the old path (``fast=False``) beside them:
+interpreter, with the generic path (``fast=False``) beside them:
 
 * MXFP4 col-wise, bf16: ``grouped_fp4_pairs_col_kernel`` (even/odd padded rows, ``_pairs_col``).
 * MXFP4 with_trans, bf16: ``grouped_fp4_pairs_with_trans_kernel`` (``_pairs_row`` twice through
@@ -11,14 +11,14 @@ interpreter, with the old path (``fast=False``) beside them:
 * FP8 MX row-wise dequantize: ``grouped_dequant_kernel`` with ``BLOCK_SCALES`` (each scale byte loaded
   once a tile and broadcast, as the dense MX dequantize).
 * FP8 BLOCKWISE col-wise quantize with ``HW_SAT``; FP8 with_trans (BLOCKWISE and MX) with ``FAST`` (float
-  amax, ``HW_SAT``): the dense with_trans kernels' arithmetic, on the old tiles.
+  amax, ``HW_SAT``): the dense with_trans kernels' arithmetic, on the generic path's tiles.
 * FP8 MX col-wise quantize: ``grouped_quant_mx_kernel`` with ``FAST`` (float group amax, the
   hardware saturation on GPUs: the interpreter keeps the software clamp), every input dtype.
 
 Every case runs ``fast`` True and False; a spy on the fast kernel checks which path ran: the FP4
-pair kernels take bf16 when fast, fp32/fp16 never (the old path runs); the FP8 paths take every
-input dtype when fast. ``fast=None`` is ``grouped.FAST_DEFAULT`` (on since the H200 check; the other
-grouped tests run the default), but BLOCKWISE with_trans under 128-wide blocks only on ``fast=True``;
+pair kernels take bf16 when fast, fp32/fp16 never (the generic path runs); the FP8 paths take every
+input dtype when fast. ``fast=None`` is ``grouped.FAST_DEFAULT`` (on by default; the other grouped
+tests run the default), but BLOCKWISE with_trans under 128-wide blocks only on ``fast=True``;
 ``test_fast_default_switch`` checks both settings of the switch.
 Inputs: an empty group, group lengths that are no multiple of 32, rows past the last group,
 odd ``N`` and ``N`` past one tile, NaN/Inf, all-zero blocks, -0.0, subnormals; forced small
@@ -355,8 +355,8 @@ def test_fp8_blockwise_col_quantize(case, bs, fast, spy):
     assert [kw["HW_SAT"] for kw in k.kwargs] == [False]  # the interpreter: never the hardware saturation
 
 
-# with_trans fast: the float amax on the BLOCKWISE row copy and on both MX copies, and BLOCKWISE 128's
-# 8-warp tile; the same bits as the old code and the reference.
+# with_trans fast: the float amax on the BLOCKWISE row copy and on both MX copies, on the generic path's
+# tiles (BLOCKWISE 128: 4 warps); the same bits as the generic path and the reference.
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("fast", FASTS, ids=lambda f: f"fast{f}")
 @pytest.mark.parametrize("gran,bs", [("BLOCKWISE", 128), ("BLOCKWISE", 32), ("MX_BLOCKWISE", 32)],
@@ -372,7 +372,7 @@ def test_fp8_with_trans(case, fp8, in_dtype, gran, bs, fast, spy):
     _assert_all_same(grouped.grouped_quantize_fp8_with_trans(args, fast=fast),
                      ref.grouped_quantize_fp8_with_trans(args), f"with_trans {gran} {bs} {case} fast={fast}")
     assert [kw["FAST"] for kw in k.kwargs] == [grouped._fast(fast)]
-    if gran == "BLOCKWISE" and bs == 128:  # both on the old tile (the dense kernel's 8 warps were slower, S18)
+    if gran == "BLOCKWISE" and bs == 128:  # both on the generic path's 4-warp tile (8 warps are not faster)
         assert [kw["num_warps"] for kw in k.kwargs] == [4]
 
 

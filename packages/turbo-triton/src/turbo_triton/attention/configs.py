@@ -5,8 +5,8 @@
 producer/consumer warps (``tl.range(warp_specialize=True)``).
 The forward and the deterministic ``dq`` kernel walk key tiles for a query tile; the ``dk/dv``
 kernel walks query tiles for a key tile. sm90 (H100/H200: 228 KB shared memory, wgmma on 64-row
-warpgroup tiles) is from the H200 sweep (``benchmarks/scripts/attention_h200.py``); gfx942 (MI300X:
-64 KB LDS) and gfx950 (MI355X: 160 KB LDS) from those facts, not measured. fp32 inputs (IEEE dots)
+warpgroup tiles) is tuned on sm90 (the ``attention`` suite measures it); gfx942 (MI300X: 64 KB LDS)
+and gfx950 (MI355X: 160 KB LDS) follow from those facts, not tuned. fp32 inputs (IEEE dots)
 take the next-smaller tiles.
 
 ``TURBO_TRITON_ATTN_TILES="fwd=128,64,8,3;dkdv=64,128,8,2;dq=128,64,8,2"`` overrides the table
@@ -32,24 +32,21 @@ class Tile:
 
 MLA = "192x128"  # the bucket of q/k wider than 128 (up to 192) with v at most 128 wide; else 256's tiles
 
-# head-dim bucket -> kernel -> tile. sm90 from the H200 sweeps (benchmarks/attention-h200-2026-11-30.md):
-# B x S = 16k tokens, causal and not; first at S = 4096 (8192 for d=64), then (session 8) at S = 512..16384
-# for d = 64/128, which moved d=128's backward to 4-warp 64x64 tiles at every length (1.00-1.09x up to
-# 8192; at 16384 dk/dv 1.026x geomean, +7% full and -2% causal).
+# head-dim bucket -> kernel -> tile. sm90: tuned at B x S = 16k tokens, causal and not, S = 512..16384 for
+# d = 64/128 and S = 4096/16384 for MLA and d = 256 (the `attention` suite measures them); d=128's backward
+# takes 4-warp 64x64 tiles at every length.
 _SM90 = {
     64: {"fwd": Tile(128, 64, 8, 4), "dkdv": Tile(64, 64, 4, 3), "dq": Tile(64, 64, 4, 3)},
     128: {"fwd": Tile(128, 128, 8, 3), "dkdv": Tile(64, 64, 4, 2), "dq": Tile(64, 64, 4, 2)},
-    # session 9 (S = 4096 and 16384, both masks; results/attention-sweep-s9-mla-d256-h200-2026-11-30.json):
-    # MLA's 192-wide q/k with 128-wide v fits smaller, 4-warp backward tiles that spill at d = 256
-    # (dk/dv 1.13-1.18x, dq 1.22-1.24x the shared tiles'); d = 256 gains 1.11x forward, 1.05x dk/dv, 1.16-1.21x dq.
+    # MLA's 192-wide q/k with 128-wide v fits smaller, 4-warp backward tiles that spill at d = 256, so it
+    # has its own bucket rather than d = 256's tiles.
     MLA: {"fwd": Tile(128, 64, 8, 2), "dkdv": Tile(32, 64, 4, 2), "dq": Tile(64, 32, 4, 2)},
     256: {"fwd": Tile(64, 64, 4, 3), "dkdv": Tile(64, 32, 4, 2), "dq": Tile(128, 32, 8, 2)},
 }
 # head-dim bucket -> kernel -> (longest walk, tile): the tile that replaces the table's when the kernel's
 # loop walks at most that many rows (keys for "fwd"/"dq", queries for "dkdv"). Short walks favour
-# 4-warp 64-row programs, two or more per SM, which hide each other's prologue and epilogue (the
-# session-8 sweep: forward 1.02-1.27x the 8-warp tile at S <= 8192 for d=128, S <= 4096 for d=64;
-# at 16384 the 8-warp tile is 1.06x full, 0.96x causal).
+# 4-warp 64-row programs, two or more per SM, which hide each other's prologue and epilogue; longer
+# walks keep the 8-warp tile (the `attention` suite measures both).
 _SM90_SHORT = {
     64: {"fwd": (4096, Tile(64, 64, 4, 3))},
     128: {"fwd": (8192, Tile(64, 64, 4, 3))},
@@ -133,9 +130,9 @@ def block_d(head_dim: int) -> int:
 
 def atomic_dq(arch: str, head_dim: int, causal: bool) -> bool:
     """Whether a non-deterministic backward should add ``dq`` with fp32 atomics from the ``dk/dv``
-    kernel rather than run the ``dq`` kernel. On the H200 the separate kernel was as fast or faster
-    except for causal d <= 64 (305 vs 286 TFLOP/s, 2026-11-30 sweep); unmeasured archs take the
-    deterministic kernel; the interpreter takes the atomics so that the CPU tests run both paths."""
+    kernel rather than run the ``dq`` kernel. On sm90 the separate kernel is as fast or faster except
+    for causal d <= 64 (the ``attention`` suite measures both); archs not tuned take the deterministic
+    kernel; the interpreter takes the atomics so that the CPU tests run both paths."""
     if arch == "interpreter":
         return True
     return arch == "sm90" and head_dim <= 64 and causal

@@ -9,9 +9,9 @@ deterministic (no atomics), so ``deterministic=True`` is served as is.
 Tiles: ``Tile(block_m, block_n, num_warps, num_stages)`` per kernel ("fwd", "dq", "dkdv"); the
 forward's ``block_n`` and the dk/dv kernel's ``block_m`` divide 64 (the tile's keys, resp. query
 rows, share one scale of v, resp. dout, the operand they multiply in an FP8 dot), and every tile
-edge divides ``fp8_quant.ROW_PAD``. sm90 tiles are first guesses (picked by ptxas's spill counts for
-sm_90a, compiled ahead of time without a GPU), to be swept on the H200;
-``TURBO_TRITON_ATTN_FP8_TILES="fwd=128,64,8,3;dq=128,64,8,2;dkdv=64,128,8,2"`` overrides them.
+edge divides ``fp8_quant.ROW_PAD``. The sm90 tiles for d=128 are tuned on sm90 (the ``attention`` suite
+measures them); the others are picked by ptxas's spill counts for sm_90a (compiled ahead of time without
+a GPU). ``TURBO_TRITON_ATTN_FP8_TILES="fwd=128,64,8,3;dq=128,64,8,2;dkdv=64,128,8,2"`` overrides them.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from turbo_triton.attention.configs import Tile, override
 from turbo_triton.attention.fp8_quant import ROW_PAD, block_d, quantize_blocks
 from turbo_triton.attention.launch import input_reason, launch_tiled, window_bounds
 
-# d=128 from the H200 sweep of 2026-11-30 (B4 H16 S4096, causal and not; attention_fp8_gpu_check.py
-# --parts sweep): forward 1.09-1.10x, dq 1.07x, dk/dv 1.16-1.20x the earlier tiles, each alone.
+# sm90, d=128: tuned at B4 H16 S4096, causal and not, each kernel alone (the `attention` suite measures them).
 _SM90 = {
     64: {"fwd": Tile(128, 64, 4, 3), "dq": Tile(128, 64, 8, 2), "dkdv": Tile(64, 128, 8, 2)},
     128: {"fwd": Tile(64, 64, 4, 3), "dq": Tile(128, 64, 8, 3), "dkdv": Tile(32, 128, 8, 3)},

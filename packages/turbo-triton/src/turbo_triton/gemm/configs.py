@@ -41,9 +41,8 @@ class GemmConfig:
 _TABLE: dict[str, dict[str, GemmConfig]] = {
     # key "large" for M*N >= 4096*4096-ish, "medium", "small" (few tiles)
     "sm90": {
-        # H200 sweep (benchmarks/gemm-h200-2026-11-29.md, gemm_variant_sweep.py): 128x256x64, 3 stages,
-        # flattened persistent loop, epilogue stored in two halves: 817/767/813 TFLOP/s NT/NN/TN at
-        # 8192^3 (torch.matmul 717/703/703 in the same run); 256x128 tiles were slower.
+        # large: 128x256x64, 3 stages, flattened persistent loop, epilogue stored in two halves (faster
+        # than 256x128 tiles on every layout; the `gemm` suite measures it).
         "large": GemmConfig(128, 256, 64, 8, 8, 3, flatten=True, subtile=True),
         "medium": GemmConfig(128, 128, 64, 8, 4, 4),
         "small": GemmConfig(64, 128, 64, 4, 4, 4),
@@ -142,10 +141,10 @@ def _pick(arch: str, m: int, n: int, k: int, num_sms: int, elem_bytes: int, b_ro
 
 # -- tuning (turbo_core.tuning) ---------------------------------------------------------------------
 
-#: Configs ``turbo tune gemm`` tries besides the table's choice, per arch. sm90: the variants of the
-#: H200 sweep (benchmarks/gemm-h200-2026-11-29.md) that came within a few percent of the table's large
-#: config on some layout; the AMD lists vary tiles and stages around their tables (not yet run on a
-#: GPU); the interpreter's keep the CPU runs of the tests quick.
+#: Configs ``turbo tune gemm`` tries besides the table's choice, per arch. sm90: the variants within a
+#: few percent of the table's large config on some layout (the `gemm` suite measures them); the AMD
+#: lists vary tiles and stages around their tables (not yet run on a GPU); the interpreter's keep the CPU
+#: runs of the tests quick.
 CANDIDATES: dict[str, tuple[GemmConfig, ...]] = {
     "sm90": (
         GemmConfig(128, 256, 64, 8, 8, 4, warp_specialize=True),

@@ -14,11 +14,11 @@ from dataclasses import replace
 from turbo_triton.gemm.configs import GemmConfig, fit
 
 _TABLE: dict[str, dict[str, GemmConfig]] = {
-    # H200 sweeps (benchmarks/gemm-fp8-h200-2026-11-30.md, gemm_fp8_triton_h200.py): 256x128x128, 3 stages,
-    # warp-specialized, the sum promoted to fp32 every 128 products: 958-1118 TFLOP/s (0.70-0.83x
-    # torch._scaled_mm), its accuracy; never promoting (TURBO_TRITON_FP8_FAST_ACCUM=1, 128x256, flattened
-    # loop): 1201-1493 TFLOP/s (0.94-1.09x), 2-3x the error, as _scaled_mm(use_fast_accum=True). BLOCKWISE scales every 128-K step's product: 128x128 tiles, 8 warps,
-    # warp-specialized (128x256 tiles spill the second accumulator: 180-300 TFLOP/s).
+    # Tuned on sm90 (the `gemm-fp8` suite measures them). large: 256x128x128, 3 stages, warp-specialized,
+    # the sum promoted to fp32 every 128 products (torch._scaled_mm's accuracy). large_fast
+    # (TURBO_TRITON_FP8_FAST_ACCUM=1): 128x256, flattened loop, never promoting, as
+    # _scaled_mm(use_fast_accum=True): faster, with 2-3x the error. blockwise scales every 128-K step's
+    # product: 128x128 tiles, 8 warps, warp-specialized (128x256 tiles spill the second accumulator).
     "sm90": {
         "large": GemmConfig(256, 128, 128, 8, 8, 3, warp_specialize=True, imprecise_acc=128),
         "large_fast": GemmConfig(128, 256, 128, 8, 8, 3, flatten=True, subtile=True),
@@ -51,7 +51,8 @@ _TABLE: dict[str, dict[str, GemmConfig]] = {
 
 def fast_accumulate() -> bool:
     """``TURBO_TRITON_FP8_FAST_ACCUM=1``: never promote Hopper's reduced-precision FP8 sums (like
-    ``torch._scaled_mm(use_fast_accum=True)``): ~1.4x faster, 2-3x the rounding error."""
+    ``torch._scaled_mm(use_fast_accum=True)``): faster, with 2-3x the rounding error (the ``gemm-fp8``
+    suite measures both)."""
     return os.environ.get("TURBO_TRITON_FP8_FAST_ACCUM", "0").strip().lower() in ("1", "true", "yes", "on")
 
 

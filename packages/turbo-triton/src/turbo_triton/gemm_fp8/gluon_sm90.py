@@ -3,8 +3,8 @@
 Why a second kernel. Hopper's FP8 tensor cores add products at reduced precision, so an accurate
 FP8 GEMM adds each 128-deep partial product into an fp32 sum on the CUDA cores ("promotion", what
 cuBLAS and ``torch._scaled_mm`` do by default). The plain Triton kernel (``kernels.py``) promotes
-through ``max_num_imprecise_acc`` and reaches 0.75-0.83x ``torch._scaled_mm``
-(benchmarks/gemm-fp8-h200-2026-11-30.md). Here the schedule is written out:
+through ``max_num_imprecise_acc``, which leaves it behind ``torch._scaled_mm`` (the ``gemm-fp8`` suite
+measures both). Here the schedule is written out:
 
 * one producer warp streams ``128 x 128`` A and ``BLOCK_N x 128`` B tiles into a ring of ``STAGES``
   shared-memory buffers with TMA (``ready`` / ``empty`` mbarriers per stage);
@@ -17,7 +17,7 @@ through ``max_num_imprecise_acc`` and reaches 0.75-0.83x ``torch._scaled_mm``
   plus two temporaries (32 each), 192 at ``BLOCK_N = 256``, within the 232 it gets;
 * no wgmma is in flight across the K loop's back edge: ptxas cannot follow a wgmma group around a
   loop, and reading its result in the next iteration made it serialize every wgmma of the kernel
-  (ptxas C7514; measured: 0.66-0.88x cuBLAS serialized, 0.89-1.14x not);
+  (ptxas C7514), which costs a large part of the throughput;
 * the epilogue multiplies by the scales (TENSORWISE: one number each; ROWWISE: ``sa[m] * sb[n]``),
   rounds to the output dtype and stores each 64-wide part through shared memory with TMA,
   asynchronously, while the producer already fills the next tile's stages.
@@ -25,7 +25,7 @@ through ``max_num_imprecise_acc`` and reaches 0.75-0.83x ``torch._scaled_mm``
 Operands are K-major: ``a`` is ``[M, K]`` and ``b`` is ``[N, K]``, both row-major (the layout Hopper's
 FP8 MMA reads; ``launch.py`` copies other layouts K-major first). Tiles are walked persistently in
 grouped order. Numerics: the products are exact, each 128-deep partial sum is the tensor core's,
-everything above it fp32 — ``torch._scaled_mm``'s result bit for bit on the H200 (TENSORWISE).
+everything above it fp32 — ``torch._scaled_mm``'s result bit for bit on sm90 (TENSORWISE).
 
 Runs only on sm90 GPUs (``triton.experimental.gluon``, written against Triton 3.6); the interpreter
 and other GPUs take the portable kernels in ``turbo_triton.gemm_fp8.kernels``, and ``launch.py``
@@ -366,7 +366,7 @@ def gemm_fp8_nt(a, b, sa, sb, c, scaling: str, num_sms: int, *, block_n: int = 2
     row-major bf16, fp16 or fp32, written (not accumulated).
     ``block_n``: 128 or 256; ``stages``: operand buffers (default: as many as fit); ``group_m``: tiles
     per group of the grouped order; ``decoupled``: one partition per consumer warpgroup (else one 8-warp
-    partition, measured slower).
+    partition, slower).
     """
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 

@@ -209,8 +209,8 @@ def _k_major_needed(arch: str, k: int) -> bool:
 
 def _k_major(args: GemmFp8Args, arch: str, k: int) -> GemmFp8Args:
     """Hopper's FP8 tensor cores read both operands K-major (the transposed-operand forms are
-    16-bit only); a Triton dot on a non-K-major FP8 tile takes a path ~10x slower (measured on
-    the H200: 90-107 TFLOP/s for NN/TN at 8192^3). So on sm90 an operand stored the other way
+    16-bit only); a Triton dot on a non-K-major FP8 tile takes a path an order of magnitude slower
+    (the ``gemm-fp8`` suite times the NN/TN layouts). So on sm90 an operand stored the other way
     (``trans_a``, or not ``trans_b``) is copied K-major first with a tiled transpose
     (:func:`turbo_triton.transpose.transpose_last2`): one pass over it. The ops avoid it where they
     can by quantizing straight into the K-major layout."""

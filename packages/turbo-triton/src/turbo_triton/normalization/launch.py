@@ -46,14 +46,13 @@ def _warps(elements: int, lo: int = 1, hi: int = 16) -> int:
 def pick(hidden: int, backward: bool, interp: bool) -> RowConfig:
     """Tile heuristic for rows of ``hidden`` elements.
 
-    From 4096 up, the configurations the H200 tile sweep measured best (``norm_act_h200.py --parts
-    sweep_norm``, 16384 tokens, bf16; see ``benchmarks/norm-activation-h200-2026-11-29.md``): the
-    forward keeps rows whole to 32768 (8 warps, 16 at 32768); the backward keeps them whole to 16384
-    with a 1-2 programs a SM persistent grid and walks longer rows in 4-row x 2048 chunks. At 4096
-    and 8192 wide the backward's row loop is software-pipelined 3 deep (the session-10 sweep: 74-80%
-    -> 88-93% of the copy bandwidth); at 16384 that costs (two rows of 32 KB a stage). At 16384 the
-    backward takes the split kernel (2 unrolled chunks of 8192, 16 warps, one program a SM, row loop
-    pipelined 2 deep): the whole-row tile spilled there (session 12: 66% -> 78% of the copy bandwidth).
+    From 4096 up, the configurations tuned on sm90 at 16384 tokens, bf16 (the ``norm`` suite measures
+    them): the forward keeps rows whole to 32768 (8 warps, 16 at 32768); the backward keeps them whole
+    to 16384 with a 1-2 programs a SM persistent grid and walks longer rows in 4-row x 2048 chunks. At
+    4096 and 8192 wide the backward's row loop is software-pipelined 3 deep, which brings it closer to
+    the copy bandwidth; at 16384 that costs (two rows of 32 KB a stage). At 16384 the backward takes the
+    split kernel (2 unrolled chunks of 8192, 16 warps, one program a SM, row loop pipelined 2 deep),
+    because the whole-row tile spills there.
     """
     width = triton.next_power_of_2(hidden)
     if interp:  # few, large programs: the interpreter's cost is per program and per op

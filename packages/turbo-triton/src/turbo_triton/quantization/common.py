@@ -113,9 +113,9 @@ def around_axis(shape: tuple[int, ...], ax: int) -> tuple[tuple[int, int, int], 
 
 def _warps(elements: int, gm: int) -> int:
     """Warps a program. Groups along the contiguous dim only (``gm == 1``): about 32 elements a
-    thread. Groups spanning rows (column-direction, 2-D, both directions at once): 4 warps, which
-    the H200 sweep (``quant_fp8_gpu_check.py --parts sweep``) measured 1.1-1.8x faster than 8 or
-    16 on 8192-16384-element tiles, while row-direction tiles of 8192 ran best at 8."""
+    thread. Groups spanning rows (column-direction, 2-D, both directions at once): 4 warps, faster
+    than 8 or 16 on 8192-16384-element tiles on sm90, while row-direction tiles of 8192 run best at 8
+    (the ``quant`` suite measures them)."""
     if gm == 1:
         return max(2, min(16, elements // 1024))
     return 4
@@ -136,12 +136,12 @@ def pick_amax_cast(b: int, m: int, n: int, red_m: bool, red_n: bool) -> tuple[Ti
     """``(amax tile, cast tile)`` of the two-pass path. The amax pass reads rows of up to 1024
     elements (8192 a step, 16384 for TENSORWISE, 8 warps) and walks down M; the cast of a column
     reduction takes 32 x 256 tiles (256 scales loaded a program); the others row tiles as ``pick``
-    (H200 sweep, session 10)."""
-    if m == 1:  # one long row (TENSORWISE of an odd-sized tensor): as before
+    (tuned on sm90; the ``quant`` suite measures them)."""
+    if m == 1:  # one long row (TENSORWISE of an odd-sized tensor): one row tile for both passes
         t = pick(m, n, 1, 1, cap_n=4096)
         return t, t
     row_tile = pick(m, n, 1, 1, cap_n=1024)
-    if red_m and red_n:  # TENSORWISE: 16 x 1024 amax steps, 32 a program (2401 vs 2218 GB/s for 8 x 1024 x 16)
+    if red_m and red_n:  # TENSORWISE: 16 x 1024 amax steps, 32 a program (faster than 8 x 1024 x 16)
         return Tile(min(16, row_tile.block_m * 2), row_tile.block_n, 8, 32 if m >= 4096 else 0), row_tile
     if red_m:
         return row_tile, pick(m, n, 1, 1, cap_n=256)
@@ -174,8 +174,9 @@ def flat_rows(numel: int, width: int = 1024) -> tuple[int, int, int]:
 
 def pick_mx(m: int, n: int, gm: int, gn: int) -> Tile:
     """Tiles of MX column-direction and both-direction kernels (and every MXFP4 one): 32 x 128,
-    4 warps (H200 sweep: mx-col 1799 vs 1078 GB/s for 32 x 256 x 8 warps, with_trans 1968 vs
-    1173 for 64 x 128 x 8 warps). MX FP8 row-direction tiles come from :func:`pick` (8 x 1024)."""
+    4 warps (faster on sm90 than 32 x 256 x 8 warps for the column direction and 64 x 128 x 8 warps
+    for with_trans; the ``quant`` suite measures them). MX FP8 row-direction tiles come from :func:`pick`
+    (8 x 1024)."""
     return pick(m, n, gm, gn, cap_n=128, target=4096)
 
 

