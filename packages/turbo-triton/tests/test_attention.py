@@ -1,7 +1,7 @@
 """TRITON flash attention under the interpreter, beyond the conformance suite
 (``test_conformance_triton.py`` runs every attention case of turbo-core's suite on TRITON):
 
-- the head dims the issue names (64, 128, 256 and MLA's qk 192 / v 128) at small sequence lengths,
+- the head dims of the common models (64, 128, 256 and MLA's qk 192 / v 128) at small sequence lengths,
   whose tiles differ from the conformance suite's d=16/24 (BLOCK_D = 64..256, masked head-dim tails
   for 192), against independent float64 math;
 - ``deterministic=True``: the backward is bit-identical across runs and agrees with the atomic one;
@@ -126,7 +126,7 @@ def test_tile_override_parses_warp_specialize(monkeypatch):
 
 
 def test_short_walk_tiles_on_sm90(monkeypatch):
-    # sm90 (H200 sweep): d=128 forwards that walk at most 8192 keys take 4-warp 64x64 programs, longer
+    # sm90 (the tuned table): d=128 forwards that walk at most 8192 keys take 4-warp 64x64 programs, longer
     # walks the 8-warp 128x128 tile; the d=128 backward takes 4-warp 64x64 tiles at every length; fp32
     # halves the tile.
     from turbo_triton.attention import configs

@@ -2,7 +2,7 @@
 
 Run on a GPU machine with the compiled kernels (the package conftest turns the interpreter on by
 default): ``TRITON_INTERPRET=0 pytest -m gpu packages/turbo-triton/tests/test_attention_gpu.py``
-(``benchmarks/scripts/attention_gpu_check.py --parts check`` runs it and records the outcome).
+(``nox -s gpu`` runs it with the other GPU tests).
 
 TRITON against the reference backend on the same GPU (fp32 math) over sequences 1..16384 with odd
 lengths, causal / window + sink / GQA / MQA, head dims 64/128/256 and MLA's 192/128, decode

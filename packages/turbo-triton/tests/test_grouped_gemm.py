@@ -228,10 +228,10 @@ def test_offsets_past_the_rows_are_clamped():
     torch.testing.assert_close(c.double(), _vark_ref(a, a, (5, 3), False), rtol=1e-4, atol=1e-4)
 
 
-def test_sm90_tiles_follow_the_h200_sweep():
-    # the session-9 sweep: the variable-K (wgrad) kernel stores its whole tile when the output is bf16 and
+def test_sm90_tile_rules():
+    # the tuned sm90 table: the variable-K (wgrad) kernel stores its whole tile when the output is bf16 and
     # in halves when an fp32 output (the fused wgrad) would not fit three stages otherwise; forward/dgrad
-    # never take the 64-row tile the wave estimate used to pick for Qwen3's down projection
+    # never take a 64-row tile (the slowest on sm90), not even for Qwen3's down projection
     from turbo_triton.grouped_gemm import configs
 
     bf16_out = configs.pick_variable_k("sm90", 7168, 4096, 8, 132, 2, 2)

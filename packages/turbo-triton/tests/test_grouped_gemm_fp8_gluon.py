@@ -3,7 +3,7 @@
 results against the reference on a Hopper GPU (``@pytest.mark.gpu``:
 ``TRITON_INTERPRET=0 pytest -m gpu packages/turbo-triton/tests/test_grouped_gemm_fp8_gluon.py``).
 
-The kernels are the default on sm90 since these GPU tests passed on an H200 (``TURBO_TRITON_GG8_GLUON=0``
+The kernels are the default on sm90, where these GPU tests check them (``TURBO_TRITON_GG8_GLUON=0``
 turns them off). The interpreter cannot run Gluon, so on the CPU only the eligibility rules are tested here."""
 
 import os

@@ -243,8 +243,8 @@ def test_with_trans_equals_both_directions(shape, two_d):
 
 
 # -- the pair kernels (bf16: col-wise quantize, with_trans, row-wise with ROW_PAIRS) -----------------
-# Under the interpreter they run their fp32 encoder (the inline PTX is checked on the GPU by
-# benchmarks/scripts/router_fp4_gpu_check.py); these tests check their tiling, pairing and stores.
+# Under the interpreter they run their fp32 encoder (the inline PTX runs only on an NVIDIA GPU); these
+# tests check their tiling, pairing and stores.
 
 def _pairs_taken(monkeypatch) -> list:
     seen = []

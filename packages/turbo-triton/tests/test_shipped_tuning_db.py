@@ -38,7 +38,7 @@ def test_shipped_entries_are_well_formed(path):
 
 
 def test_fp8_backward_choices_are_triton_over_hipblaslt():
-    """The FP8 entries record the H200 campaign TRITON vs HIPBLASLT on the backward layouts."""
+    """The FP8 entries record the sm90 campaign's choice of TRITON over HIPBLASLT on the backward layouts."""
     fp8 = [e for e in TuningDB.load(FILES[0]).entries() if e.primitive == "gemm_fp8"]
     assert fp8 and all(e.backend == "TRITON" and e.heuristic == "HIPBLASLT" for e in fp8)
     assert all(e.key.layout.split("/")[0] in ("NN", "TN") for e in fp8)

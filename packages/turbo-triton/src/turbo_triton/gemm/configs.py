@@ -9,7 +9,7 @@ A tuned config from the tuning database (``turbo tune gemm``; ``turbo_core.tunin
 table's choice for its key: :func:`tuning_key` (arch, ``(M, N, K)``, operand and output element
 widths, B's orientation: what the table's choice depends on). A tuned config is used as stored (it
 was timed as it is; ``launch_fitted`` still shrinks one that does not fit). Without a database entry
-:func:`pick` is the table's choice, as before. :data:`CANDIDATES` is the search space per arch that
+:func:`pick` is the table's choice. :data:`CANDIDATES` is the search space per arch that
 this module offers to ``turbo tune`` (registered with ``turbo_core.tuning`` when it loads).
 """
 

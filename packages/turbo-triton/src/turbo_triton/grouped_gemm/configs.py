@@ -6,9 +6,9 @@ two efficiencies averaged) and picks the candidate with the least wave-quantizat
 tile only by a clear margin. Variable-K (wgrad): ``G`` output matrices of ``K x N``, so the tile
 count is exact.
 
-The sm90 entries start from the dense GEMM's measured table (turbo_triton.gemm.configs) and are
-meant to be refined with benchmarks/scripts/grouped_gemm_h200.py (``--sweep``); gfx942/gfx950 are
-from what is known of the chips (LDS 64 KB / 160 KB), not measured.
+The sm90 entries start from the dense GEMM's tuned table (turbo_triton.gemm.configs) and are tuned
+on sm90 (the ``grouped_gemm`` suite measures them); gfx942/gfx950 follow from what is known of the
+chips (LDS 64 KB / 160 KB), not tuned.
 """
 
 from __future__ import annotations
@@ -36,10 +36,9 @@ class GroupedConfig:
 #: Candidates by arch, largest tile first. For the variable-K kernel BLOCK_M tiles K, BLOCK_N tiles
 #: N and BLOCK_K runs over a group's rows.
 _FWD: dict[str, list[GroupedConfig]] = {
-    # sm90 large: the dense GEMM's best H200 variant (flattened persistent loop, epilogue in halves);
-    # with a whole-tile epilogue the flattened 3-stage kernel needs more than the 227 KB of an SM
-    # (the session-9 sweep: a 64x128 tile was the slowest of nine in each of the ten forward/dgrad
-    # cases, 0.58x the best where the wave estimate picked it; it is not a candidate)
+    # sm90 large: the dense GEMM's large tile (flattened persistent loop, epilogue in halves); with a
+    # whole-tile epilogue the flattened 3-stage kernel needs more than the 227 KB of an SM. A 64x128 tile
+    # is the slowest in the forward/dgrad cases of the `grouped_gemm` suite, so it is not a candidate.
     "sm90": [
         GroupedConfig(128, 256, 64, 8, 8, 3, flatten=True, subtile=True),
         GroupedConfig(128, 128, 64, 8, 4, 4),
@@ -64,9 +63,9 @@ _FWD: dict[str, list[GroupedConfig]] = {
 }
 
 _VARK: dict[str, list[GroupedConfig]] = {
-    # the whole-tile epilogue: 1.03-1.23x the epilogue in halves in each of the five wgrad cases of the
-    # session-9 sweep (bf16 out); an fp32 out (fused wgrad) does not fit it with three stages, and
-    # _fitted stores that one in halves
+    # the whole-tile epilogue, faster than the epilogue in halves in the wgrad cases of the `grouped_gemm`
+    # suite (bf16 out); an fp32 out (fused wgrad) does not fit it with three stages, and _fitted stores
+    # that one in halves
     "sm90": [
         GroupedConfig(128, 256, 64, 8, 8, 3),
         GroupedConfig(128, 128, 64, 8, 4, 4),

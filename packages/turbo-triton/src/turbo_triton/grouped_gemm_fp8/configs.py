@@ -8,10 +8,9 @@ lowers ``block_k`` to the largest power of two dividing ``block_size`` when the 
 BLOCKWISE keeps two fp32 tiles live (the accumulator and the fresh partial product), so its sm90
 tiles give each thread half the accumulator of the TENSORWISE/ROWWISE ones (128x128 on 8 warps).
 
-Nothing here is measured yet for FP8: the sm90 rows start from the bf16 grouped table and the dense
-FP8 table (``turbo_triton.gemm_fp8.configs``) and are meant to be refined with
-benchmarks/scripts/grouped_gemm_fp8_gpu_check.py (``--sweep``); gfx942/gfx950 from what is known
-of the chips (LDS 64 KB / 160 KB).
+The sm90 rows are derived from the bf16 grouped table and the dense FP8 table
+(``turbo_triton.gemm_fp8.configs``), not tuned for FP8 (the ``grouped-gemm-fp8`` suite measures them);
+gfx942/gfx950 follow from what is known of the chips (LDS 64 KB / 160 KB).
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ C = Fp8GroupedConfig
 #: ROWWISE) or "blockwise". For the variable-K kernels BLOCK_M tiles K, BLOCK_N tiles N and BLOCK_K
 #: runs over a group's rows.
 _FWD: dict[tuple[str, str], list[Fp8GroupedConfig]] = {
-    # no flatten: Triton 3.6's nested-loop fusion fails to compile the flattened FP8 TMA forward (H200)
+    # no flatten: Triton 3.6's nested-loop fusion fails to compile the flattened FP8 TMA forward for sm90
     ("epilogue", "sm90"): [C(128, 256, 128, 8, 8, 3, subtile=True), C(128, 128, 128, 8, 4, 4),
                            C(64, 128, 128, 4, 4, 4)],
     ("blockwise", "sm90"): [C(128, 128, 128, 8, 8, 4), C(64, 128, 128, 4, 4, 4)],
@@ -74,8 +73,8 @@ _VARK: dict[tuple[str, str], list[Fp8GroupedConfig]] = {
 
 #: Archs whose Triton multiplies mixed FP8 types (E4M3 x E5M2, HYBRID) natively: the interpreter (checked
 #: here), NVIDIA sm89+ (mma/wgmma take the two types separately) and CDNA3/4 (MFMA fp8 x bf8). Elsewhere
-#: HYBRID pairs are upcast to fp16 before the dot. To be confirmed on the GPU by
-#: benchmarks/scripts/grouped_gemm_fp8_gpu_check.py (it runs both ways).
+#: HYBRID pairs are upcast to fp16 before the dot. The GPU tests of the grouped FP8 GEMM run HYBRID pairs
+#: on the native path where these say so.
 _HYBRID_NATIVE_PREFIXES = ("interpreter", "gfx942", "gfx950")
 
 

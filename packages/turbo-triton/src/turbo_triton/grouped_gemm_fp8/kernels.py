@@ -319,8 +319,8 @@ def grouped_gemm_fp8_variable_k_tma_kernel(
     a group's full row chunks stream unmasked; a chunk that reaches outside the group (the last one,
     and for BLOCKWISE with an unaligned group start the first) is masked to it. The output through
     ``c_desc`` (``C_TMA``) or masked stores. Without KMAJOR both operands are M-major (the contraction
-    runs along their rows), which Hopper's FP8 MMA cannot read directly (a slow path: 53-97 TFLOP/s
-    on the H200); the K-major copies feed it as the forward's operands do.
+    runs along their rows), which Hopper's FP8 MMA cannot read directly (a much slower path); the
+    K-major copies feed it as the forward's operands do.
     ``DEFER_SCALE`` (BLOCKWISE) as in :func:`grouped_gemm_fp8_tma_kernel`, over the unmasked chunks."""
     tiles_m = tl.cdiv(K, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)

@@ -184,8 +184,8 @@ def _fwd_config(args: GroupedGemmFp8Args, arch: str, sms: int) -> configs.Fp8Gro
 
 
 def _k_major_b(args: GroupedGemmFp8Args, arch: str) -> GroupedGemmFp8Args:
-    """Hopper's FP8 MMA reads both operands K-major: a Triton dot on a ``[K, N]`` FP8 tile runs
-    ~5x slower (138 TFLOP/s measured on the H200 for the DeepSeek-V3 dgrad). So on sm90 a b stored
+    """Hopper's FP8 MMA reads both operands K-major: a Triton dot on a ``[K, N]`` FP8 tile takes a
+    much slower path (the ``grouped-gemm-fp8`` suite times the dgrad). So on sm90 a b stored
     ``[G, K, N]`` is copied to ``[G, N, K]`` first (one pass over the weights, a tiled transpose:
     :func:`turbo_triton.transpose.transpose_last2`) and its scales are read through a transposed
     view (the kernels address scales by strides)."""
@@ -422,8 +422,8 @@ def variable_k_kernel_path(args: GroupedGemmFp8VariableKArgs) -> str:
     :func:`grouped_gemm_fp8_variable_k` launches (``"gluon+kmajor"``: see :func:`gluon_variable_k_reason`).
     ``"tma+kmajor"`` (sm90+): both operands are first copied K-major (the tokens along the contiguous
     dim: :func:`turbo_triton.transpose.transpose_last2`, rows padded to 16 bytes), since Hopper's FP8 MMA
-    reads its operands K-major and a Triton dot on M-major FP8 tiles runs ~5x slower (H200: 53-97
-    TFLOP/s without the copies). The copies cost one pass over each operand."""
+    reads its operands K-major and a Triton dot on M-major FP8 tiles takes a much slower path. The
+    copies cost one pass over each operand."""
     if _runtime.interpreting() or args.a.device.type != "cuda":
         return "pointer"
     arch, sms = _device_facts(args.a)

@@ -5,8 +5,7 @@ Three launches: a fill of the inverse row map with -1, ``sources_kernel`` (the i
 ``permute_kernel`` (the scatter of tokens, scales and probs plus the zeroing of padding rows; see
 ``permute_kernels``). Small batches (``T x E`` up to ``SEARCH_MAX`` row ids) take one launch instead,
 ``search_gather_kernel``: each program searches the row map for its rows' tokens; at a few tokens the
-launches, not the bytes, are the cost (Session 12: 6.3-6.8 us against eager's 4-6 us at 1 and 16
-tokens of DeepSeek-V3). Bytes: each token row is read once and written once per kept copy; padding
+launches, not the bytes, are the cost. Bytes: each token row is read once and written once per kept copy; padding
 rows are written once (zeros); the inverse row map costs ``4 * num_out`` bytes written twice and
 read once.
 """
@@ -24,12 +23,11 @@ __all__ = ["can_handle", "moe_permute", "row_sources"]
 #: Rows of a padding-row block; copies of a token a step (their row ids load together).
 _BLOCK_R = 16
 _UNROLL = 2
-#: The most row-map entries (tokens x experts) the one-launch search path scans per program. Set from
-#: the Session-15 sweep on the H200 (``moe_permute_search_sweep.py``; benchmarks/issue5-targets.md): at 2
-#: rows a program the search beat the three launches up to 4096 entries on DeepSeek-V3, Qwen3-235B and
-#: Mixtral (DeepSeek-V3, 16 tokens: 4.3 us against 6.8), and lost at 8192 (9.2 against 7.1).
+#: The most row-map entries (tokens x experts) the one-launch search path scans per program: at 2 rows
+#: a program the search beats the three launches up to 4096 entries on DeepSeek-V3, Qwen3-235B and
+#: Mixtral, and loses at 8192 (tuned on sm90; the ``moe`` suite measures both paths).
 SEARCH_MAX = 4096
-_SEARCH_F = 2048  # row-map entries compared a step by default (2 rows x 2048 entries; fastest or within 4% in the sweep)
+_SEARCH_F = 2048  # row-map entries compared a step by default (2 rows x 2048 entries; tuned with SEARCH_MAX)
 
 
 def can_handle(args: MoePermuteArgs) -> str | None:

@@ -15,8 +15,8 @@
   token maps to (``src < 0``) in ``BLOCK_R``-row blocks (and their scales / probs), skipping a block
   with none. Mapped rows and padding rows are disjoint, so the two kinds of program need no order.
 * ``gather_kernel``: the row-major form (``moe_permute(..., gather=True)``), each permuted row read
-  from its token; measured slower than the scatter on the H200 (39.6 vs 38.1 us, Mixtral at 4096
-  tokens), kept for comparison.
+  from its token; slower than the scatter on sm90 (the ``moe`` suite measures both), kept for
+  comparison.
 * ``search_gather_kernel``: small batches (``T x E`` row ids up to ``SEARCH_MAX``) in one launch: each
   program searches the row map for its rows' tokens, then gathers (no inverse map, no fill).
 

@@ -23,7 +23,8 @@ __all__ = ["can_handle", "can_handle_bwd", "moe_routing_bwd", "moe_routing_fwd"]
 _GPU_TILE = 1024
 _INTERP_TILE = 8192
 #: The backward's tile for rows of at most ``_BWD_NARROW`` (padded) experts on a GPU: elements a program.
-#: Measured at 8 (Mixtral); at 128 and 256 experts smaller tiles than ``_GPU_TILE`` were slower.
+#: Tuned at 8 (Mixtral); at 128 and 256 experts smaller tiles than ``_GPU_TILE`` are slower (the ``moe``
+#: suite measures them).
 _BWD_NARROW = 8
 _BWD_NARROW_TILE = 256
 
@@ -106,8 +107,7 @@ def moe_routing_bwd(args: MoeRoutingBwdArgs, *, wide: bool | None = None, block_
     if block_t is None and be <= _BWD_NARROW and not interp:
         # Narrow rows (Mixtral's 8 experts): the grid is a few dozen programs and the exact exp /
         # divisions per element are the critical path, so 2 elements a thread (256-element tiles,
-        # 4 warps): 4.3-4.5 us against 5.8-5.9 at T = 4096 on the H200 (two runs; torch.compile
-        # 4.1-4.6; benchmarks/moe-ops-h200-2026-12-01.md).
+        # 4 warps; the `moe` suite measures it beside torch.compile).
         bt, nw = max(1, _BWD_NARROW_TILE // be), 4
     else:
         bt, nw = _tile(be, block_t)
