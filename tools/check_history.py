@@ -10,8 +10,8 @@ check lists every line (``file:line: text``) that narrates instead:
   that is a number followed by x, %, us, µs, TB/s, GB/s or TFLOP/s after "was", beside an arrow, "vs"
   or "against", or before "faster"/"slower".
 
-Shape arrows ("[M, K] -> [M, N]"), ``-> None`` annotations, version numbers, hex and arch names
-("sm90", "gfx942") do not match. A line that must quote such text (a test of this check, a third-party
+Shape arrows ("[M, K] -> [M, N]"), ``-> None`` annotations, version numbers, hex, arch names
+("sm90", "gfx942") and ISO timestamps of test data ("2026-01-01T00:00:00+00:00") do not match. A line that must quote such text (a test of this check, a third-party
 changelog) carries ``check-history: ignore``.
 
 Scans ``.py .md .toml .cpp .h .hpp`` files (default: ``packages/`` beside this script's folder); prints
@@ -42,7 +42,7 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("run tag", re.compile(r"[-_]s\d{1,2}[a-z]?(?=[-_.*])")),  # attention-sweep-s9-mla, fast-s17*-h200
     ("run tag", re.compile(r"\brun[-_]?\d+\b", re.IGNORECASE)),  # run1, run-2, run8
     ("run tag", re.compile(r"\bRun \d+\b")),  # "Run 1's failures"; not "between run 0 and run 1"
-    ("date", re.compile(r"(?<![\w.])20\d\d-[01]\d-[0-3]\d(?!\d)")),
+    ("date", re.compile(r"(?<![\w.])20\d\d-[01]\d-[0-3]\d(?![\dT])")),  # not an ISO timestamp (test data)
     ("issue", re.compile(r"\bissue[\s_#-]?\d+", re.IGNORECASE)),
     ("delta", re.compile(rf"\bwas\s(?:about\s|at\s)?~?{_NUM}\s?{_UNIT}")),
     ("delta", re.compile(rf"{_FIGURE}\s?{_ARROW}\s?~?{_NUM}")),

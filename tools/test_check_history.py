@@ -75,6 +75,7 @@ LEGIT = [
     "a lookup that returns at once: about 1 us",
     "S = 512..16384 and d in (64, 128, 256)",
     "the issue tracker of the upstream project",
+    'run = {"run": "r", "commit": "c", "date": "2026-01-01T00:00:00+00:00", "device": "cpu"}',
 ]
 
 
