@@ -34,38 +34,26 @@ DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
     # entries serve direct primitive calls.
     "attention_fwd": {"gfx950": (B.FLYDSL, B.AITER, B.TRITON), "rocm": (B.AITER, B.TRITON), "cuda": (B.TRITON,), **_CPU},
     "attention_bwd": {"gfx950": (B.FLYDSL, B.AITER, B.TRITON), "rocm": (B.AITER, B.TRITON), "cuda": (B.TRITON,), **_CPU},
-    # TRITON's FP8 attention passed the H200 check (SNR 24-28 dB against float64, gate 20; lse as close to
-    # float64's as the reference emulation's; benchmarks/gpu-checks-h200-2026-11-30.md) and is far faster
-    # than the reference's fp32 emulation there: TRITON first on GPUs.
+    # FP8 attention: TRITON first on GPUs (within the FP8 SNR gate, far faster than TORCH's fp32 emulation).
     "attention_fp8_fwd": {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU},
     "attention_fp8_bwd": {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU},
 }
 
-# Norms and GLUs: TRITON (measured on the H200: benchmarks/norm-activation-h200-2026-11-29.md); AITER serves
-# the RMSNorm forward on ROCm (Primus-Turbo runs RMSNorm on Triton).
+# Norms and GLUs: TRITON (the `norm` and `activation` suites measure it); AITER also serves the RMSNorm forward on ROCm.
 DEFAULTS.update({name: {"rocm": (B.TRITON, B.AITER), "cuda": (B.TRITON,), **_CPU} for name in ("rmsnorm_fwd",)})
 DEFAULTS.update({name: {"rocm": (B.TRITON,), "cuda": (B.TRITON,), **_CPU}
                  for name in ("rmsnorm_bwd", "swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd")})
 
-# Quantization: TRITON's FP8 quantize/dequantize kernels matched the reference bit for bit on the H200
-# (877 cases: every granularity, axis, recipe pair, special values; CUDA-graph replays), and so did
-# the grouped FP8 / MXFP4 quantizers (87 cases at 16384 tokens over 8 and 32 skewed groups, CUDA
-# graphs with new group sizes); 4-64x the reference's speed there
-# (benchmarks/gpu-checks-h200-2026-11-30.md): TRITON first on GPUs.
+# Quantization: TRITON first on GPUs (the reference's bits, several times its speed; the `quant` suite measures it).
 _QUANT = ("quantize_fp8", "quantize_fp8_with_trans", "dequantize_fp8", "grouped_quantize_fp8",
           "grouped_quantize_fp8_with_trans", "grouped_dequantize_fp8", "grouped_quantize_fp4",
           "grouped_quantize_fp4_with_trans", "grouped_dequantize_fp4")
 DEFAULTS.update({name: {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU} for name in _QUANT})
-# MXFP4 and the MoE router: TRITON's kernels were checked on the H200 (bit-exact FP4 at model shapes, identical
-# router selections over 1..65536 tokens; benchmarks/router-fp4-h200-2026-11-30.md) and run 5-65x faster
-# than the reference there: TRITON first on GPUs.
+# MXFP4 and the MoE router: TRITON first on GPUs (bit-exact FP4, the reference's router selections, faster).
 _CHECKED = ("quantize_fp4", "quantize_fp4_with_trans", "dequantize_fp4", "moe_routing_fwd", "moe_routing_bwd")
 DEFAULTS.update({name: {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU} for name in _CHECKED})
 
-# MoE data movement: TRITON's kernels matched the reference on the H200 (bit-exact at DeepSeek-V3 / Qwen3
-# shapes, no host sync, CUDA-graph capture; benchmarks/gpu-checks-h200-2026-11-30.md) and beat the
-# reference there (DeepSeek-V3, 4096 tokens: preprocess 5.7x, permute 4.9x, unpermute 760x): TRITON
-# first on GPUs.
+# MoE data movement: TRITON first on GPUs (bit-exact, no host sync, faster; the `moe` suite measures it).
 _MOE = ("moe_permute_preprocess", "moe_permute", "moe_unpermute", "moe_unpermute_bwd", "indices_to_multihot",
         "indices_to_multihot_bwd", "tokens_per_expert_to_mask")
 DEFAULTS.update({name: {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU} for name in _MOE})
