@@ -27,7 +27,7 @@ quantize          quantize_fp8 round trip (quantize, then float64 dequantize) of
 GEMM outputs are sums of K products: at model shapes (K up to 53248) the fp32 accumulation of any
 library (cuBLAS included) and Hopper's reduced-precision FP8 accumulation put absolute errors of
 order ``eps * max|ref|`` on elements near zero, which the elementwise tolerance of the small-shape
-tests rejects for every backend alike (measured on the H200: 304 of 524 rows). Their gate is the
+tests rejects for every backend alike on a GPU. Their gate is the
 tests' normwise form (``assert_close_normwise``: ``atol`` times ``max(1, max|ref|)``), the one the
 attention tests use for the same reason.
 """

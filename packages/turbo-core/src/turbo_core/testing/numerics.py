@@ -26,11 +26,11 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 
 #: The absolute allowance, relative to the largest reference magnitude, for an FP8/FP4 GEMM's result
 #: computed on an accelerator against float64 math on the same dequantized operands. Hopper's FP8
-#: tensor cores add the products of one MMA at reduced precision, not as an fp32 sum: on an H200,
-#: cuBLASLt (``torch._scaled_mm``, promoted sums) and TRITON's kernels both land 1.4e-4 to 2.6e-4 of
-#: max |result| from exact math, with bit-identical errors, at K from 96 to 8192, and the conformance
-#: cases up to 5.1e-4 (``benchmarks/scripts/fp8_accumulation_gpu.py``). 2^-9 (1.95e-3) leaves a 4x
-#: margin above that floor and stays far below the errors of a wrong scale or block (order 1).
+#: tensor cores add the products of one MMA at reduced precision, not as an fp32 sum: on sm90,
+#: cuBLASLt (``torch._scaled_mm``, promoted sums) and TRITON's kernels land a few 1e-4 of max |result|
+#: from exact math, with bit-identical errors, at K from 96 to 8192 (``tests/test_ops_gemm_fp8_gpu.py``
+#: checks cuBLASLt's results against this allowance). 2^-9 (1.95e-3) leaves a margin of several times
+#: above that floor and stays far below the errors of a wrong scale or block (order 1).
 FP8_MMA_ATOL = 2.0 ** -9
 
 #: Minimum signal-to-noise ratio in dB, by format.
