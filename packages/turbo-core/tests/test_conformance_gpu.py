@@ -1,7 +1,7 @@
 """The shared conformance suite on the GPU: the reference backend TORCH with every case's inputs on
 ``cuda`` (the reference runs on GPUs too), against the same float64 math as the CPU run. Other
-backends run it the same way (``conformance_suite("TRITON", device="cuda")``; on the GPU machine
-``benchmarks/scripts/conformance_gpu.py`` runs TRITON and TORCH and writes a summary)."""
+backends run it the same way (``conformance_suite("TRITON", device="cuda")``, in their packages' GPU
+tests)."""
 
 import pytest
 import torch

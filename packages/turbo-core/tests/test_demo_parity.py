@@ -108,8 +108,7 @@ def test_cli_demo_fails_when_loss_does_not_fall(capsys):
 # tail; turbo bf16 vs plain bf16 ~4e-3 (the reference backend computes much like plain PyTorch);
 # FP8 recipes vs turbo bf16 4-5e-3 (~2.5e-3 at 20 steps). On the GPU the kernels round differently
 # from cuBLAS/SDPA (flash attention rounds P to bf16), so turbo vs plain bf16 may drift as far as
-# bf16 vs float64: the bands are about twice that. benchmarks/scripts/demo_parity_gpu.py records
-# the curves on the H200 (several seeds) to tighten them.
+# bf16 vs float64: the bands are about twice that.
 GPU_CFG = DemoConfig(vocab=512, d_model=256, layers=4, heads=4, ffn=512, experts=8, topk=2, expert_ffn=256)
 GPU_RUN = {"steps": 40, "batch": 8, "seq": 128, "lr": 3e-3}
 GPU_BF16_BAND = 3e-2  # turbo bf16 vs plain PyTorch bf16, and each bf16 curve vs float64, per step

@@ -476,9 +476,8 @@ def _rowwise_step(trans_b: bool, seed: int):
 @pytest.mark.parametrize("trans_b", [True, False])
 def test_k_major_weight_copies_give_identical_gradients(monkeypatch, trans_b):
     """ROWWISE weights quantized with ``k_major`` (the copy along b's dim -2 from the transposed view,
-    stored ``[G, K, N]``: what ``benchmarks/scripts/grouped_fp8_op_step_h200.py`` times against the
-    op's stored layout) give the op's results and gradients bit for bit: same values and scales, only
-    the layout differs."""
+    stored ``[G, K, N]``, an alternative to the op's stored layout) give the op's results and gradients
+    bit for bit: same values and scales, only the layout differs."""
     gg, step = _rowwise_step(trans_b, 11)
     plain = step()
     seen = []
@@ -501,8 +500,7 @@ def test_k_major_weight_copies_give_identical_gradients(monkeypatch, trans_b):
 @pytest.mark.parametrize("trans_b", [True, False])
 def test_fused_rowwise_quantization_gives_identical_gradients(monkeypatch, trans_b):
     """ROWWISE copies along both dims from one ``quantize_fp8_with_trans`` call (``fused_rowwise``: the
-    tokens, the weight and the gradient, as ``benchmarks/scripts/grouped_fp8_op_step_h200.py`` times it)
-    give the op's results and gradients bit for bit."""
+    tokens, the weight and the gradient) give the op's results and gradients bit for bit."""
     gg, step = _rowwise_step(trans_b, 12)
     plain = step()
     fused = []
