@@ -11,7 +11,8 @@ check lists every line (``file:line: text``) that narrates instead:
   or "against", or before "faster"/"slower".
 
 Shape arrows ("[M, K] -> [M, N]"), ``-> None`` annotations, version numbers, hex, arch names
-("sm90", "gfx942") and ISO timestamps of test data ("2026-01-01T00:00:00+00:00") do not match. A line that must quote such text (a test of this check, a third-party
+("sm90", "gfx942") and ISO timestamps do not match, and in Python files a date counts only in comments
+and docstrings (in a string literal it is test data: a results row, a report heading). A line that must quote such text (a test of this check, a third-party
 changelog) carries ``check-history: ignore``.
 
 Scans ``.py .md .toml .cpp .h .hpp`` files (default: ``packages/`` beside this script's folder); prints
@@ -21,8 +22,10 @@ a one-line summary; exits 1 when anything matched. Standard library only.
 from __future__ import annotations
 
 import argparse
+import io
 import re
 import sys
+import tokenize
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -68,11 +71,41 @@ def files_under(paths: Iterable[Path]) -> Iterator[Path]:
                 yield sub
 
 
-def line_hits(text: str) -> list[str]:
-    """The names of the patterns ``text`` (one line) matches, empty for a clean or waived line."""
+def line_hits(text: str, prose: str | None = None) -> list[str]:
+    """The names of the patterns ``text`` (one line) matches, empty for a clean or waived line. ``prose``:
+    the comment and docstring text of a Python line (``None``: the whole line is prose); dates count
+    there only, since a date in a string literal is test data (a results row, a report heading)."""
     if WAIVER in text:
         return []
-    return sorted({name for name, pattern in PATTERNS if pattern.search(text)})
+    names = {name for name, pattern in PATTERNS if name not in _PROSE_ONLY and pattern.search(text)}
+    names |= {name for name, pattern in PATTERNS if name in _PROSE_ONLY and pattern.search(text if prose is None
+                                                                                            else prose)}
+    return sorted(names)
+
+
+_PROSE_ONLY = frozenset({"date"})
+
+
+def python_prose(text: str) -> dict[int, str] | None:
+    """Line number -> the comment and docstring text on that line of Python source ``text`` (a string
+    that stands alone as a statement counts as a docstring); ``None`` when it does not tokenize."""
+    prose: dict[int, list[str]] = {}
+    previous = tokenize.NEWLINE
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                prose.setdefault(tok.start[0], []).append(tok.string)
+            elif tok.type == tokenize.STRING and previous in _STATEMENT_START:
+                for number, line in enumerate(tok.string.splitlines(), tok.start[0]):
+                    prose.setdefault(number, []).append(line)
+            if tok.type not in (tokenize.COMMENT, tokenize.NL):
+                previous = tok.type
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return {number: " ".join(parts) for number, parts in prose.items()}
+
+
+_STATEMENT_START = frozenset({tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING})
 
 
 def scan(path: Path) -> Iterator[tuple[int, list[str], str]]:
@@ -80,8 +113,9 @@ def scan(path: Path) -> Iterator[tuple[int, list[str], str]]:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return
+    prose = python_prose(text) if path.suffix == ".py" else None
     for number, line in enumerate(text.splitlines(), 1):
-        names = line_hits(line)
+        names = line_hits(line, None if prose is None else prose.get(number, ""))
         if names:
             yield number, names, line.strip()
 

@@ -108,6 +108,20 @@ def test_main_lists_file_and_line_and_fails(tmp_path, capsys):
     assert out[-1].startswith("check_history: 2 line(s) in 2 of 3 files")
 
 
+def test_dates_in_python_count_in_comments_and_docstrings_only(tmp_path):
+    src = tmp_path / "mod.py"
+    src.write_text('"""Tiles read on 2026-11-30."""\n'
+                   'HEADING = "### `gemm` on Fake GPU, 2026-04-01"  # a report heading of test data\n'
+                   'def f():\n'
+                   '    """Tuned on 2026-12-01."""\n'
+                   '    return {"date": "2026-01-01"}  # swept 2026-12-02\n')
+    assert [(number, names) for number, names, _ in check_history.scan(src)] == [
+        (1, ["date"]), (4, ["date"]), (5, ["date"])]
+    md = tmp_path / "README.md"
+    md.write_text('HEADING = "2026-04-01"\n')  # outside Python every line is prose
+    assert [number for number, _, _ in check_history.scan(md)] == [1]
+
+
 def test_main_passes_a_clean_folder(tmp_path, capsys):
     (tmp_path / "ok.py").write_text("def f() -> None:\n    pass\n")
     assert check_history.main([str(tmp_path)]) == 0
