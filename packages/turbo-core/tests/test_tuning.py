@@ -527,7 +527,7 @@ def test_triton_gemm_config_comes_from_the_database(triton_configs, caplog):
     cfg = triton_configs
     table = cfg._TABLE["interpreter"]
     # 48x40 in 32x32 tiles is 4 tiles, one per interpreter "SM": the table's large config
-    assert cfg.pick("interpreter", 48, 40, 24, 4, 2, 2, False) == table["large"]  # no entry: as before
+    assert cfg.pick("interpreter", 48, 40, 24, 4, 2, 2, False) == table["large"]  # no entry: the table's choice
     assert cfg.pick("interpreter", 16, 16, 24, 4, 2, 2, False) == table["small"]
     tuned = {"block_m": 32, "block_n": 64, "block_k": 32, "group_m": 2, "num_warps": 1, "num_stages": 1}
     key = cfg.tuning_key("interpreter", 48, 40, 24, 2, 2, False)

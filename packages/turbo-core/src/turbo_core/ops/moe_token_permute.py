@@ -3,7 +3,7 @@
 One convention replaces Primus-Turbo's two (its fused path returned a Triton row map in slot 3,
 its unfused path Megatron's ``sorted_indices``): slot 3 is always the row map of
 :func:`~turbo_core.ops.moe_permute` (int32 ``[T, 2E + 1]``), the same kernels serve both APIs, and
-``fused`` / ``return_tokens_per_expert`` no longer change the result (accepted for compatibility).
+``fused`` / ``return_tokens_per_expert`` are accepted for compatibility and do not change the result.
 """
 
 from __future__ import annotations
