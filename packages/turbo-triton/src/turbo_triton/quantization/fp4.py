@@ -33,15 +33,15 @@ __all__ = ["can_handle", "can_handle_dequantize", "can_handle_with_trans", "dequ
 
 BS = MXFP4_BLOCK_SIZE
 _OUT = (torch.float32, torch.float16, torch.bfloat16)
-#: The fast encoder's ``x * 2**-X`` through fp32 instead of the bf16x2 multiply (the GPU check runs
-#: both; see ``fp4_kernels.encode_pairs_bf16``).
+#: The fast encoder's ``x * 2**-X`` through fp32 instead of the bf16x2 multiply (see
+#: ``fp4_kernels.encode_pairs_bf16``; the ``quant`` suite times both).
 F32MUL = False
-#: False: every call takes the generic fp32 kernels (the GPU check times both side by side).
+#: False: every call takes the generic fp32 kernels (the ``quant`` suite times both).
 FAST_ENABLED = True
 #: bf16 dequantize decodes each byte by inline PTX (``fp4_kernels._DEC_ASM``) on NVIDIA GPUs.
 DEQ_ASM = True
 #: Row-wise bf16 quantize through the pair kernels (``fp4_kernels._pairs_row``) instead of the FAST
-#: row kernel (timed side by side on the GPU).
+#: row kernel (the ``quant`` suite times both).
 ROW_PAIRS = False
 #: Pair-kernel tiles ``(block_n cap, elements a tile, warps)`` of the col-wise quantize and of
 #: with_trans (``_pairs_tile``): 64 x 128 x 2 and 32 x 128 x 2 at the model shapes, tuned on sm90 (the
