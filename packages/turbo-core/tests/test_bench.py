@@ -1,5 +1,5 @@
 """``turbo bench --quick`` on the CPU: every provider runs, rows carry the documented keys, the
-accuracy column is real, and the JSON file holds the environment and a summary."""
+accuracy column is real, and the JSON file holds the run's provenance and a summary."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from turbo_core import timing
-from turbo_core.bench import report
+from turbo_core.bench import compare, console
 from turbo_core.cli import main
 
 
@@ -15,7 +15,7 @@ def test_quick_gemm_suite_writes_rows(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert main(["bench", "gemm", "--quick", "--include-reference", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert data["environment"]["device"] == "cpu" and data["environment"]["torch"]
+    assert data["run"]["device"] == "cpu" and data["run"]["versions"]["torch"] == torch.__version__
     rows = data["rows"]
     providers = {r["provider"] for r in rows}
     assert providers == {"torch", "turbo:TORCH"}  # conftest limits discovery to turbo-core's own plugin
@@ -60,8 +60,8 @@ def test_provider_filter_and_reference_excluded_by_default(tmp_path):
 
 
 def test_geomean():
-    assert abs(report.geomean([2.0, 8.0]) - 4.0) < 1e-12
-    assert report.geomean([]) is None
+    assert abs(compare.geomean([2.0, 8.0]) - 4.0) < 1e-12
+    assert compare.geomean([]) is None
 
 
 @pytest.mark.parametrize("suite", ["norm", "activation"])
@@ -105,7 +105,7 @@ def test_summary_scores_providers_not_their_baselines():
             {**row("turbo:X", "turbo", 9.0, 9.0), "status": "declined: no"},
             {"suite": "g", "provider": "torch", "pass": "fwd", "status": "ok", "ratio": 1.0},
             {"suite": "g", "provider": "turbo:X", "pass": "fwd", "status": "ok", "ratio": 4.0}]
-    got = {(s["suite"], s["provider"]): s for s in report.summary(rows)}
+    got = {(s["suite"], s["provider"]): s for s in console.summary(rows)}
     assert set(got) == {("s", "torch._scaled_mm"), ("s", "turbo:X"), ("g", "turbo:X")}
     assert got[("s", "turbo:X")]["cases"] == 2 and got[("s", "turbo:X")]["granularity"] == "ROWWISE"
     assert abs(got[("s", "turbo:X")]["geomean_ratio"] - 1.0) < 1e-12

@@ -5,14 +5,13 @@ interpreter, TRITON; SDPA declines with its reason) and the report's rendering o
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import pytest
 import torch
 
-from turbo_core.bench import markdown
+from turbo_core.bench import compare, dataset, markdown
 from turbo_core.bench.suites import attention as suite
 from turbo_core.cli import main
 
@@ -153,9 +152,9 @@ def test_quick_run_on_cpu_and_its_report(tmp_path, monkeypatch, use_plugins, cap
     if no_triton is None:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
         use_plugins("turbo_triton.plugin")
-    out = tmp_path / "attn.json"
-    assert main(["bench", "attention", "--quick", "--out", str(out)]) == 0
-    rows = json.loads(out.read_text())["rows"]
+    data = tmp_path / "data"
+    assert main(["bench", "attention", "--quick", "--record", str(data)]) == 0
+    rows = dataset.load(data)
     cases = list(suite.cases(32, True, None))
     assert len({r["case"] for r in rows}) == len(cases) == 6  # 3 tiny layers x fwd/bwd
     flops = {c.label: c.flops for c in cases}
@@ -183,9 +182,10 @@ def test_quick_run_on_cpu_and_its_report(tmp_path, monkeypatch, use_plugins, cap
         in capsys.readouterr().out
 
     # the report of these rows: tables per pass and mask, attention's short labels
-    assert main(["bench", "report", str(out), "--out-dir", str(tmp_path / "rep"), "--no-plots"]) == 0
-    page = (tmp_path / "rep" / "attention.md").read_text()
-    for heading in ("## fwd", "## bwd", "### causal", "### window (7, 0)", "### full"):
+    page_path = tmp_path / "perf.md"
+    assert main(["bench", "report", "--data", str(data), "--out", str(page_path), "--no-plots"]) == 0
+    page = page_path.read_text()
+    for heading in ("#### fwd", "#### bwd", "##### causal", "##### window (7, 0)", "##### full"):
         assert heading in page
     assert "| tiny mha b1 s32 h2 d32 |" in page and "| tiny gqa-window-sink b1 s32 h2/1 d32 sink |" in page
     assert "| tiny mla b1 s32 h1 d48/32 |" in page
@@ -203,6 +203,16 @@ def _attn_row(provider, ms, *, pass_="bwd", seq=4096, role=None, **extra):
     return r
 
 
+def _page(tmp_path, rows, *, plots_wanted: bool) -> str:
+    """The performance page of one recorded run of ``rows`` (plots under ``tmp_path/perf``)."""
+    run = {"run": "r", "commit": "c", "dirty": False, "date": "2026-01-01T00:00:00+00:00", "device": "Fake",
+           "driver": None, "versions": {}, "command": "turbo bench attention"}
+    dataset.append(rows, run, tmp_path / "data")
+    written = markdown.write_performance(tmp_path / "data", tmp_path / "perf.md", plots_wanted=plots_wanted)
+    assert written.plots_skipped == (None if plots_wanted else "turned off (--no-plots)")
+    return (tmp_path / "perf.md").read_text()
+
+
 def test_report_ratios_and_the_deterministic_pair_by_hand(tmp_path):
     rows = []
     for seq, (cudnn, flash, triton, det) in {4096: (2.0, 4.0, 2.5, 5.0), 8192: (4.0, 8.0, 2.0, 8.0)}.items():
@@ -213,10 +223,7 @@ def test_report_ratios_and_the_deterministic_pair_by_hand(tmp_path):
     declined = _attn_row("sdpa:flash", 1.0, seq=2048, role="reference",
                          status="declined: SDPA's flash backend cannot run this case: head dims differ")
     rows.append({k: v for k, v in declined.items() if k not in ("median_ms", "tflops")})
-    src = tmp_path / "a.json"
-    src.write_text(json.dumps({"environment": {"gpu": "Fake"}, "rows": rows}))
-    markdown.write_report([src], tmp_path / "out", plots=False)
-    page = (tmp_path / "out" / "attention.md").read_text()
+    page = _page(tmp_path, rows, plots_wanted=False)
     head = [c.strip() for c in next(ln for ln in page.splitlines() if ln.startswith("| case |")).strip("|").split(" | ")]
     assert head[1:5] == ["`sdpa:cudnn`", "`sdpa:flash`", "`turbo:TRITON`", "`turbo:TRITON:deterministic`"]
     assert head[-1] == "`turbo:TRITON:deterministic` vs `turbo:TRITON`"
@@ -229,7 +236,7 @@ def test_report_ratios_and_the_deterministic_pair_by_hand(tmp_path):
     # provider is cuDNN (geomean sqrt(0.4 * 0.5)), never the turbo pair, although that is lower
     geo = next(ln for ln in page.splitlines() if ln.startswith("| bwd · causal | `turbo:TRITON:deterministic` | `turbo:TRITON`"))
     assert f"{(0.5 * 0.25) ** 0.5:.2f}x" in geo
-    heads = markdown.headline([c for g in markdown.groups(rows) for c in markdown.comparisons(g)])
+    heads = compare.headline([c for g in compare.groups(rows) for c in compare.comparisons(g)])
     assert {(c.provider, c.reference) for c in heads} == {("turbo:TRITON", "sdpa:cudnn"),
                                                           ("turbo:TRITON:deterministic", "sdpa:cudnn")}
 
@@ -253,12 +260,9 @@ def test_attention_plots_written(tmp_path):
             for p, ms, role in (("sdpa:cudnn", 2.0, "baseline"), ("sdpa:flash", 3.0, "reference"),
                                 ("turbo:TRITON", 2.5, None), ("turbo:TRITON:deterministic", 4.0, None))
             if pass_ == "bwd" or "det" not in p]
-    src = tmp_path / "a.json"
-    src.write_text(json.dumps({"rows": rows}))
-    written = markdown.write_report([src], tmp_path / "out")
-    assert written.plots_skipped is None
-    for name in ("attention-fwd.png", "attention-bwd.png", "summary.png"):
-        assert (tmp_path / "out" / name).stat().st_size > 1000
+    _page(tmp_path, rows, plots_wanted=True)
+    for name in ("attention-fake-r-fwd.png", "attention-fake-r-bwd.png", "summary.png"):
+        assert (tmp_path / "perf" / name).stat().st_size > 1000
 
 
 def test_sdpa_providers_through_the_math_backend_on_cpu(monkeypatch):

@@ -50,7 +50,7 @@ def _check_measured(r):
 def test_quick_gemm_fp8_suite(tmp_path, capsys):
     data = _bench(tmp_path, "gemm-fp8")
     rows = data["rows"]
-    assert data["environment"]["device"] == "cpu"
+    assert data["run"]["device"] == "cpu"
     assert {r["granularity"] for r in rows} == GRANS
     providers = {r["provider"] for r in rows}
     assert providers == {"bf16:torch.matmul", "torch._scaled_mm", "F.scaled_mm", "turbo:TORCH"}

@@ -1,10 +1,10 @@
 """Plots for ``turbo bench report`` (matplotlib, optional: ``pip install 'turbo-core[report]'``).
 
-Per suite and pass, one PNG: one panel per variant (granularity, mode, balance), grouped bars of
+Per suite, device and pass, one PNG: one panel per variant (granularity, mode, balance), grouped bars of
 each provider's TFLOP/s or GB/s per case (references grey, turbo providers in colour), a dashed
 line per peak the rows imply (``tflops / peak_fraction``: the datasheet dense peak; ``copy_gbps``:
 the measured copy bandwidth), and above each turbo bar its ratio to the fastest reference (see
-:func:`turbo_core.bench.markdown.headline`). ``summary.png``: the geomean of each turbo provider
+:func:`turbo_core.bench.compare.headline`). ``summary.png``: the geomean of each turbo provider
 against its fastest reference per suite, pass and variant, as horizontal bars around 1
 (green: parity or faster to two decimals, amber: within 10%, red: slower).
 
@@ -16,13 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from turbo_core.bench.markdown import (
+from turbo_core.bench.compare import (
     FRACTIONS,
     METRICS,
     TURBO_PREFIX,
-    Comparison,
     Group,
-    Section,
     case_labels,
     comparisons,
     headline,
@@ -98,11 +96,10 @@ def _panel(ax, group: Group) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
-def plot_pass(section: Section, pass_: str, path: str | Path) -> None:
-    """One PNG: every group (variant) of ``pass_`` in ``section`` as a panel."""
+def plot_pass(panels: list[Group], path: str | Path) -> None:
+    """One PNG: each group (a variant of one pass) as a panel."""
     from matplotlib.figure import Figure
 
-    panels = [g for g in section.groups if g.pass_ == pass_]
     widest = max(len(g.cases) * max(1, len(g.providers)) for g in panels)
     fig = Figure(figsize=(min(18.0, max(7.0, 0.28 * widest + 2.5)), 3.6 * len(panels)), constrained_layout=True)
     axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
@@ -116,16 +113,15 @@ def _verdict_colour(v: float) -> str:
     return "#2ca02c" if round(v, 2) >= 1.0 else "#ff9f1c" if v >= 0.9 else "#d62728"
 
 
-def plot_summary(comps: list[Comparison], path: str | Path) -> None:
-    """One PNG: the geomean of each comparison as a horizontal bar, a line at 1 (parity)."""
+def plot_summary(bars: list[tuple[str, float]], path: str | Path) -> None:
+    """One PNG: each ``(label, geomean)`` as a horizontal bar, a line at 1 (parity)."""
     from matplotlib.figure import Figure
 
-    comps = [c for c in comps if c.geomean is not None]
-    labels = [f"{c.group.suite} {c.group.title}: {c.provider} vs {c.reference}" for c in comps]
-    values = [c.geomean for c in comps]
-    fig = Figure(figsize=(9.0, 0.28 * len(comps) + 1.2), constrained_layout=True)
+    labels = [label for label, _ in bars]
+    values = [value for _, value in bars]
+    fig = Figure(figsize=(9.0, 0.28 * len(bars) + 1.2), constrained_layout=True)
     ax = fig.subplots()
-    ys = list(range(len(comps)))[::-1]
+    ys = list(range(len(bars)))[::-1]
     ax.barh(ys, values, color=[_verdict_colour(v) for v in values])
     for y, v in zip(ys, values, strict=True):
         ax.text(v, y, f" {v:.2f}x", va="center", fontsize=7)

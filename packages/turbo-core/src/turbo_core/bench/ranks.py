@@ -16,6 +16,8 @@ import sys
 import tempfile
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from turbo_core import timing
 
@@ -28,8 +30,6 @@ def time_calls(fn, dev: torch.device, warmup: int, iters: int, calls: int = 1) -
     back to back (no wait between them, as in a training step whose host runs ahead of the GPU; 1: a
     single call on an idle GPU). Events around each batch on a GPU, the wall clock on the CPU
     (:func:`turbo_core.timing.measure_batched`). Every rank must call it at the same point."""
-    import torch.distributed as dist
-
     mine = timing.measure_batched(fn, device=dev, warmup=warmup, iters=iters, calls=calls, clock="device",
                                   before=dist.barrier)
     t = torch.tensor([mine.median_ms, mine.p10_ms, mine.p90_ms], dtype=torch.float64, device=dev)
@@ -50,8 +50,6 @@ def graphed(fn):
 
 
 def _worker(rank: int, world: int, store: str, backend: str, rank_rows, args: dict, out_path: str) -> None:
-    import torch.distributed as dist
-
     dev = torch.device("cpu")
     if backend != "gloo":
         torch.cuda.set_device(rank)
@@ -84,8 +82,6 @@ def world_and_backend(device: str, world: int | None) -> tuple[int, str]:
 def spawn(rank_rows, world: int, backend: str, args: dict, progress=None, label: str = "") -> list[dict]:
     """Rank 0's rows of ``rank_rows`` run on ``world`` spawned ranks over ``backend`` (one step of a
     rich ``progress`` bar named ``label`` over ... ranks, when given)."""
-    import torch.multiprocessing as mp
-
     task = progress.add_task(f"{label} over {world} {backend} ranks", total=1) if progress is not None else None
     with tempfile.TemporaryDirectory() as tmp:
         out_path = os.path.join(tmp, "rows.json")

@@ -16,15 +16,14 @@ of the provider's precision), max_rel_err (``max|out - ref| / max|ref|`` against
 rounds.
 
 Rounds (``turbo bench --rounds N``, :data:`ROUNDS`): a GPU's clocks drift with its power and
-temperature over a run (on the H200 the same FP8 GEMM measured 1465 then 1265 TFLOP/s a few seconds
-apart), so a provider timed after another may be measured at other clocks. With ``N > 1`` every
+temperature over a run (the same GEMM timed twice a few seconds apart can differ by more than the
+providers being compared), so a provider timed after another may be measured at other clocks. With ``N > 1`` every
 case's providers are timed ``N`` times in turn (A B C, A B C, ...); a row reports the median of its
 rounds' medians (p10/p90: the lowest p10 and highest p90 of its rounds).
 """
 
 from __future__ import annotations
 
-import platform as _platform
 import statistics
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +32,8 @@ from typing import Any
 import torch
 
 from turbo_core import timing
-from turbo_core.bench.suites import gemm as gemm_suite
+from turbo_core.bench import dataset
+from turbo_core.plugins.host import get_host
 
 #: Interleaved timing rounds per case (``turbo bench --rounds``; see the module docstring).
 ROUNDS = 1
@@ -54,16 +54,8 @@ def peak_tflops(device_name: str, precision: str = "bf16") -> float | None:
 
 
 def environment(device: str) -> dict:
-    import importlib.metadata as md
-
-    def version(dist: str) -> str | None:
-        try:
-            return md.version(dist)
-        except md.PackageNotFoundError:
-            return None
-
-    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "hip": torch.version.hip,
-            "triton": version("triton"), "python": _platform.python_version(), "device": device}
+    """The versions in use (:func:`turbo_core.bench.dataset.versions`), ``device`` and, on a GPU, its name."""
+    info = {**dataset.versions(), "device": device}
     if device == "cuda":
         info["gpu"] = torch.cuda.get_device_name()
     return info
@@ -73,8 +65,6 @@ def available_backends(primitive: str, *, include_reference: bool = True, also: 
     """Available backends with a kernel for ``primitive`` or for one of ``also`` (sibling
     primitives: a backend with a bf16 GEMM but no FP8 one is listed, and then declines with its
     reason). The reference backend TORCH only with ``include_reference``."""
-    from turbo_core.plugins.host import get_host
-
     registry = get_host().registry
     names: list[str] = []
     for prim in (primitive, *also):
@@ -85,10 +75,6 @@ def available_backends(primitive: str, *, include_reference: bool = True, also: 
             if registry.backend(name).unavailable_reason() is None:
                 names.append(name)
     return names
-
-
-def gemm_backends() -> list[str]:
-    return available_backends("gemm")
 
 
 @dataclass
@@ -246,40 +232,3 @@ def _measure(case, p: Provider, sets: list, first, anchor, refs: dict, reference
     except Exception as exc:  # one failing provider is reported, the suite goes on
         return {"status": f"error: {type(exc).__name__}: {str(exc)[:300]}"}
     return {"status": "ok", "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms, "max_rel_err": err}
-
-
-def run_gemm(*, quick: bool, tokens: int, models: list[str] | None, providers: list[str] | None,
-             include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
-    """The bf16 dense GEMM suite (``turbo bench gemm``): ``torch`` (``torch.matmul``, the baseline)
-    and ``turbo:<BACKEND>`` for every available backend with a ``gemm`` kernel."""
-    from turbo_core.dispatch.dispatcher import decline_reason
-    from turbo_core.dispatch.primitives import get_primitive
-    from turbo_core.dispatch.specs.gemm import GemmArgs
-    from turbo_core.platform import platform_of
-
-    dtype = torch.bfloat16
-    prim = get_primitive("gemm")
-    backends = available_backends("gemm", include_reference=include_reference)
-
-    def case_providers(case, first) -> list[Provider]:
-        out = [Provider("torch", lambda s: lambda: gemm_suite.torch_provider(*s), role="baseline")]
-        for b in backends:
-            a, bm, ta, tb = first
-            reason = decline_reason(prim, b, GemmArgs(a, bm, ta, tb), platform_of(a.device))
-            if reason:
-                out.append(Provider(f"turbo:{b}", status=f"declined: {reason}"))
-            else:
-                fn = gemm_suite.turbo_provider(b)
-                out.append(Provider(f"turbo:{b}", lambda s, fn=fn: lambda: fn(*s)))
-        return out
-
-    return run_cases(
-        "gemm", list(gemm_suite.cases(tokens, quick, models)),
-        row=lambda c: {"case": c.label, "model": c.model, "layer": c.layer, "pass": c.pass_, "layout": c.layout,
-                       "m": c.m, "n": c.n, "k": c.k, "dtype": "bf16"},
-        flops=lambda c: c.flops,
-        make_inputs=lambda c, gen: gemm_suite.make_inputs(c, device, dtype, gen),
-        timed_bytes=lambda s: tensor_bytes(s[:2]),
-        providers=case_providers,
-        reference=lambda c, s, oracle: gemm_suite.reference(*s),
-        keep=providers, warmup=warmup, iters=iters, device=device, progress=progress)

@@ -1,10 +1,13 @@
-"""``turbo bench [suite] [--quick] [--out FILE] ...`` and ``turbo bench report [FILE ...] [--out-dir DIR]``."""
+"""``turbo bench <suite> [--quick] [--record [DIR]] [--out FILE] ...`` runs a suite;
+``turbo bench report [--data DIR] [--out FILE]`` writes the performance page from the dataset."""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 import json
+import sys
 
 from turbo_core.bench.suites import SUITES
 
@@ -18,46 +21,60 @@ OPTION_SUITES = {"granularities": FP8_SUITES, "fp8_format": FP8_SUITES, "passes"
                  "operands": ("gemm-fp8",)}
 #: ``--passes`` choices: GEMM passes (FP8 suites) and attention passes.
 GEMM_PASSES = ("fwd", "dgrad", "wgrad")
-#: ``turbo bench report``: the result files read and the directory written when none are named.
-REPORT_INPUTS = "benchmarks/results/*.json"
-REPORT_DIR = "benchmarks/report"
+#: Defaults shared with :mod:`turbo_core.bench.dataset` and :mod:`turbo_core.bench.markdown` (kept
+#: as literals here so that ``turbo --help`` does not import torch).
+DATA_DIR = "benchmarks/data"
+REPORT_OUT = "docs/performance.md"
+
+
+#: Option dest -> (its flag, whether it is a switch), filled by :func:`add_parser`.
+FLAGS: dict[str, tuple[str, bool]] = {}
+
+
+def _option(p: argparse.ArgumentParser, flag: str, **kw) -> None:
+    action = p.add_argument(flag, **kw)
+    FLAGS[action.dest] = (flag, kw.get("action") == "store_true")
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="benchmark suites: turbo backends beside the PyTorch baselines")
     p.add_argument("suite", nargs="?", default="gemm", choices=list(dict.fromkeys([*SUITES, *FP8_SUITES, "report"])),
-                   help="which suite (default gemm); report: markdown tables and plots from result files")
-    p.add_argument("files", nargs="*", metavar="FILE",
-                   help=f"report: the JSON result files (default {REPORT_INPUTS})")
-    p.add_argument("--out-dir", default=REPORT_DIR, help=f"report: where to write (default {REPORT_DIR})")
-    p.add_argument("--no-plots", action="store_true", help="report: markdown only")
-    p.add_argument("--quick", action="store_true", help="tiny shapes; runs on the CPU for smoke tests")
-    p.add_argument("--out", help="write JSON (environment + rows) to this file")
-    p.add_argument("--tokens", type=int, default=None,
-                   help="tokens per micro-batch (default: the suite's; 8192 for GEMMs, 16384 for norm/activation; "
-                        "moe: 4096 and 16384; attention: batch x seq, 16384)")
-    p.add_argument("--models", nargs="*", help="restrict to these models (default: all of the suite)")
-    p.add_argument("--providers", nargs="*",
-                   help="restrict to these providers, e.g. torch turbo:TRITON (FP8 suites: bf16:torch.matmul, "
-                        "torch._scaled_mm, F.scaled_mm, bf16:torch._grouped_mm, torch._scaled_grouped_mm; attention: "
-                        "sdpa:cudnn sdpa:flash turbo:TRITON turbo:TRITON:deterministic; norm/activation: liger liger:gate_up "
-                        "when liger-kernel is importable)")
-    p.add_argument("--include-reference", action="store_true", help="also time the TORCH reference backend")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=1,
-                   help="gemm, grouped_gemm, FP8 GEMM suites: time each case's providers this many times in turn "
-                        "(A B, A B, ...) and report the median round, so GPU clock drift hits every provider alike")
-    p.add_argument("--iters", type=int, default=50)
-    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when present (cpu with --quick)")
-    p.add_argument("--granularities", nargs="*",
-                   help="FP8 suites: tensorwise rowwise blockwise mx (default: all that this torch supports)")
-    p.add_argument("--format", dest="fp8_format", choices=["E4M3", "E5M2", "HYBRID"],
-                   help="FP8 suites: operand format (default E4M3; HYBRID: gradients E5M2)")
-    p.add_argument("--passes", nargs="*", choices=list(dict.fromkeys([*GEMM_PASSES, "bwd"])),
-                   help="FP8 suites (fwd dgrad wgrad) and attention (fwd bwd): restrict to these passes (default all)")
-    p.add_argument("--operands", choices=["pass", "k-major"],
-                   help="gemm-fp8: the turbo providers' operand storage: the pass's own (default; backends that "
-                        "need K-major operands time their re-layout) or the baseline's K-major tensors (GEMM alone)")
+                   help="which suite (default gemm); report: docs/performance.md from the dataset")
+    _option(p, "--quick", action="store_true", help="tiny shapes; runs on the CPU for smoke tests")
+    _option(p, "--record", nargs="?", const=DATA_DIR, metavar="DIR",
+               help=f"append the rows, with the commit, date, device and versions, to DIR/<suite>.jsonl "
+                    f"(default DIR: {DATA_DIR})")
+    _option(p, "--out", metavar="FILE",
+               help=f"a suite: write JSON (provenance + rows + summary) to FILE; report: the page to write "
+                    f"(default {REPORT_OUT}; its plots go to the folder of the same name)")
+    _option(p, "--data", default=DATA_DIR, metavar="DIR", help=f"report: the dataset to read (default {DATA_DIR})")
+    _option(p, "--no-plots", action="store_true", help="report: markdown only")
+    _option(p, "--tokens", type=int, nargs="+", default=None, metavar="N",
+               help="tokens per micro-batch, one run of the suite per value (default: the suite's; 8192 for "
+                    "GEMMs, 16384 for norm/activation; moe: 4096 and 16384; attention: batch x seq, 16384)")
+    _option(p, "--models", nargs="*", help="restrict to these models (default: all of the suite)")
+    _option(p, "--providers", nargs="*",
+               help="restrict to these providers, e.g. torch turbo:TRITON (FP8 suites: bf16:torch.matmul, "
+                    "torch._scaled_mm, F.scaled_mm, bf16:torch._grouped_mm, torch._scaled_grouped_mm; attention: "
+                    "sdpa:cudnn sdpa:flash turbo:TRITON turbo:TRITON:deterministic; norm/activation: liger liger:gate_up "
+                    "when liger-kernel is importable)")
+    _option(p, "--include-reference", action="store_true", help="also time the TORCH reference backend")
+    _option(p, "--warmup", type=int, default=10)
+    _option(p, "--rounds", type=int, default=1,
+               help="gemm, grouped_gemm, FP8 GEMM suites: time each case's providers this many times in turn "
+                    "(A B, A B, ...) and report the median round, so GPU clock drift hits every provider alike")
+    _option(p, "--iters", type=int, default=50)
+    _option(p, "--device", choices=["cuda", "cpu"], help="default: cuda when present (cpu with --quick)")
+    _option(p, "--granularities", nargs="*",
+               help="FP8 suites: tensorwise rowwise blockwise mx (default: all that this torch supports)")
+    _option(p, "--format", dest="fp8_format", choices=["E4M3", "E5M2", "HYBRID"],
+               help="FP8 suites: operand format (default E4M3; HYBRID: gradients E5M2)")
+    _option(p, "--passes", nargs="*", choices=list(dict.fromkeys([*GEMM_PASSES, "bwd"])),
+               help="FP8 suites (fwd dgrad wgrad) and attention (fwd bwd): restrict to these passes (default all)")
+    _option(p, "--operands", choices=["pass", "k-major"],
+               help="gemm-fp8: the turbo providers' operand storage: the pass's own (default; backends that "
+                    "need K-major operands time their re-layout) or the baseline's K-major tensors (GEMM alone)")
+    p.set_defaults(bench_defaults={dest: p.get_default(dest) for dest in FLAGS})
 
 
 def suite_module(name: str):
@@ -86,27 +103,35 @@ def suite_options(args, suite) -> dict:
     return extra
 
 
-def run_report(args) -> int:
-    """``turbo bench report``: README.md, one page per suite and, with matplotlib, the plots."""
-    import glob
+def command_line(args) -> list[str]:
+    """The command, rebuilt from the parsed options that differ from their defaults (what the rows
+    were measured with, whichever way the command was called)."""
+    words = ["turbo", "bench", args.suite]
+    for dest, (flag, switch) in FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None or value == args.bench_defaults.get(dest):
+            continue
+        if switch:
+            words.append(flag)
+        elif isinstance(value, list):
+            words += [flag, *map(str, value)]
+        else:
+            words += [flag, str(value)]
+    return words
 
+
+def run_report(args) -> int:
+    """``turbo bench report``: the performance page (and, with matplotlib, its plots)."""
     from rich.console import Console
 
-    from turbo_core.bench.markdown import write_report
+    from turbo_core.bench.markdown import write_performance
 
     console = Console(stderr=True)
-    files = args.files or sorted(glob.glob(REPORT_INPUTS))
-    if not files:
-        console.print(f"turbo bench report: no result files given and none match {REPORT_INPUTS}", markup=False)
-        return 2
     try:
-        written = write_report(files, args.out_dir, plots=not args.no_plots)
+        written = write_performance(args.data, args.out or REPORT_OUT, plots_wanted=not args.no_plots)
     except ValueError as exc:
         console.print(f"turbo bench report: {exc}", soft_wrap=True, markup=False)
         return 2
-    for src in written.sources:
-        if src.skipped:
-            console.print(f"skipped {src.path}: {src.skipped}", soft_wrap=True, markup=False)
     if written.plots_skipped:
         console.print(f"plots skipped: {written.plots_skipped}", soft_wrap=True, markup=False)
     for path in written.files:
@@ -115,45 +140,45 @@ def run_report(args) -> int:
 
 
 def run(args) -> int:
-    import sys
-
     if args.suite == "report":
         return run_report(args)
-    if args.files:
-        print(f"turbo bench {args.suite}: unexpected arguments {' '.join(args.files)} (files are for `turbo bench report`)",
-              file=sys.stderr)
+    if args.rounds < 1:
+        print(f"turbo bench: --rounds: expected a count >= 1, got {args.rounds}", file=sys.stderr)
         return 2
 
     import torch
     from rich.console import Console
     from rich.progress import Progress
 
-    from turbo_core.bench import runner
+    from turbo_core.bench import dataset, runner
+    from turbo_core.bench.console import print_tables, summary
 
     device = args.device or ("cuda" if torch.cuda.is_available() and not args.quick else "cpu")
     iters, warmup = (3, 1) if args.quick else (args.iters, args.warmup)
-    if args.rounds < 1:
-        print(f"turbo bench: --rounds: expected a count >= 1, got {args.rounds}", file=sys.stderr)
-        return 2
     runner.ROUNDS = args.rounds
     console = Console(stderr=True)
-    env = runner.environment(device)
-    env["argv"] = ["turbo", *sys.argv[1:]]
     suite = suite_module(args.suite)
     try:
         extra = suite_options(args, suite)
     except ValueError as exc:
         console.print(f"turbo bench: {exc}")
         return 2
+    rows: list[dict] = []
     with Progress(console=console, transient=True) as progress:
-        rows = suite.run(quick=args.quick, tokens=args.tokens, models=args.models, providers=args.providers,
-                         include_reference=args.include_reference, warmup=warmup, iters=iters,
-                         device=device, progress=progress, **extra)
-    from turbo_core.bench.report import print_tables, summary
-
+        for tokens in args.tokens or [None]:
+            rows += suite.run(quick=args.quick, tokens=tokens, models=args.models, providers=args.providers,
+                              include_reference=args.include_reference, warmup=warmup, iters=iters,
+                              device=device, progress=progress, **extra)
     getattr(suite, "print_table", print_tables)(rows, Console())
+    if args.record is None and args.out is None:
+        return 0
+    run_fields = dataset.provenance(device, command_line(args))
+    if args.record is not None:
+        for path in dataset.append(rows, run_fields, args.record):
+            console.print(f"appended to {path} (run {run_fields['run']})", soft_wrap=True, markup=False)
     if args.out:
         with open(args.out, "w") as fh:
-            json.dump({"environment": env, "rows": rows, "summary": summary(rows)}, fh, indent=1)
-        console.print(f"wrote {args.out}")
+            json.dump({"run": run_fields, "rows": rows, "summary": summary(rows)}, fh, indent=1)
+        console.print(f"wrote {args.out}", soft_wrap=True, markup=False)
     return 0
+

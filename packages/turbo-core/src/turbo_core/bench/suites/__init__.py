@@ -1,7 +1,7 @@
 """Benchmark suites by name. Each module ``turbo_core.bench.suites.<name>`` has
 ``run(*, quick, tokens, models, providers, include_reference, warmup, iters, device, progress)``
 returning JSON-ready rows, and may have ``print_table(rows, console)`` (else the TFLOP/s table of
-``turbo_core.bench.report`` is used). ``gemm``/``grouped_gemm`` are scored in TFLOP/s, ``norm`` and
+``turbo_core.bench.console`` is used). ``gemm``/``grouped_gemm`` are scored in TFLOP/s, ``norm`` and
 ``activation`` and ``quant`` (memory-bound) in GB/s and the fraction of the measured copy bandwidth. The FP8
 suites ``gemm-fp8`` / ``grouped-gemm-fp8`` (modules ``gemm_fp8`` / ``grouped_gemm_fp8``) also take
 ``granularities``, ``fp8_format`` and ``passes``. ``attention`` (flash attention, forward and

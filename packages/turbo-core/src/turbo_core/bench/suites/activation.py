@@ -20,12 +20,15 @@ what they compute. liger's GEGLU uses the tanh approximation of GELU, not this s
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from turbo_core.bench.suites.norm import MemCase, Peer, liger_attr, print_table, run_bandwidth
+from turbo_core.dispatch import call, use_backend
+from turbo_core.dispatch.specs.activation import GluBwdArgs, GluFwdArgs
 
 __all__ = ["cases", "peer_providers", "print_table", "run"]
 
@@ -104,8 +107,6 @@ def torch_provider(case: MemCase, compiled: bool) -> Callable:
 
 
 def turbo_args(case: MemCase, inputs: tuple):
-    from turbo_core.dispatch.specs.activation import GluBwdArgs, GluFwdArgs
-
     x, probs, grad = inputs
     if case.pass_ == "fwd":
         return f"{case.op}_fwd", GluFwdArgs(x, probs)
@@ -113,9 +114,6 @@ def turbo_args(case: MemCase, inputs: tuple):
 
 
 def turbo_provider(case: MemCase, backend: str) -> Callable:
-    from turbo_core.dispatch.dispatcher import call
-    from turbo_core.dispatch.manager import use_backend
-
     def prepare(inputs):
         name, args = turbo_args(case, inputs)
 
@@ -196,8 +194,6 @@ def peer_providers(case: MemCase) -> list[Peer]:
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
         include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
     """The GLU suite: rows as :func:`turbo_core.bench.suites.norm.run_bandwidth`'s."""
-    import sys
-
     return run_bandwidth(sys.modules[__name__], cases(tokens, quick, models), providers=providers,
                          include_reference=include_reference, compile_provider=device == "cuda",
                          warmup=warmup, iters=iters, device=device, progress=progress)

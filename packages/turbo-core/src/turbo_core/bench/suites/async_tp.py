@@ -22,9 +22,12 @@ reference value.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from turbo_core.bench import ranks
+from turbo_core.bench.console import print_tables
 from turbo_core.bench.models import DENSE
+from turbo_core.ops import fused_all_gather_matmul, fused_matmul_reduce_scatter
 
 __all__ = ["MODELS", "print_table", "run"]
 
@@ -60,10 +63,6 @@ def _layers(layers: list, world: int) -> list[tuple[str, str, int, int]]:
 
 
 def _rank_rows(rank: int, world: int, group, dev: torch.device, args: dict) -> list[dict]:
-    import torch.distributed as dist
-
-    from turbo_core.ops import fused_all_gather_matmul, fused_matmul_reduce_scatter
-
     rows = []
     tokens, warmup, iters = args["tokens"], args["warmup"], args["iters"]
     g = torch.Generator(device=dev).manual_seed(1234 + rank)
@@ -159,7 +158,5 @@ def _cell(r: dict, provider: str) -> str:
 
 def print_table(rows: list[dict], console) -> None:
     """Per case: TFLOP/s per provider, the ratio to the unfused composition, the error."""
-    from turbo_core.bench.report import print_tables
-
     print_tables(rows, console, title="turbo bench async-tp: TFLOP/s (ratio to unfused) [rel err vs float64]",
                  cell=_cell)

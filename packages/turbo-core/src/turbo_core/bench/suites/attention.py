@@ -56,6 +56,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+import torch.backends.cuda as tbc
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from turbo_core.bench.console import print_tables
+from turbo_core.bench.runner import Provider, available_backends, run_cases
+from turbo_core.dispatch import call, decline_reason, get_primitive, use_backend
+from turbo_core.dispatch.specs.attention import AttentionBwdArgs, AttentionFwdArgs, lse_shape, out_shape
+from turbo_core.platform import platform_of
+from turbo_core.testing.numerics import tolerance
 
 #: Timed passes.
 PASSES = ("fwd", "bwd")
@@ -297,8 +306,6 @@ def reference(case: AttnCase, inputs: dict) -> torch.Tensor:
 def tolerance_of(dtype: torch.dtype) -> float:
     """``max(atol, 2 ulp) + rtol`` of ``dtype``: a bound on ``max|err| / max|ref|`` implied by the
     conformance suite's normwise gate (``turbo_core.testing.numerics.assert_close_normwise``)."""
-    from turbo_core.testing.numerics import tolerance
-
     rtol, atol = tolerance(dtype)
     return max(atol, 2.0 * torch.finfo(dtype).eps) + rtol
 
@@ -307,15 +314,11 @@ def tolerance_of(dtype: torch.dtype) -> float:
 
 
 def _fwd_args(case: AttnCase, inputs: dict, deterministic: bool = False):
-    from turbo_core.dispatch.specs.attention import AttentionFwdArgs
-
     return AttentionFwdArgs(inputs["q"], inputs["k"], inputs["v"], causal=case.causal, window_size=case.window,
                             sink=inputs["sink"], deterministic=deterministic)
 
 
 def _bwd_args(case: AttnCase, inputs: dict, out: torch.Tensor, lse: torch.Tensor, deterministic: bool = False):
-    from turbo_core.dispatch.specs.attention import AttentionBwdArgs
-
     return AttentionBwdArgs(inputs["dout"], inputs["q"], inputs["k"], inputs["v"], out, lse, causal=case.causal,
                             window_size=case.window, sink=inputs["sink"], deterministic=deterministic)
 
@@ -323,11 +326,6 @@ def _bwd_args(case: AttnCase, inputs: dict, out: torch.Tensor, lse: torch.Tensor
 def turbo_decline(case: AttnCase, backend: str, inputs: dict, deterministic: bool = False) -> str | None:
     """The backend's reason for declining the case's primitive call (None: it runs it). The
     backward is asked with placeholder out/lse (capability checks read metadata only)."""
-    from turbo_core.dispatch.dispatcher import decline_reason
-    from turbo_core.dispatch.primitives import get_primitive
-    from turbo_core.dispatch.specs.attention import lse_shape, out_shape
-    from turbo_core.platform import platform_of
-
     q = inputs["q"]
     if case.pass_ == "fwd":
         args = _fwd_args(case, inputs, deterministic)
@@ -342,9 +340,6 @@ def turbo_decline(case: AttnCase, backend: str, inputs: dict, deterministic: boo
 def turbo_provider(case: AttnCase, backend: str, deterministic: bool = False):
     """``prepare(inputs) -> fn``: the forward primitive, or (bwd) the backward primitive after one
     forward outside the timed region; both pinned to ``backend``."""
-    from turbo_core.dispatch.dispatcher import call
-    from turbo_core.dispatch.manager import use_backend
-
     heads = _heads(case)
 
     def prepare(inputs: dict):
@@ -387,7 +382,6 @@ def sdpa_decline(name: str, case: AttnCase, inputs: dict) -> str | None:
         return "SDPA's is_causal is top-left aligned; turbo's causal is bottom-right (equal only when s_q == s_kv)"
     if q.device.type != "cuda":
         return f"{what} runs on CUDA GPUs only (this run is on {q.device.type})"
-    import torch.backends.cuda as tbc
 
     check = getattr(tbc, "can_use_cudnn_attention" if name == "sdpa:cudnn" else "can_use_flash_attention", None)
     if check is None:
@@ -408,8 +402,6 @@ def sdpa_decline(name: str, case: AttnCase, inputs: dict) -> str | None:
 def sdpa_provider(case: AttnCase, name: str):
     """``prepare(inputs) -> fn``: SDPA under one backend on ``[b, h, s, d]`` views of leaves that
     require grad; bwd: ``torch.autograd.grad`` of the forward's output (graph retained)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     backend = getattr(SDPBackend, _SDPA[name])
     gqa = {"enable_gqa": True} if case.h_q != case.h_kv else {}
     heads = _heads(case)
@@ -436,15 +428,11 @@ def sdpa_provider(case: AttnCase, name: str):
 
 
 def backends(include_reference: bool) -> list[str]:
-    from turbo_core.bench.runner import available_backends
-
     return available_backends("attention_fwd", include_reference=include_reference)
 
 
 def case_providers(case: AttnCase, first: dict, names: list[str]) -> list:
     """The case's providers (see the module docstring), baseline first."""
-    from turbo_core.bench.runner import Provider
-
     out = []
     for name in _SDPA:
         reason = sdpa_decline(name, case, first)
@@ -485,8 +473,6 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         passes: list[str] | None = None) -> list[dict]:
     """Every provider on every case, side by side; rows as described in the module docstring.
     ``tokens`` (batch x seq) defaults to 16384 (32 with ``quick``); ``passes`` to fwd and bwd."""
-    from turbo_core.bench.runner import run_cases
-
     dtype = torch.bfloat16
     names = backends(include_reference or device == "cpu")
     all_cases = list(cases(tokens or (32 if quick else 16384), quick, models, passes))
@@ -514,8 +500,6 @@ def _cell(r: dict, provider: str) -> str:
 def print_table(rows: list[dict], console) -> None:
     """Per case: TFLOP/s, the ratio to SDPA cuDNN, {deterministic: the ratio to the default
     backward}, [max rel err on the checked slice]; statuses of what did not run; geomeans."""
-    from turbo_core.bench.report import print_tables
-
     print_tables(rows, console, cell=_cell,
                  title="turbo bench attention: TFLOP/s (ratio to sdpa:cudnn) {deterministic: ratio to the "
                        "default backward} [max rel err]")

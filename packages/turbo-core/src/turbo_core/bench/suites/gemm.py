@@ -13,7 +13,10 @@ from dataclasses import dataclass
 import torch
 
 from turbo_core.bench.models import DENSE, QUICK
+from turbo_core.bench.runner import Provider, available_backends, run_cases, tensor_bytes
+from turbo_core.dispatch import call, decline_reason, get_primitive, use_backend
 from turbo_core.dispatch.specs.gemm import GemmArgs
+from turbo_core.platform import platform_of
 
 
 @dataclass
@@ -58,9 +61,6 @@ def torch_provider(a, b, ta, tb):
 
 
 def turbo_provider(backend: str):
-    from turbo_core.dispatch.dispatcher import call
-    from turbo_core.dispatch.manager import use_backend
-
     def run(a, b, ta, tb):
         with use_backend(backend):
             return call("gemm", GemmArgs(a, b, ta, tb))
@@ -75,9 +75,30 @@ def reference(a, b, ta, tb) -> torch.Tensor:
 
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
         include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
-    """Every provider on every case (see :func:`turbo_core.bench.runner.run_gemm`)."""
-    from turbo_core.bench.runner import run_gemm
+    """Every provider on every case (:func:`turbo_core.bench.runner.run_cases`)."""
+    dtype = torch.bfloat16
+    prim = get_primitive("gemm")
+    backends = available_backends("gemm", include_reference=include_reference)
 
-    return run_gemm(quick=quick, tokens=tokens or (32 if quick else 8192), models=models, providers=providers,
-                    include_reference=include_reference, warmup=warmup, iters=iters, device=device,
-                    progress=progress)
+    def case_providers(case, first) -> list[Provider]:
+        out = [Provider("torch", lambda s: lambda: torch_provider(*s), role="baseline")]
+        for b in backends:
+            a, bm, ta, tb = first
+            reason = decline_reason(prim, b, GemmArgs(a, bm, ta, tb), platform_of(a.device))
+            if reason:
+                out.append(Provider(f"turbo:{b}", status=f"declined: {reason}"))
+            else:
+                fn = turbo_provider(b)
+                out.append(Provider(f"turbo:{b}", lambda s, fn=fn: lambda: fn(*s)))
+        return out
+
+    return run_cases(
+        "gemm", list(cases(tokens or (32 if quick else 8192), quick, models)),
+        row=lambda c: {"case": c.label, "model": c.model, "layer": c.layer, "pass": c.pass_, "layout": c.layout,
+                       "m": c.m, "n": c.n, "k": c.k, "dtype": "bf16"},
+        flops=lambda c: c.flops,
+        make_inputs=lambda c, gen: make_inputs(c, device, dtype, gen),
+        timed_bytes=lambda s: tensor_bytes(s[:2]),
+        providers=case_providers,
+        reference=lambda c, s, oracle: reference(*s),
+        keep=providers, warmup=warmup, iters=iters, device=device, progress=progress)

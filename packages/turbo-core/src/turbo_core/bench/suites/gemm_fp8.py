@@ -58,11 +58,17 @@ from dataclasses import dataclass
 from functools import cache
 
 import torch
+import torch.nn.functional as F
 
+from turbo_core.bench.console import print_tables, tflops_bf16_cell
+from turbo_core.bench.runner import Provider, available_backends, run_cases, tensor_bytes
 from turbo_core.bench.suites import gemm as gemm_suite
 from turbo_core.bench.suites.gemm import GemmCase
+from turbo_core.dispatch import call, decline_reason, get_primitive, use_backend
 from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args, blockwise_layout, cdiv
 from turbo_core.low_precision import Format, ScalingGranularity, ScalingRecipe, as_format, as_granularity, fp8_dtype_for
+from turbo_core.ops import quantization as quant
+from turbo_core.platform import platform_of
 
 __all__ = ["BLOCK", "MX_BLOCK", "Fp8GemmCase", "accepted", "baseline_skip", "cases", "default_granularities",
            "dequant", "dequant64", "granularities_of", "make_inputs", "operand_dtype", "print_table", "quantize_operand",
@@ -144,8 +150,6 @@ def cases(tokens: int, quick: bool, models: list[str] | None, granularities, fmt
 
 def quantize_operand(x: torch.Tensor, dtype: torch.dtype, gran: G, axis: int, role: str):
     """``(q, scale_inv)`` of a stored operand whose GEMM contracts along ``axis`` (-1 or -2)."""
-    from turbo_core.ops import quantization as quant
-
     if gran == G.TENSORWISE:
         return quant.quantize_fp8(x, dtype, gran)
     if gran == G.ROWWISE:
@@ -266,8 +270,6 @@ def _f_scaled_mm(case: Fp8GemmCase, q: tuple):
     ``L4`` = cdiv(K,128) rounded up to 4; 1x128 b ``[N, cdiv(K,128)]`` with strides ``(1, N)``. When
     the installed torch's rules reject that, the transposed-view form ``torch._scaled_mm`` uses is
     tried (same memory), and else the call reports torch's error."""
-    import torch.nn.functional as F
-
     qa, sa, qb, sb, ta, tb = q
     mat1, mat2 = k_major(q)
     st = F.ScalingType
@@ -314,8 +316,6 @@ def _cpu_probe(gran: G) -> str | None:
 
 def baseline_skip(case: Fp8GemmCase, q: tuple, device: str) -> str | None:
     """None when the PyTorch baseline of the case's granularity can run here, else the reason."""
-    import torch.nn.functional as F
-
     qa, qb = q[0], q[2]
     gran = case.granularity
     e4m3 = qa.dtype == torch.float8_e4m3fn and qb.dtype == torch.float8_e4m3fn
@@ -355,9 +355,6 @@ def baseline_skip(case: Fp8GemmCase, q: tuple, device: str) -> str | None:
 
 
 def turbo_provider(backend: str, gran: G):
-    from turbo_core.dispatch.dispatcher import call
-    from turbo_core.dispatch.manager import use_backend
-
     def prepare(inputs: dict):
         args = turbo_args(gran, inputs["q"])
 
@@ -384,11 +381,6 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
     fields in the module docstring). ``tokens`` defaults to 8192 (32 with ``quick``);
     ``granularities`` to :func:`default_granularities`; ``passes`` to fwd, dgrad and wgrad;
     ``operands``: ``"pass"`` or ``"k-major"`` (module docstring)."""
-    from turbo_core.bench.runner import Provider, available_backends, run_cases, tensor_bytes
-    from turbo_core.dispatch.dispatcher import decline_reason
-    from turbo_core.dispatch.primitives import get_primitive
-    from turbo_core.platform import platform_of
-
     fmt = as_format(fp8_format, "fp8_format")
     if fmt not in (Format.E4M3, Format.E5M2, Format.HYBRID):
         raise ValueError(f"fp8_format: expected E4M3, E5M2 or HYBRID, got {fmt.value}")
@@ -435,7 +427,5 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
 
 def print_table(rows: list[dict], console) -> None:
     """Per case: TFLOP/s, (the ratio to the same granularity's torch baseline), {the ratio to bf16}, [error]."""
-    from turbo_core.bench.report import print_tables, tflops_bf16_cell
-
     print_tables(rows, console, cell=tflops_bf16_cell,
                  title="turbo bench gemm-fp8: TFLOP/s (ratio to the torch FP8 baseline) {ratio to bf16} [max rel err]")

@@ -22,6 +22,12 @@ from dataclasses import dataclass
 
 import torch
 
+from turbo_core.bench.runner import Provider, run_cases, tensor_bytes
+from turbo_core.dispatch import call, decline_reason, get_primitive, use_backend
+from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmVariableKArgs
+from turbo_core.platform import platform_of
+from turbo_core.plugins.host import get_host
+
 #: MoE expert layers: routed experts, top-k, local experts per GPU (expert parallelism), and the
 #: (name, out_features, in_features) of one expert's layers.
 MOE = {
@@ -125,8 +131,6 @@ def torch_provider(pass_: str):
 
 
 def turbo_args(pass_: str, p, q, lens, offs):
-    from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmVariableKArgs
-
     if pass_ == "wgrad":
         return GroupedGemmVariableKArgs(p, q, lens, offs, trans_c=True)
     return GroupedGemmArgs(p, q, lens, offs, trans_b=pass_ == "fwd")
@@ -137,9 +141,6 @@ def primitive_of(pass_: str) -> str:
 
 
 def turbo_provider(backend: str, pass_: str):
-    from turbo_core.dispatch.dispatcher import call
-    from turbo_core.dispatch.manager import use_backend
-
     prim = primitive_of(pass_)
 
     def run(p, q, lens, offs, ends):
@@ -167,8 +168,6 @@ def reference(case: GroupedCase, p, q) -> torch.Tensor:
 
 def backends(include_reference: bool) -> list[str]:
     """Available backends with a kernel for both grouped primitives."""
-    from turbo_core.plugins.host import get_host
-
     registry = get_host().registry
     names = []
     for kernel in registry.kernels_for("grouped_gemm"):
@@ -184,11 +183,6 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
     """Every provider on every case, side by side; rows as in ``turbo_core.bench.runner`` plus
     ``balance``, ``groups`` and ``group_lens``. ``tokens`` defaults to 8192 (32 with ``quick``)."""
-    from turbo_core.bench.runner import Provider, run_cases, tensor_bytes
-    from turbo_core.dispatch.dispatcher import decline_reason
-    from turbo_core.dispatch.primitives import get_primitive
-    from turbo_core.platform import platform_of
-
     names = backends(include_reference)
 
     def case_providers(case, first):

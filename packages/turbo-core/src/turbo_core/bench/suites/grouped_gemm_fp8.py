@@ -44,6 +44,8 @@ from dataclasses import dataclass
 
 import torch
 
+from turbo_core.bench.console import print_tables, tflops_bf16_cell
+from turbo_core.bench.runner import Provider, available_backends, run_cases, tensor_bytes
 from turbo_core.bench.suites import grouped_gemm as grouped_suite
 from turbo_core.bench.suites.gemm_fp8 import (
     BLOCK,
@@ -55,8 +57,11 @@ from turbo_core.bench.suites.gemm_fp8 import (
     quantize_operand,
 )
 from turbo_core.bench.suites.grouped_gemm import GroupedCase
+from turbo_core.dispatch import call, decline_reason, get_primitive, use_backend
 from turbo_core.dispatch.specs.grouped_gemm_fp8 import GroupedGemmFp8Args, GroupedGemmFp8VariableKArgs
 from turbo_core.low_precision import Format, ScalingGranularity, as_format
+from turbo_core.ops import quantization as quant
+from turbo_core.platform import platform_of
 
 __all__ = ["GroupedFp8Case", "run"]
 
@@ -99,8 +104,6 @@ def cases(tokens: int, quick: bool, models: list[str] | None, granularities, fmt
 
 def _quantize_tokens(x, dtype, gran: G, lens, offs, role: str):
     """Tokens ``[M, K]`` for the forward-type GEMM (contraction along K)."""
-    from turbo_core.ops import quantization as quant
-
     if gran == G.BLOCKWISE:
         q, s, _, _ = quant.grouped_quantize_fp8(x, dtype, gran, lens, offs, axis=1, block_size=BLOCK)
         return q, s
@@ -110,8 +113,6 @@ def _quantize_tokens(x, dtype, gran: G, lens, offs, role: str):
 def _quantize_rows(x, dtype, gran: G, lens, offs, role: str):
     """``[M, D]`` for the variable-K GEMM (contraction along each group's rows): ``(q, s, lens, offs)``
     with the group lengths/offsets of q's layout (padded for BLOCKWISE and MX)."""
-    from turbo_core.ops import quantization as quant
-
     if gran in (G.BLOCKWISE, G.MX_BLOCKWISE):
         return quant.grouped_quantize_fp8(x, dtype, gran, lens, offs, axis=0,
                                           block_size=BLOCK if gran == G.BLOCKWISE else None)
@@ -228,9 +229,6 @@ def turbo_args(case: GroupedFp8Case, inputs: dict):
 
 
 def turbo_provider(backend: str, case: GroupedFp8Case):
-    from turbo_core.dispatch.dispatcher import call
-    from turbo_core.dispatch.manager import use_backend
-
     prim = primitive_of(case.grouped.pass_)
 
     def prepare(inputs: dict):
@@ -251,11 +249,6 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
     """Every provider on every case (rows as in the module docstring). ``tokens`` defaults to 8192
     (32 with ``quick``); ``granularities`` to TENSORWISE, ROWWISE, BLOCKWISE (+ MX when torch has
     E8M0); ``passes`` to fwd, dgrad and wgrad."""
-    from turbo_core.bench.runner import Provider, available_backends, run_cases, tensor_bytes
-    from turbo_core.dispatch.dispatcher import decline_reason
-    from turbo_core.dispatch.primitives import get_primitive
-    from turbo_core.platform import platform_of
-
     fmt = as_format(fp8_format, "fp8_format")
     if fmt not in (Format.E4M3, Format.E5M2, Format.HYBRID):
         raise ValueError(f"fp8_format: expected E4M3, E5M2 or HYBRID, got {fmt.value}")
@@ -303,8 +296,6 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
 
 def print_table(rows: list[dict], console) -> None:
     """Per case: TFLOP/s, (ratio to torch._scaled_grouped_mm), {ratio to bf16 torch._grouped_mm}, [error]."""
-    from turbo_core.bench.report import print_tables, tflops_bf16_cell
-
     print_tables(rows, console, cell=tflops_bf16_cell,
                  title="turbo bench grouped-gemm-fp8: TFLOP/s (ratio to torch._scaled_grouped_mm) "
                        "{ratio to bf16 torch._grouped_mm} [max rel err]")

@@ -39,12 +39,18 @@ from the reference functions run in float64 on the CPU).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from turbo_core.bench.suites.norm import MemCase, print_table, run_bandwidth
+from turbo_core.dispatch import call, use_backend
+from turbo_core.dispatch.specs import moe as spec
+from turbo_core.dispatch.specs.moe import MoePermutePreprocessArgs, MoeRoutingBwdArgs, MoeRoutingFwdArgs
+from turbo_core.reference.moe_permute import moe_permute_preprocess
+from turbo_core.reference.moe_routing import moe_routing_bwd, moe_routing_fwd
 
 __all__ = ["MODELS", "MoeModel", "case_bytes", "cases", "print_table", "run"]
 
@@ -130,9 +136,6 @@ def _routing_map(t: int, m: MoeModel, device: str, gen: torch.Generator) -> torc
 
 
 def _row_map(routing_map: torch.Tensor) -> torch.Tensor:
-    from turbo_core.dispatch.specs.moe import MoePermutePreprocessArgs
-    from turbo_core.reference.moe_permute import moe_permute_preprocess
-
     return moe_permute_preprocess(MoePermutePreprocessArgs(routing_map, routing_map.shape[1]))[0]
 
 
@@ -150,8 +153,6 @@ def make_inputs(case: MemCase, device: str, gen: torch.Generator) -> tuple:
         logits = torch.randn(t, e, device=device, generator=gen, dtype=LOGITS_DTYPE)
         if case.pass_ == "fwd":
             return (logits,)
-        from turbo_core.dispatch.specs.moe import MoeRoutingFwdArgs
-        from turbo_core.reference.moe_routing import moe_routing_fwd
 
         rmap = moe_routing_fwd(MoeRoutingFwdArgs(logits, m.topk, m.groups, m.selected_groups, m.score_function,
                                                  m.scaling_factor))[2]
@@ -192,9 +193,6 @@ def _chunks(n: int, width: int):
 
 
 def _routing_reference(case: MemCase, inputs: tuple) -> list[torch.Tensor]:
-    from turbo_core.dispatch.specs.moe import MoeRoutingBwdArgs, MoeRoutingFwdArgs
-    from turbo_core.reference.moe_routing import moe_routing_bwd, moe_routing_fwd
-
     m = _model(case)
     dev = inputs[0].device
     cpu = [x.cpu().double() if x.is_floating_point() else x.cpu() for x in inputs]
@@ -251,16 +249,10 @@ def reference(case: MemCase, inputs: tuple) -> list[torch.Tensor]:
 
 
 def _routing_fwd_expr(logits, topk, groups, selected, score_function, scale):
-    from turbo_core.dispatch.specs.moe import MoeRoutingFwdArgs
-    from turbo_core.reference.moe_routing import moe_routing_fwd
-
     return moe_routing_fwd(MoeRoutingFwdArgs(logits, topk, groups, selected, score_function, scale))
 
 
 def _routing_bwd_expr(logits, routing_map, grad_scores, grad_probs, score_function, scale):
-    from turbo_core.dispatch.specs.moe import MoeRoutingBwdArgs
-    from turbo_core.reference.moe_routing import moe_routing_bwd
-
     return moe_routing_bwd(MoeRoutingBwdArgs(logits, routing_map, grad_scores, grad_probs, score_function, scale))
 
 
@@ -341,8 +333,6 @@ def torch_provider(case: MemCase, compiled: bool) -> Callable:
 
 def turbo_args(case: MemCase, inputs: tuple):
     """``(primitive name, args)`` of the case."""
-    from turbo_core.dispatch.specs import moe as spec
-
     m = _model(case)
     if case.op == "moe_routing":
         if case.pass_ == "fwd":
@@ -374,9 +364,6 @@ def _outputs(case: MemCase, out) -> list[torch.Tensor]:
 
 
 def turbo_provider(case: MemCase, backend: str) -> Callable:
-    from turbo_core.dispatch.dispatcher import call
-    from turbo_core.dispatch.manager import use_backend
-
     def prepare(inputs):
         name, args = turbo_args(case, inputs)
 
@@ -393,8 +380,6 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
     """The MoE suite: rows as :func:`turbo_core.bench.suites.norm.run_bandwidth`'s, plus the case's
     ``experts``, ``topk``, ``expert_groups``, ``selected_groups``, ``score_function``."""
-    import sys
-
     return run_bandwidth(sys.modules[__name__], cases(tokens, quick, models), providers=providers,
                          include_reference=include_reference, compile_provider=device == "cuda",
                          warmup=warmup, iters=iters, device=device, progress=progress)

@@ -30,11 +30,16 @@ the rows, where its handle says (DEEP_EP: ``symm`` or ``collective``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
+import torch.distributed as dist
 
+from turbo_core import use_backend
 from turbo_core.bench import ranks
+from turbo_core.bench.console import print_tables
+from turbo_core.dispatch.launch import moe_dispatch as launch
+from turbo_core.plugins.host import get_host
 
 __all__ = ["MODELS", "print_table", "run"]
 
@@ -72,8 +77,6 @@ def _models(quick: bool, names: list[str] | None) -> list[EpModel]:
 def _backends(wanted: list[str] | None) -> tuple[list[str], dict[str, str]]:
     """``(available, {unavailable backend: why})`` among the backends with a ``moe_dispatch``
     kernel (not the TORCH reference: one process only), restricted to ``wanted`` when given."""
-    from turbo_core.plugins.host import get_host
-
     registry = get_host().registry
     names = list(dict.fromkeys(k.backend for k in registry.kernels_for("moe_dispatch") if k.backend != "TORCH"))
     if wanted is not None:
@@ -93,11 +96,6 @@ def _backends(wanted: list[str] | None) -> tuple[list[str], dict[str, str]]:
 
 
 def _case_rows(m: EpModel, tokens: int, rank: int, world: int, group, dev, providers, warmup, iters) -> list[dict]:
-    import torch.distributed as dist
-
-    from turbo_core import use_backend
-    from turbo_core.dispatch.launch import moe_dispatch as launch
-
     g = torch.Generator().manual_seed(1234 + rank)
     idx = torch.rand((tokens, m.experts), generator=g).topk(m.topk, dim=1).indices.to(dev)
     x = torch.randn((tokens, m.hidden), generator=g).to(torch.bfloat16).to(dev)
@@ -212,8 +210,6 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         ) -> list[dict]:
     """Rows as the module docstring describes (``include_reference`` is unused: the TORCH reference
     serves one process only)."""
-    from dataclasses import asdict
-
     chosen = _models(quick, models)
     tokens = tokens or (64 if quick else 4096)
     world, backend = ranks.world_and_backend(device, world)
@@ -239,7 +235,5 @@ def _gbps_cell(r: dict, provider: str) -> str:
 
 def print_table(rows: list[dict], console) -> None:
     """Per case: GB/s per provider, the ratio to the raw all-to-all, the round trip's error."""
-    from turbo_core.bench.report import print_tables
-
     print_tables(rows, console, title="turbo bench moe-dispatch: GB/s (ratio to all_to_all_single) [round-trip rel err]",
                  cell=_gbps_cell)

@@ -25,12 +25,19 @@ rows (what exactly it computes when that differs from the case).
 from __future__ import annotations
 
 import importlib
+import importlib.metadata as md
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from turbo_core import timing
+from turbo_core.bench.console import print_tables
+from turbo_core.dispatch import call, decline_reason, get_primitive, use_backend
+from turbo_core.dispatch.specs.normalization import RmsNormBwdArgs, RmsNormFwdArgs
+from turbo_core.platform import platform_of
+from turbo_core.plugins.host import get_host
 
 __all__ = ["MemCase", "Peer", "cases", "copy_bandwidth", "liger_attr", "peer_providers", "print_table", "run",
            "run_bandwidth"]
@@ -144,8 +151,6 @@ def torch_provider(case: MemCase, compiled: bool) -> Callable:
 
 def turbo_args(case: MemCase, inputs: tuple):
     """``(primitive name, args)`` of the case, for the capability check."""
-    from turbo_core.dispatch.specs.normalization import RmsNormBwdArgs, RmsNormFwdArgs
-
     x, w, other = inputs
     if case.pass_ == "fwd":
         residual = other if case.op == "rmsnorm_residual" else None
@@ -155,13 +160,9 @@ def turbo_args(case: MemCase, inputs: tuple):
 
 
 def turbo_provider(case: MemCase, backend: str) -> Callable:
-    from turbo_core.dispatch.dispatcher import call
-    from turbo_core.dispatch.manager import use_backend
-
     def prepare(inputs):
         name, args = turbo_args(case, inputs)
         if case.pass_ == "bwd":  # rstd from the backend's own forward
-            from turbo_core.dispatch.specs.normalization import RmsNormBwdArgs, RmsNormFwdArgs
 
             with use_backend(backend):
                 _, rstd, _ = call("rmsnorm_fwd", RmsNormFwdArgs(args.x, args.gamma, EPS))
@@ -197,13 +198,9 @@ class Peer:
 
 
 def _liger_version() -> str:
-    import importlib.metadata as md
-
     try:
         return md.version("liger-kernel")
     except md.PackageNotFoundError:
-        import sys
-
         return str(getattr(sys.modules.get("liger_kernel"), "__version__", "unknown"))
 
 
@@ -265,8 +262,6 @@ def copy_bandwidth(device: str, *, nbytes: int = 2**30, warmup: int = 5, iters: 
 
 
 def _backends(primitive: str) -> list[str]:
-    from turbo_core.plugins.host import get_host
-
     registry = get_host().registry
     return [k.backend for k in registry.kernels_for(primitive)
             if registry.backend(k.backend).unavailable_reason() is None]
@@ -302,10 +297,6 @@ def run_bandwidth(suite, all_cases: list[MemCase], *, providers: list[str] | Non
                   copy_gbps: float | None = None) -> list[dict]:
     """Time every provider on every case of ``suite`` (a module with ``make_inputs``, ``reference``,
     ``torch_provider``, ``turbo_args``, ``turbo_provider``); JSON-ready rows."""
-    from turbo_core.dispatch.dispatcher import decline_reason
-    from turbo_core.dispatch.primitives import get_primitive
-    from turbo_core.platform import platform_of
-
     if copy_gbps is None:
         copy_gbps = copy_bandwidth(device)
     gen = torch.Generator(device=device).manual_seed(0)
@@ -370,8 +361,6 @@ def run_bandwidth(suite, all_cases: list[MemCase], *, providers: list[str] | Non
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
         include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
     """The RMSNorm suite: rows as :func:`run_bandwidth`'s (``torch.compile`` off for CPU runs)."""
-    import sys
-
     return run_bandwidth(sys.modules[__name__], cases(tokens, quick, models), providers=providers,
                          include_reference=include_reference, compile_provider=device == "cuda",
                          warmup=warmup, iters=iters, device=device, progress=progress)
@@ -384,8 +373,6 @@ def _gbps_cell(r: dict, provider: str) -> str:
 
 def print_table(rows: list[dict], console) -> None:
     """Per case: GB/s, the ratio to eager torch, the fraction of the copy bandwidth, the error."""
-    from turbo_core.bench.report import print_tables
-
     copy = next((r["copy_gbps"] for r in rows if r.get("copy_gbps")), None)
     title = "turbo bench: GB/s (ratio to torch) {fraction of copy bandwidth} [max rel err]"
     print_tables(rows, console, title=title + (f"; copy {copy:.0f} GB/s" if copy else ""), cell=_gbps_cell)

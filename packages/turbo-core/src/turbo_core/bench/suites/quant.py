@@ -14,13 +14,18 @@ as numbers) from the reference kernel's in float64 — 0 when bit-identical.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import torch
 
 from turbo_core.bench.suites.norm import MemCase, print_table, run_bandwidth
+from turbo_core.dispatch import call, use_backend
+from turbo_core.dispatch.specs.quantization import DequantizeFp8Args, QuantizeFp8Args, QuantizeFp8WithTransArgs
 from turbo_core.low_precision import ScalingGranularity as G
 from turbo_core.low_precision import ScalingRecipe
+from turbo_core.reference import quantization as ref
+from turbo_core.reference.quantization import quantize_fp8
 
 __all__ = ["cases", "print_table", "run"]
 
@@ -82,8 +87,6 @@ def _spec(case: MemCase):
 
 
 def _quant_args(case: MemCase, x: torch.Tensor):
-    from turbo_core.dispatch.specs.quantization import QuantizeFp8Args, QuantizeFp8WithTransArgs
-
     prim, gran, bs, two_d = _spec(case)
     if prim == "quantize_fp8_with_trans":
         return QuantizeFp8WithTransArgs(x, FP8, gran, bs)
@@ -97,16 +100,12 @@ def make_inputs(case: MemCase, device: str, gen: torch.Generator) -> tuple:
     prim, gran, bs, _ = _spec(case)
     if prim != "dequantize_fp8":
         return (x,)
-    from turbo_core.dispatch.specs.quantization import QuantizeFp8Args
-    from turbo_core.reference.quantization import quantize_fp8
 
     q, s = quantize_fp8(QuantizeFp8Args(x, FP8, gran, -1, bs))
     return q, s
 
 
 def _dequant_args(case: MemCase, inputs: tuple):
-    from turbo_core.dispatch.specs.quantization import DequantizeFp8Args
-
     _, gran, bs, _ = _spec(case)
     q, s = inputs
     return DequantizeFp8Args(q, s, torch.bfloat16, gran, -1, bs)
@@ -123,8 +122,6 @@ def _as_list(out) -> list[torch.Tensor]:
 
 
 def _reference_fn(prim: str) -> Callable:
-    from turbo_core.reference import quantization as ref
-
     return getattr(ref, prim)
 
 
@@ -149,9 +146,6 @@ def torch_provider(case: MemCase, compiled: bool) -> Callable:
 
 
 def turbo_provider(case: MemCase, backend: str) -> Callable:
-    from turbo_core.dispatch.dispatcher import call
-    from turbo_core.dispatch.manager import use_backend
-
     def prepare(inputs):
         name, args = turbo_args(case, inputs)
 
@@ -167,8 +161,6 @@ def turbo_provider(case: MemCase, backend: str) -> Callable:
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
         include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
     """The quantization suite: rows as :func:`turbo_core.bench.suites.norm.run_bandwidth`'s."""
-    import sys
-
     return run_bandwidth(sys.modules[__name__], cases(tokens, quick, models), providers=providers,
                          include_reference=include_reference, compile_provider=device == "cuda",
                          warmup=warmup, iters=iters, device=device, progress=progress)
