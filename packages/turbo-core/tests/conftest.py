@@ -22,8 +22,9 @@ if str(FAKE_DIR) not in sys.path:  # test-only: lets TURBO_PLUGINS name the fake
 
 # (``turbo_core.dispatch.primitives`` the attribute is the function of that name: take the module)
 _primitives = importlib.import_module("turbo_core.dispatch.primitives")
+from turbo_core.dispatch.catalog import get_primitive  # noqa: E402
 from turbo_core.dispatch.manager import GlobalBackendManager  # noqa: E402
-from turbo_core.dispatch.primitives import Primitive, get_primitive  # noqa: E402
+from turbo_core.dispatch.primitives import Primitive  # noqa: E402
 from turbo_core.dispatch.specs.gemm import GemmArgs  # noqa: E402
 from turbo_core.plugins import host as _host  # noqa: E402
 

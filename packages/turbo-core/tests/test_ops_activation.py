@@ -4,8 +4,7 @@ opcheck, torch.compile, shapes, row_mask semantics."""
 import pytest
 import torch
 
-from turbo_core.dispatch import dispatcher
-from turbo_core.dispatch.primitives import get_primitive
+from turbo_core.dispatch import dispatcher, get_primitive
 from turbo_core.dispatch.specs.activation import GluBwdArgs, GluFwdArgs, glu_primitive
 from turbo_core.ops import geglu_with_probs, swiglu_with_probs
 from turbo_core.testing.cases.activation import CASES

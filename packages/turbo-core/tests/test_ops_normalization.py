@@ -4,8 +4,7 @@ validation messages, opcheck, torch.compile, parity and state_dict with torch.nn
 import pytest
 import torch
 
-from turbo_core.dispatch import dispatcher
-from turbo_core.dispatch.primitives import get_primitive
+from turbo_core.dispatch import dispatcher, get_primitive
 from turbo_core.dispatch.specs.normalization import RmsNormBwdArgs, RmsNormFwdArgs
 from turbo_core.modules import RMSNorm
 from turbo_core.ops import rmsnorm, rmsnorm_residual

@@ -27,14 +27,14 @@ import torch
 
 from turbo_core import GlobalBackendManager, use_backend
 from turbo_core import tuning as T
-from turbo_core.bench import timing
+from turbo_core.bench import campaign, timing
 from turbo_core.cli import main
 from turbo_core.dispatch import call, dispatcher, select, stats
 from turbo_core.dispatch import defaults as _defaults
+from turbo_core.dispatch import tuning_keys as K
 from turbo_core.dispatch.specs.gemm import GemmArgs, gemm_dims
 from turbo_core.platform import CPU
-from turbo_core.tuning import ConfigChoice, Entry, Key, TuningDB, campaign, plausible
-from turbo_core.tuning import keys as K
+from turbo_core.tuning import ConfigChoice, Entry, Key, TuningDB, plausible
 from turbo_core.tuning import versions as V
 
 M = GlobalBackendManager
@@ -160,7 +160,6 @@ def test_gemm_fp8_args_of_a_bad_key_name_the_layout(layout, message):
 
 def test_gemm_fp8_cases_quantize_each_pass_like_the_fp8_linear():
     from turbo_core.low_precision import Format
-    from turbo_core.tuning import campaign
 
     cases = campaign.gemm_fp8_cases(arch="cpu", granularities=["blockwise", "rowwise"], fmt=Format.HYBRID,
                                     device="cpu", quick=True, models=["tiny"])

@@ -4,10 +4,20 @@ Exit status 1 when any row fails its gate, 2 on bad options."""
 
 from __future__ import annotations
 
+import sys
+
+import torch
+from rich.console import Console
+from rich.progress import Progress
+
+from turbo_core.accuracy import build_cases, run_cases
+from turbo_core.accuracy.cases import FAMILIES, FORMATS
+from turbo_core.accuracy.report import failures, markdown, print_table, write_json
+from turbo_core.backend import normalize_backend_name
+from turbo_core.bench.runner import environment
+
 
 def add_parser(sub) -> None:
-    from turbo_core.accuracy.cases import FAMILIES, FORMATS
-
     p = sub.add_parser("accuracy", help="compare every backend with float64 math: SNR, max abs/rel error, gates")
     p.add_argument("--quick", action="store_true", help="tiny shapes; runs on the CPU in seconds")
     p.add_argument("--families", nargs="*", choices=FAMILIES, help="op families (default all)")
@@ -23,16 +33,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import sys
 
-    import torch
-    from rich.console import Console
-    from rich.progress import Progress
-
-    from turbo_core.accuracy import build_cases, run_cases
-    from turbo_core.accuracy.report import failures, markdown, print_table, write_json
-    from turbo_core.backend import normalize_backend_name
-    from turbo_core.bench.runner import environment
 
     console = Console(stderr=True)
     device = args.device or ("cuda" if torch.cuda.is_available() and not args.quick else "cpu")

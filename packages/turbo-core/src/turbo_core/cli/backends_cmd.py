@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import json
 
+from rich.console import Console
+from rich.table import Table
+
 from turbo_core.cli.inventory import backend_rows
 from turbo_core.plugins.host import get_host
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("backends", help="list every backend: package, version, availability, primitives")
+    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
 
 
 def run(args) -> int:
@@ -13,9 +21,6 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title="turbo backends", show_lines=True)
     for col in ("backend", "package", "version", "status", "primitives"):
         table.add_column(col, overflow="fold")

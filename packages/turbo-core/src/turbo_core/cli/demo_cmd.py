@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import sys
 
-from turbo_core.demo.model import FP8_RECIPES
+import torch
 
 #: The loss must end below this fraction of the first step's loss.
 FALL_RATIO = 0.9
+#: ``--fp8`` choices: ``turbo_core.demo.model.FP8_RECIPES``, as literals so that building the parser
+#: does not import the demo model (and through it every op).
+FP8_RECIPES = ("none", "tensorwise", "rowwise", "blockwise")
 
 
 def add_parser(sub) -> None:
@@ -29,8 +32,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import torch
-
     from turbo_core.demo import DemoConfig, op_table, train
 
     if args.steps < 1:

@@ -6,18 +6,26 @@ from __future__ import annotations
 import json
 import os
 
+from rich.console import Console
+from rich.table import Table
+
 from turbo_core._version import __version__
 from turbo_core.cli.inventory import backend_rows
+from turbo_core.dispatch.catalog import primitive_names
 from turbo_core.dispatch.env import backend_env_names
+from turbo_core.dispatch.manager import FAMILIES, GlobalBackendManager
 from turbo_core.platform import describe_process
 from turbo_core.plugins.host import get_host
+from turbo_core.tuning import active
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("doctor", help="explain the platform and any plugin or configuration problem")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
 
 
 def _env_problems() -> tuple[dict, list[str]]:
     """Every turbo-related environment variable that is set, and the ones with bad values."""
-    from turbo_core.dispatch.manager import FAMILIES, GlobalBackendManager
-    from turbo_core.dispatch.primitives import primitive_names
-
     shown = {k: v for k, v in os.environ.items() if k.startswith(("TURBO_", "PRIMUS_TURBO_"))}
     problems = []
     scopes = list(dict.fromkeys([*FAMILIES, *primitive_names()]))
@@ -60,8 +68,6 @@ def collect() -> dict:
 def _tuning(problems: list[str]) -> dict:
     """The tuning databases dispatch consults (turbo_core.tuning.active.info, without the per-entry
     stale list: its count); an unreadable database is a problem."""
-    from turbo_core.tuning import active
-
     try:
         info = active.info()
     except ValueError as exc:  # a malformed TURBO_TUNING_DB
@@ -77,9 +83,6 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console()
     proc = report["platform"]
     console.print(f"[bold]turbo-core[/bold] {report['turbo_core']}")

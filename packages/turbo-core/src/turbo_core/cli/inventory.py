@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+from turbo_core.dispatch.catalog import get_primitive
 from turbo_core.plugins.host import get_host
 
 
 def backend_rows() -> list[dict]:
     """One dict per backend: name, package, version, plugin, available, reason, platforms, archs,
     description, notes, primitives ``{name: {"precision": ..., "variants": [...]}}``."""
-    from turbo_core.dispatch.primitives import get_primitive
-
     registry = get_host().registry
     rows = []
     for name in registry.backend_names():

@@ -14,7 +14,20 @@ import shlex
 import subprocess
 import sys
 
-from turbo_core.profiling.session import TOOLS
+import torch
+
+from turbo_core import timing
+from turbo_core.bench.runner import environment
+from turbo_core.cli import bench_cmd
+from turbo_core.profiling.session import (
+    TOOLS,
+    ProfileError,
+    emit_nvtx,
+    profile_call,
+    python_target,
+    tool_command,
+)
+from turbo_core.profiling.table import format_table, hot_rows
 
 _USAGE_HINT = "give a target: `turbo profile bench <suite> [args]` or `turbo profile -- python train.py [args]`"
 
@@ -39,19 +52,19 @@ def add_parser(sub) -> None:
                    help="`bench <suite> [suite args]` or `-- python script.py [args]` / `-- python -m module`")
 
 
+def _bench_args(words: list[str]) -> argparse.Namespace:
+    """The ``turbo bench`` arguments in ``words`` (argparse exits 2 with its message on bad ones)."""
+    parser = argparse.ArgumentParser(prog="turbo")
+    bench_cmd.add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(["bench", *words])
+
+
 def _target(words: list[str]):
     """``(callable, device)`` running the target in this process."""
-    from turbo_core.profiling.session import ProfileError, python_target
-
     if words and words[0] == "bench":
-        from turbo_core.cli import bench_cmd
-        from turbo_core.cli.main import _parser
-
-        bench_args = _parser().parse_args(["bench", *words[1:]])  # exits 2 with argparse's message on bad args
+        bench_args = _bench_args(words[1:])
 
         def run_bench() -> int:
-            from turbo_core.bench import timing
-
             timing.QUEUE_AHEAD = False  # no sleep kernel in the trace
             return bench_cmd.run(bench_args)
 
@@ -62,8 +75,6 @@ def _target(words: list[str]):
 
 
 def run(args) -> int:
-    from turbo_core.profiling.session import ProfileError, emit_nvtx, profile_call, tool_command
-
     words = list(args.target)
     if words and words[0] == "--":
         words = words[1:]
@@ -91,8 +102,6 @@ def run(args) -> int:
         print(f"turbo profile: {exc}", file=sys.stderr)
         return 2
 
-    from turbo_core.profiling.table import format_table, hot_rows
-
     prof, code = profile_call(fn, with_stack=args.with_stack)
     rows = hot_rows(prof.events())
     print(format_table(rows, top=args.top or None))
@@ -100,10 +109,6 @@ def run(args) -> int:
         prof.export_chrome_trace(args.trace)
         print(f"turbo profile: wrote trace {args.trace}", file=sys.stderr)
     if args.out:
-        import torch
-
-        from turbo_core.bench.runner import environment
-
         env = environment(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         env["argv"] = ["turbo", *sys.argv[1:]]
         with open(args.out, "w") as fh:

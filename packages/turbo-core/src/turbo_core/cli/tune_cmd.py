@@ -19,6 +19,24 @@ bf16 results), timing the GEMM only, on the same quantized operands for every ca
 
 from __future__ import annotations
 
+import datetime
+import json
+import os
+import sys
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from turbo_core import __version__
+from turbo_core.backend import normalize_backend_name
+from turbo_core.bench.runner import available_backends, environment
+from turbo_core.low_precision import as_format
+from turbo_core.platform import platform_of
+from turbo_core.tuning import keys
+from turbo_core.tuning.db import TuningDB
+from turbo_core.tuning.keys import arch_of
+
 SUITES = ("gemm", "gemm-fp8")
 PRIMITIVES = {"gemm": "gemm", "gemm-fp8": "gemm_fp8"}
 
@@ -62,9 +80,6 @@ def add_parser(sub) -> None:
 
 
 def _write_json(path: str, obj) -> None:
-    import json
-    import os
-
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as fh:
         json.dump(obj, fh, indent=1)
@@ -76,9 +91,6 @@ def _us(v: float | None) -> str:
 
 
 def run(args) -> int:
-    import torch
-    from rich.console import Console
-
     console = Console(stderr=True)
     if args.suite is None and not args.check:
         console.print("turbo tune: give what to tune (gemm, gemm-fp8) or --check FILE")
@@ -109,42 +121,25 @@ def run(args) -> int:
 
 
 def _arch(device: str) -> str:
-    import torch
-
-    from turbo_core.platform import platform_of
-    from turbo_core.tuning.keys import arch_of
 
     return arch_of(platform_of(torch.device(device)))
 
 
 def _meta(device: str, arch: str) -> dict:
-    import datetime
-    import sys
-
-    from turbo_core import __version__
-    from turbo_core.bench.runner import environment
 
     return {"arch": arch, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "argv": ["turbo", *sys.argv[1:]], "turbo_core": __version__, "environment": environment(device)}
 
 
 def _run_tune(args, console, device: str, warmup: int, iters: int) -> int:
-    import os
+    from turbo_core.bench import campaign  # the benchmark suites and every op: only `turbo tune` pays
 
-    from rich.console import Console
-    from rich.table import Table
 
-    from turbo_core.backend import normalize_backend_name
-    from turbo_core.bench.runner import available_backends
-    from turbo_core.tuning import campaign, keys
-    from turbo_core.tuning.db import TuningDB
 
     arch = _arch(device)
     primitive = PRIMITIVES[args.suite]
     try:
         if args.suite == "gemm-fp8":
-            from turbo_core.low_precision import as_format
-
             cases = campaign.gemm_fp8_cases(arch=arch, granularities=args.granularity,
                                             fmt=as_format(args.format, "--format"), device=device, quick=args.quick,
                                             shapes=args.shapes, models=args.models, tokens=args.tokens,
@@ -224,11 +219,8 @@ def _tune_row_json(r) -> dict:
 
 
 def _run_check(args, console, device: str, warmup: int, iters: int) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    from turbo_core.bench import campaign  # the benchmark suites and every op: only `turbo tune` pays
 
-    from turbo_core.tuning import campaign
-    from turbo_core.tuning.db import TuningDB
 
     try:
         db = TuningDB.load(args.check)

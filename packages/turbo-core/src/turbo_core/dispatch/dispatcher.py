@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from turbo_core.dispatch import autotune
+from turbo_core.dispatch.catalog import get_primitive
 from turbo_core.dispatch.defaults import default_order
 from turbo_core.dispatch.manager import GlobalBackendManager, pinned_backend
-from turbo_core.dispatch.primitives import _PRIMITIVES, Primitive, get_primitive
+from turbo_core.dispatch.primitives import _PRIMITIVES, Primitive
 from turbo_core.dispatch.selection_cache import (
     CachedSelection,
     CacheInfo,
@@ -93,8 +94,18 @@ def clear_warnings() -> None:
 
 
 def clear_selection_cache() -> None:
-    """Forget every cached selection (``GlobalBackendManager.reset()`` does it too)."""
+    """Forget every cached selection (``GlobalBackendManager.reset()`` does it too, and so does any
+    change of the tuning database: ``turbo_core.tuning.on_change``)."""
     _cache.clear()
+
+
+def _forget() -> None:
+    autotune.get_tuner().clear()
+    clear_warnings()
+
+
+GlobalBackendManager.on_reset(_forget)
+_tuning.on_change(clear_selection_cache)
 
 
 def cache_info() -> CacheInfo:
@@ -258,7 +269,7 @@ def cached_select(prim: Primitive | str, args: Any) -> Selection:
 def call(primitive: str, args: Any) -> Any:
     """Validate, select (through the selection cache) and run: the one entry point ops use to
     reach a kernel. Validation runs on every call; so does the accounting in :func:`stats`."""
-    prim = _PRIMITIVES.get(primitive)  # the registered spec; get_primitive loads specs and explains misses
+    prim = _PRIMITIVES.get(primitive)  # the fast path; get_primitive explains a miss
     if prim is None:
         prim = get_primitive(primitive)
     prim.check_args(args)

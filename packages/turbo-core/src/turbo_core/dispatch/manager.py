@@ -16,8 +16,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
+from turbo_core import tuning
 from turbo_core.backend import (
     AUTOTUNE,
     BackendChoice,
@@ -27,7 +28,9 @@ from turbo_core.backend import (
     parse_precision,
 )
 from turbo_core.dispatch import env as _env
+from turbo_core.dispatch.catalog import families, get_primitive, primitive_names
 from turbo_core.dispatch.env import ALL
+from turbo_core.plugins.host import get_host
 
 __all__ = ["FAMILIES", "GlobalBackendManager", "pinned_backend", "use_backend"]
 
@@ -40,14 +43,10 @@ _pinned: contextvars.ContextVar[tuple[str, frozenset | None] | None] = contextva
 
 
 def _known_backend_names() -> set[str]:
-    from turbo_core.plugins.host import get_host
-
     return set(BackendType.WELL_KNOWN) | set(get_host().registry.backend_names())
 
 
 def _check_scope(scope: str) -> str:
-    from turbo_core.dispatch.primitives import primitive_names
-
     if not isinstance(scope, str):
         raise TypeError(f"primitive: expected a primitive or family name, got {scope!r}")
     s = scope.strip().lower()
@@ -63,15 +62,11 @@ def _check_scope(scope: str) -> str:
 
 def _all_families() -> set[str]:
     """Primus-Turbo's four families plus every family a primitive spec names (``rmsnorm``, ...)."""
-    from turbo_core.dispatch.primitives import families
-
     return set(FAMILIES) | set(families())
 
 
 def _untunable(scope: str) -> bool:
     """A primitive that is not tunable, or a family with any such primitive."""
-    from turbo_core.dispatch.primitives import families, get_primitive, primitive_names
-
     if scope in _UNTUNABLE_FAMILIES:
         return True
     members = families().get(scope)
@@ -92,6 +87,7 @@ class GlobalBackendManager:
     #: ``reset``: the dispatcher's selection cache keys on it, so a cached choice never outlives
     #: the setting it came from.
     generation: int = 0
+    _reset_hooks: list[Callable[[], None]] = []
 
     # -- generic API -----------------------------------------------------------------------------
     @classmethod
@@ -194,19 +190,26 @@ class GlobalBackendManager:
 
     @classmethod
     def reset(cls) -> None:
-        """Forget every code setting, the env-parse cache, the tune caches (recorded tuning-database
-        entries included) and one-time warnings."""
-        from turbo_core import tuning
-        from turbo_core.dispatch import autotune, dispatcher
-
+        """Forget every code setting, the env-parse cache, the loaded tuning database (recorded
+        entries included), and what the :meth:`on_reset` callbacks forget: the dispatcher's
+        auto-tune winners, selection cache, statistics and one-time warnings."""
         with cls._lock:
             cls._settings.clear()
             cls._auto_tune = None
             cls.generation += 1
+            hooks = list(cls._reset_hooks)
         _env.clear_cache()
-        autotune.get_tuner().clear()
         tuning.reset()
-        dispatcher.clear_warnings()
+        for hook in hooks:
+            hook()
+
+    @classmethod
+    def on_reset(cls, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` at every :meth:`reset` (the dispatcher, which imports this module,
+        registers the forgetting of its own state this way)."""
+        with cls._lock:
+            if callback not in cls._reset_hooks:
+                cls._reset_hooks.append(callback)
 
     # -- lookups used by the dispatcher ----------------------------------------------------------
     @classmethod
@@ -270,8 +273,6 @@ def use_backend(name: str, primitives: Iterable[str] | None = None) -> Iterator[
         raise ValueError(f"name: unknown backend {name!r}; known: {', '.join(sorted(known))}")
     only = None
     if primitives is not None:
-        from turbo_core.dispatch.primitives import get_primitive
-
         only = frozenset(get_primitive(p).name for p in primitives)
     token = _pinned.set((backend, only))
     try:

@@ -5,6 +5,9 @@ attributes of one call), a fixed :class:`PrecisionType`, a *family* (the setting
 variable that selects its backend, e.g. ``gemm`` for ``gemm``/``gemm_fp8``/``gemm_fp4``), a
 validator that rejects bad input with an error naming the argument, and the names of the fields
 it writes in place (auto-tune times those on scratch copies).
+
+This module holds the registry the spec modules fill (:func:`define_primitive`); it imports none
+of them. Lookups by name go through ``turbo_core.dispatch.catalog``, which imports every spec.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 
 from turbo_core.backend import PrecisionType
 
-__all__ = ["Primitive", "args_key", "define_primitive", "get_primitive", "primitive_names", "primitives"]
+__all__ = ["Primitive", "args_key", "define_primitive"]
 
 
 @dataclass(frozen=True)
@@ -75,38 +78,6 @@ def define_primitive(prim: Primitive) -> Primitive:
             raise ValueError(f"primitive {prim.name!r} is already defined")
         _PRIMITIVES[prim.name] = prim
     return prim
-
-
-def _ensure_specs() -> None:
-    # The spec modules define their primitives on import.
-    from turbo_core.dispatch import specs  # noqa: F401
-
-
-def get_primitive(name: str) -> Primitive:
-    _ensure_specs()
-    try:
-        return _PRIMITIVES[name]
-    except KeyError:
-        raise ValueError(
-            f"primitive: unknown primitive {name!r}; known: {', '.join(sorted(_PRIMITIVES))}"
-        ) from None
-
-
-def primitives() -> list[Primitive]:
-    _ensure_specs()
-    return list(_PRIMITIVES.values())
-
-
-def primitive_names() -> list[str]:
-    return [p.name for p in primitives()]
-
-
-def families() -> dict[str, list[str]]:
-    """Family name -> primitive names."""
-    out: dict[str, list[str]] = {}
-    for p in primitives():
-        out.setdefault(p.family, []).append(p.name)
-    return out
 
 
 def _value_key(value: Any) -> Any:

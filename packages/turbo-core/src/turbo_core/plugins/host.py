@@ -3,6 +3,10 @@
 pluggy's ``load_setuptools_entrypoints`` stops at the first failure; this loop records each
 failure (stage and reason), reports it once through the ``turbo`` logger and carries on.
 Discovery imports only the small plugin modules: no kernel library, no compilation, no GPU.
+
+A kernel may register only for a primitive that exists. The host learns the names from whoever
+defines primitives (``turbo_core.dispatch.catalog`` calls :func:`set_primitive_names` on import),
+so this package never imports the dispatch layer above it.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import importlib.metadata
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import pluggy
@@ -20,7 +25,7 @@ from turbo_core.plugins import hookspecs
 from turbo_core.plugins.registry import Registry
 from turbo_core.plugins.types import BackendInfo, Kernel, Registrar
 
-__all__ = ["PluginHost", "PluginRecord", "get_host", "reset_host"]
+__all__ = ["PluginHost", "PluginRecord", "get_host", "reset_host", "set_primitive_names"]
 
 log = logging.getLogger("turbo")
 
@@ -46,6 +51,21 @@ class PluginRecord:
             "name": self.name, "module": self.module, "source": self.source, "status": self.status,
             "stage": self.stage, "error": self.error, "backends": self.backends, "kernels": self.kernels,
         }
+
+
+_primitive_names: Callable[[], Iterable[str]] | None = None
+
+
+def set_primitive_names(names: Callable[[], Iterable[str]]) -> None:
+    """Where the host reads the primitive names kernels may register for (called at discovery)."""
+    global _primitive_names
+    _primitive_names = names
+
+
+def _known_primitives() -> set[str]:
+    if _primitive_names is None:
+        raise RuntimeError("turbo: no primitive catalog: import turbo_core (it defines the primitives) first")
+    return set(_primitive_names())
 
 
 def _split_env(name: str) -> list[str]:
@@ -83,9 +103,7 @@ class PluginHost:
                 self._loaded = True
 
     def _load_all(self) -> None:
-        from turbo_core.dispatch.primitives import primitive_names
-
-        known = set(primitive_names())
+        known = _known_primitives()
         disabled = {d.lower() for d in _split_env(ENV_DISABLE)}
         for ep in _entry_points():
             dist = getattr(getattr(ep, "dist", None), "name", None)

@@ -10,7 +10,10 @@ Two levels, one file format (``turbo_core.tuning.db``):
 
 Where databases come from and when they load: ``turbo_core.tuning.active``. Keys:
 ``turbo_core.tuning.keys``. Search spaces backends offer: ``turbo_core.tuning.spaces``. The
-campaign behind ``turbo tune``: ``turbo_core.tuning.campaign``. Importing this package is cheap.
+campaign behind ``turbo tune`` is tooling: ``turbo_core.bench.campaign``.
+
+This package sits below ``turbo_core.dispatch`` and never imports it: a change of the database
+reaches the dispatcher's selection cache through :func:`on_change`. Importing it is cheap.
 """
 
 from turbo_core.tuning.active import (
@@ -23,6 +26,7 @@ from turbo_core.tuning.active import (
     info,
     kernel_config,
     lookup,
+    on_change,
     overridden,
     record,
     reload,
@@ -53,6 +57,7 @@ __all__ = [
     "kernel_config",
     "key_for",
     "lookup",
+    "on_change",
     "overridden",
     "record",
     "register_key",

@@ -27,18 +27,19 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from turbo_core.platform import Platform
+from turbo_core.plugins.host import get_host
 from turbo_core.tuning import versions as _versions
 from turbo_core.tuning.db import Entry, TuningDB
 from turbo_core.tuning.keys import _KEYS, Key
 
 __all__ = ["ENV_DB", "ENV_SWITCH", "ConfigReader", "best", "disabled", "forcing", "info", "kernel_config", "lookup",
-           "overridden", "record", "reload", "reset", "save", "shipped_files"]
+           "on_change", "overridden", "record", "reload", "reset", "save", "shipped_files"]
 
 log = logging.getLogger("turbo")
 
@@ -72,6 +73,7 @@ _state: _State | None = None
 _lock = threading.RLock()
 _override: contextvars.ContextVar[_Override | None] = contextvars.ContextVar("turbo_tuning_override", default=None)
 _reported: set[str] = set()
+_listeners: list[Callable[[], None]] = []
 
 
 def _env_values() -> tuple:
@@ -79,16 +81,22 @@ def _env_values() -> tuple:
     return env.get(ENV_DB), env.get(ENV_SWITCH), env.get(_versions.ENV_POLICY)
 
 
-def _clear_selections() -> None:
-    from turbo_core.dispatch.dispatcher import clear_selection_cache
+def on_change(callback: Callable[[], None]) -> None:
+    """Call ``callback()`` whenever answers given before may be wrong now: the database that lookups
+    read was (re)loaded, an entry was recorded, :func:`reset` ran, or a :func:`disabled` block began.
+    The dispatcher empties its selection cache this way (this package never imports it)."""
+    with _lock:
+        if callback not in _listeners:
+            _listeners.append(callback)
 
-    clear_selection_cache()
+
+def _changed() -> None:
+    for callback in list(_listeners):
+        callback()
 
 
 def shipped_files() -> list[Path]:
     """The ``tuning_db/*.json`` files beside the loaded plugin modules, in load order."""
-    from turbo_core.plugins.host import get_host
-
     dirs: list[Path] = []
     for rec in get_host().records:
         module = sys.modules.get(rec.module) if rec.status == "loaded" else None
@@ -102,8 +110,6 @@ def shipped_files() -> list[Path]:
 
 
 def _registry() -> Any:
-    from turbo_core.plugins.host import get_host
-
     return get_host().registry
 
 
@@ -159,7 +165,7 @@ def _load() -> _State:
         st = _State(merged, user, user_path, sources, env, policy, now, registry, stale, errors, enabled)
         _state = st
     if stale_cache:
-        _clear_selections()
+        _changed()
     return st
 
 
@@ -270,7 +276,7 @@ def disabled() -> Iterator[None]:
     emptied on entry so that no database answer is served from it."""
     outer = _override.get()
     token = _override.set(_Override(True, outer.forced if outer else None))
-    _clear_selections()
+    _changed()
     try:
         yield
     finally:
@@ -299,7 +305,7 @@ def record(entry: Entry) -> Entry:
         stored = st.user.add(entry)
         if st.enabled:
             st.db.add(entry)
-    _clear_selections()
+    _changed()
     return stored
 
 
@@ -328,7 +334,7 @@ def reset() -> None:
     with _lock:
         _state = None
         _reported.clear()
-    _clear_selections()
+    _changed()
 
 
 def info() -> dict:

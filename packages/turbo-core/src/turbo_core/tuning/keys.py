@@ -14,7 +14,8 @@ A :class:`Key` is ``(arch, shape, dtypes, layout)``:
 
 ``gemm_fp8`` keys have dtypes ``(a, b, result)`` (``("float8_e4m3fn", "float8_e4m3fn", "bf16")``).
 
-Backend-choice entries use the primitive's key function (:func:`key_for`, ``gemm`` here);
+Backend-choice entries use the primitive's key function (:func:`key_for`; the dispatch layer
+registers those of ``gemm`` and ``gemm_fp8`` with :func:`register_key`, ``turbo_core.dispatch.tuning_keys``);
 kernel-config entries use a key the backend builds from what its config choice depends on (see
 ``turbo_core.tuning.spaces``). Keys hold no tensors; building one reads metadata only.
 """
@@ -28,8 +29,7 @@ import torch
 
 from turbo_core.platform import Platform
 
-__all__ = ["Key", "args_for", "bucket", "dtype_name", "dtype_of", "gemm_fp8_args_for", "gemm_fp8_key", "gemm_key",
-           "key_for", "register_key"]
+__all__ = ["Key", "arch_of", "args_for", "bucket", "dtype_name", "dtype_of", "key_for", "register_key"]
 
 _SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
 _LONG = {v: k for k, v in _SHORT.items()}
@@ -86,111 +86,9 @@ def arch_of(platform: Platform) -> str:
     return platform.arch or platform.kind
 
 
-def gemm_key(args: Any, platform: Platform) -> Key:
-    """The key of a ``gemm`` call (``turbo_core.dispatch.specs.gemm.GemmArgs``)."""
-    from turbo_core.dispatch.specs.gemm import gemm_dims
-
-    layout = _layout_flags(args.trans_a, args.trans_b, args.trans_c, args.out is not None)
-    return Key(arch_of(platform), gemm_dims(args), (dtype_name(args.a.dtype), dtype_name(args.result_dtype)), layout)
-
-
-def _layout_flags(trans_a: bool, trans_b: bool, trans_c: bool, acc: bool) -> str:
-    return ("T" if trans_a else "N") + ("T" if trans_b else "N") + ("C" if trans_c else "") + ("+acc" if acc else "")
-
-
-def _parse_layout(layout: str) -> tuple[bool, bool, bool, bool]:
-    """``(trans_a, trans_b, trans_c, acc)`` of a GEMM layout string (``ValueError`` naming it)."""
-    acc = layout.endswith("+acc")
-    flags = layout.removesuffix("+acc")
-    if len(flags) not in (2, 3) or any(c not in "NT" for c in flags[:2]) or flags[2:] not in ("", "C"):
-        raise ValueError(f"key.layout: expected NN/NT/TN/TT, optionally with C and +acc, got {layout!r}")
-    return flags[0] == "T", flags[1] == "T", flags[2:] == "C", acc
-
-
-def gemm_fp8_key(args: Any, platform: Platform) -> Key:
-    """The key of a ``gemm_fp8`` call (``GemmFp8Args``): metadata only (BLOCKWISE reads the scales'
-    shapes to tell 1-D from 2-D blocks)."""
-    from turbo_core.dispatch.specs.gemm_fp8 import blockwise_layout, gemm_fp8_dims
-    from turbo_core.low_precision import ScalingGranularity as G
-    from turbo_core.low_precision import as_granularity
-
-    gran = as_granularity(args.granularity, "granularity")
-    scaling = {G.TENSORWISE: "tensorwise", G.ROWWISE: "rowwise", G.MX_BLOCKWISE: "mx"}.get(gran)
-    if scaling is None:
-        bs = args.block_size or 128
-        la = blockwise_layout(tuple(args.a.shape), tuple(args.a_scale_inv.shape), -2 if args.trans_a else -1, bs)
-        lb = blockwise_layout(tuple(args.b.shape), tuple(args.b_scale_inv.shape), -1 if args.trans_b else -2, bs)
-        scaling = f"blockwise-{la}{lb}" + ("" if bs == 128 else f"-{bs}")
-    layout = _layout_flags(args.trans_a, args.trans_b, args.trans_c, args.out is not None) + "/" + scaling
-    return Key(arch_of(platform), gemm_fp8_dims(args),
-               (dtype_name(args.a.dtype), dtype_name(args.b.dtype), dtype_name(args.result_dtype)), layout)
-
-
-def gemm_fp8_args_for(key: Key, device: str, generator: torch.Generator) -> Any:
-    """Random ``GemmFp8Args`` of a gemm_fp8 key: normal bf16 operands quantized by turbo's
-    quantizer at the key's scaling (BLOCKWISE ``1d``/``2d`` per operand). MX keys are not built."""
-    from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args
-    from turbo_core.low_precision import ScalingGranularity as G
-    from turbo_core.low_precision import ScalingRecipe
-    from turbo_core.ops.quantization import quantize_fp8
-
-    if len(key.shape) != 3 or len(key.dtypes) != 3:
-        raise ValueError(f"key: a gemm_fp8 key has shape (M, N, K) and dtypes (a, b, result), got {key}")
-    flags, _, scaling = key.layout.partition("/")
-    ta, tb, tc, acc = _parse_layout(flags)
-    m, n, k = key.shape
-    da, db, out_dt = (dtype_of(d) for d in key.dtypes)
-    a = torch.randn(*((k, m) if ta else (m, k)), device=device, generator=generator).to(torch.bfloat16)
-    b = torch.randn(*((n, k) if tb else (k, n)), device=device, generator=generator).to(torch.bfloat16)
-    ax_a, ax_b = (-2 if ta else -1), (-1 if tb else -2)  # each operand's contraction dim
-    block = None
-    if scaling == "tensorwise":
-        gran = G.TENSORWISE
-        qa, sa = quantize_fp8(a, da, gran)
-        qb, sb = quantize_fp8(b, db, gran)
-    elif scaling == "rowwise":
-        gran = G.ROWWISE
-        qa, sa = quantize_fp8(a, da, gran, axis=ax_a)
-        qb, sb = quantize_fp8(b, db, gran, axis=ax_b)
-    elif scaling.startswith("blockwise-") and scaling[10:14] in ("1d1d", "1d2d", "2d1d", "2d2d"):
-        gran, rest = G.BLOCKWISE, scaling[14:]
-        block = int(rest[1:]) if rest.startswith("-") and rest[1:].isdigit() else 128
-        if rest not in ("", f"-{block}"):
-            raise ValueError(f"key.layout: bad block size in {key.layout!r}")
-
-        def q(x, dt, kind, axis):
-            if kind == "2d":
-                return quantize_fp8(x, dt, gran, block_size=block, scaling_recipe=ScalingRecipe(use_2d_block=True))
-            return quantize_fp8(x, dt, gran, block_size=block, axis=axis)
-
-        qa, sa = q(a, da, scaling[10:12], ax_a)
-        qb, sb = q(b, db, scaling[12:14], ax_b)
-    else:
-        raise ValueError(f"key.layout: expected a scaling of tensorwise, rowwise or blockwise-<1d|2d><1d|2d> "
-                         f"after '/', got {key.layout!r}")
-    out = torch.zeros(*((n, m) if tc else (m, n)), device=device, dtype=out_dt) if acc else None
-    return GemmFp8Args(qa, sa, qb, sb, trans_a=ta, trans_b=tb, out_dtype=None if acc else out_dt, granularity=gran,
-                       block_size=block, trans_c=tc, out=out)
-
-
-def gemm_args_for(key: Key, device: str, generator: torch.Generator) -> Any:
-    """Random ``GemmArgs`` of a gemm key's shape, dtypes and layout (for re-timing a stored entry)."""
-    from turbo_core.dispatch.specs.gemm import GemmArgs
-
-    if len(key.shape) != 3 or len(key.dtypes) != 2:
-        raise ValueError(f"key: a gemm key has shape (M, N, K) and dtypes (operand, result), got {key}")
-    m, n, k = key.shape
-    ta, tb, tc, acc = _parse_layout(key.layout)
-    dt, out_dt = dtype_of(key.dtypes[0]), dtype_of(key.dtypes[1])
-    a = torch.randn(*((k, m) if ta else (m, k)), device=device, generator=generator).to(dt)
-    b = torch.randn(*((n, k) if tb else (k, n)), device=device, generator=generator).to(dt)
-    out = torch.zeros(*((n, m) if tc else (m, n)), device=device, dtype=out_dt) if acc else None
-    return GemmArgs(a, b, ta, tb, out_dtype=None if acc else out_dt, trans_c=tc, out=out)
-
-
 KeyFunction = Callable[[Any, Platform], Key]
-_KEYS: dict[str, KeyFunction] = {"gemm": gemm_key, "gemm_fp8": gemm_fp8_key}
-_ARGS: dict[str, Callable[..., Any]] = {"gemm": gemm_args_for, "gemm_fp8": gemm_fp8_args_for}
+_KEYS: dict[str, KeyFunction] = {}
+_ARGS: dict[str, Callable[..., Any]] = {}
 
 
 ArgsBuilder = Callable[[Key, str, torch.Generator], Any]

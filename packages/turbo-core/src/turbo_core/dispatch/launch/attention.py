@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from turbo_core.dispatch.catalog import get_primitive
 from turbo_core.dispatch.dispatcher import BackendError, call, select
 from turbo_core.dispatch.manager import use_backend
-from turbo_core.dispatch.primitives import get_primitive
 from turbo_core.dispatch.specs.attention import (
     AttentionBwdArgs,
     AttentionFp8BwdArgs,

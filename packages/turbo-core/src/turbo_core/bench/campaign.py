@@ -41,9 +41,12 @@ import torch
 from turbo_core.bench import timing
 from turbo_core.bench.runner import tensor_bytes
 from turbo_core.bench.suites import gemm as gemm_suite
+from turbo_core.bench.suites import gemm_fp8 as fp8_suite
+from turbo_core.dispatch import tuning_keys
+from turbo_core.dispatch.catalog import get_primitive
 from turbo_core.dispatch.dispatcher import call, decline_reason, select
 from turbo_core.dispatch.manager import use_backend
-from turbo_core.dispatch.primitives import get_primitive
+from turbo_core.low_precision import ScalingGranularity as G
 from turbo_core.platform import platform_of
 from turbo_core.plugins.host import get_host
 from turbo_core.tuning import active as _active
@@ -168,7 +171,7 @@ def gemm_cases(*, arch: str, dtype: torch.dtype, device: str, quick: bool, shape
         key = _keys.Key(arch, (m, n, k), (name, name), layout)
         if key not in out:
             out[key] = Case("gemm", key, label,
-                            lambda g, key=key: _keys.gemm_args_for(key, device, g), 2 * m * n * k)
+                            lambda g, key=key: tuning_keys.gemm_args_for(key, device, g), 2 * m * n * k)
     return list(out.values())
 
 
@@ -180,9 +183,6 @@ def gemm_fp8_cases(*, arch: str, granularities: Sequence[Any], fmt: Any, device:
     distinct key. Each pass quantizes its operands as the FP8 Linear does: BLOCKWISE weights in
     128 x 128 tiles, activations and gradients in 1 x 128 blocks along K; under HYBRID gradients
     are E5M2."""
-    from turbo_core.bench.suites import gemm_fp8 as fp8_suite
-    from turbo_core.low_precision import ScalingGranularity as G
-
     grans = fp8_suite.granularities_of(granularities or ["tensorwise", "rowwise", "blockwise"])
     if G.MX_BLOCKWISE in grans:
         raise ValueError("--granularity: MX_BLOCKWISE is not tuned (its kernels have no alternatives to search)")
@@ -198,7 +198,7 @@ def gemm_fp8_cases(*, arch: str, granularities: Sequence[Any], fmt: Any, device:
             key = _keys.Key(arch, (m, n, k), (*dts, "bf16"), f"{layout}/{scaling}")
             if key not in out:
                 out[key] = Case("gemm_fp8", key, f"{label} {scaling}",
-                                lambda gen, key=key: _keys.gemm_fp8_args_for(key, device, gen), 2 * m * n * k)
+                                lambda gen, key=key: tuning_keys.gemm_fp8_args_for(key, device, gen), 2 * m * n * k)
     return list(out.values())
 
 
@@ -209,11 +209,9 @@ def _reference(primitive: str, args: Any) -> torch.Tensor:
     ``torch.matmul`` in the operands' dtype (FP8: of the operands dequantized in float32), kept in
     float32 (its rounding is within the tolerance, and model-sized outputs stay a few GB)."""
     if primitive == "gemm_fp8":
-        from turbo_core.bench.suites.gemm_fp8 import dequant
-
         dt = torch.float64 if args.a.device.type == "cpu" else torch.float32
-        a = dequant(args.a, args.a_scale_inv, args.block_size or 1, dt)
-        b = dequant(args.b, args.b_scale_inv, args.block_size or 1, dt)
+        a = fp8_suite.dequant(args.a, args.a_scale_inv, args.block_size or 1, dt)
+        b = fp8_suite.dequant(args.b, args.b_scale_inv, args.block_size or 1, dt)
         c = (a.t() if args.trans_a else a) @ (b.t() if args.trans_b else b)
         return c.t() if args.trans_c else c
     if primitive != "gemm":
