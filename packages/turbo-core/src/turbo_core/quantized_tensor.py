@@ -3,8 +3,10 @@ high-precision tensor it came from, so GEMM ops can take pre-quantized weights a
 
 A ``torch.Tensor`` wrapper subclass: its ``shape``/``dtype``/``device`` are those of the original
 tensor; ``qdata``/``scale_inv`` hold the quantized data exactly as ``turbo_core.ops.quantize_fp8`` /
-``quantize_fp4`` (or their grouped forms) return them. Supported tensor ops (anything else raises
-``NotImplementedError``; call :meth:`QuantizedTensor.dequantize` first):
+``quantize_fp4`` (or their grouped forms) return them, made by the same primitives
+(``turbo_core.dispatch.launch.quantization``; the GEMM ops import this module, never the reverse).
+Supported tensor ops (anything else raises ``NotImplementedError``; call
+:meth:`QuantizedTensor.dequantize` first):
 
 * ``detach``/``alias``/``clone``, ``.to(device)``;
 * ``view``/``reshape`` that keep the last dim when the scales run along it (TENSORWISE: any shape);
@@ -133,7 +135,7 @@ class QuantizedTensor(torch.Tensor):
         layouts of ``grouped_quantize_fp8``/``grouped_quantize_fp4`` (each group padded so that no
         block crosses groups).
         """
-        from turbo_core.ops import quantization as q
+        from turbo_core.dispatch.launch import quantization as launch  # its custom ops: not at import turbo_core
 
         require_tensor("hp_tensor", hp_tensor, ndim=(2, 3), dtypes=FLOAT_DTYPES)
         gran = as_granularity(granularity)
@@ -150,7 +152,7 @@ class QuantizedTensor(torch.Tensor):
         if gran == G.TENSORWISE or two_d:
             axis = None
         hp = hp_tensor.detach()
-        kw = dict(block_size=block_size, scaling_recipe=recipe)
+        kw = dict(axis=axis, block_size=block_size, recipe=recipe)
         grouped = dict(group_lens=None, group_offs=None, orig_group_lens=None, orig_group_offs=None)
         if group_lens is not None:
             require_tensor("group_lens", group_lens, ndim=1, dtypes=(torch.int64, torch.int32))
@@ -158,17 +160,20 @@ class QuantizedTensor(torch.Tensor):
                 raise ValueError(f"hp_tensor: a grouped tensor is 2-D packed-M, got shape {tuple(hp.shape)}")
             offs = _offs_from_lens(group_lens)
             if gran in (G.TENSORWISE, G.ROWWISE):
-                data, scale = q.quantize_fp8(hp, dest, gran, axis=axis, **kw)
+                data, scale = launch.quantize_fp8(hp, dest, gran, **kw)
                 grouped.update(group_lens=group_lens, group_offs=offs)
             else:
-                fn = q.grouped_quantize_fp4 if fp4 else q.grouped_quantize_fp8
-                data, scale, lens_pad, offs_pad = fn(hp, dest, gran, group_lens, offs, axis=axis, **kw)
+                if fp4:
+                    data, scale, lens_pad, offs_pad = launch.grouped_quantize_fp4(hp, dest, group_lens, offs, **kw)
+                else:
+                    data, scale, lens_pad, offs_pad = launch.grouped_quantize_fp8(hp, dest, gran, group_lens, offs,
+                                                                                  **kw)
                 grouped.update(group_lens=lens_pad, group_offs=offs_pad, orig_group_lens=group_lens,
                                orig_group_offs=offs)
         elif fp4:
-            data, scale = q.quantize_fp4(hp, dest, gran, axis=axis, **kw)
+            data, scale = launch.quantize_fp4(hp, dest, **kw)
         else:
-            data, scale = q.quantize_fp8(hp, dest, gran, axis=axis, **kw)
+            data, scale = launch.quantize_fp8(hp, dest, gran, **kw)
         return cls(data, scale, shape=hp_tensor.shape, orig_dtype=hp_tensor.dtype, granularity=gran,
                    block_size=block_size, scaling_recipe=recipe, quantized_axis=axis,
                    requires_grad=hp_tensor.requires_grad, **grouped)
@@ -236,25 +241,29 @@ class QuantizedTensor(torch.Tensor):
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The high-precision tensor (``dtype``, default the original dtype) of the logical shape:
         MX padding and group padding removed. No autograd."""
-        from turbo_core.ops import quantization as q
+        from turbo_core.dispatch.launch import quantization as launch  # its custom ops: not at import turbo_core
 
         out_dtype = dtype or self._orig_dtype
-        gran, axis = self._granularity, self.quantized_axis
-        kw = dict(block_size=self._block_size, scale_inv=self._scale_inv, scaling_recipe=self._scaling_recipe)
+        gran, axis, block = self._granularity, self.quantized_axis, self._block_size
+        data, scale = self._data, self._scale_inv
         fp4 = is_fp4_dtype(self.real_dtype)
+        if fp4 and (self._scaling_recipe.shuffle_scale or self._scaling_recipe.shuffle_out):
+            raise ValueError("QuantizedTensor: pre-shuffled MX data cannot be dequantized")
         if self.is_grouped and gran in (G.BLOCKWISE, G.MX_BLOCKWISE):
             total = self.shape[0]
             if fp4:
-                out = q.grouped_dequantize_fp4(self._data, out_dtype, gran, axis=axis, group_offs=self._orig_group_offs,
-                                               group_offs_padded=self._group_offs,
-                                               total_M=total if axis == 0 else None, **kw)
+                out = launch.grouped_dequantize_fp4(data, scale, out_dtype, axis=axis, block_size=block,
+                                                    group_offs=self._orig_group_offs,
+                                                    group_offs_padded=self._group_offs,
+                                                    total_m=total if axis == 0 else None)
             else:
-                out = q.grouped_dequantize_fp8(self._data, out_dtype, gran, self._orig_group_offs, self._group_offs,
-                                               axis=axis, total_M=total, **kw)
+                out = launch.grouped_dequantize_fp8(data, scale, out_dtype, gran, self._orig_group_offs,
+                                                    self._group_offs, total_m=total, axis=axis, block_size=block)
         elif fp4:
-            out = q.dequantize_fp4(self._data, out_dtype, gran, axis=axis, **kw)
+            out = launch.dequantize_fp4(data, scale, out_dtype, axis=axis, block_size=block)
         else:
-            out = q.dequantize_fp8(self._data, out_dtype, gran, axis=axis, **kw)
+            out = launch.dequantize_fp8(data, scale, out_dtype, gran, axis=axis, block_size=block,
+                                        recipe=self._scaling_recipe)
         rows, cols = self.shape[-2], self.shape[-1]
         return out[..., :rows, :cols].contiguous()
 
