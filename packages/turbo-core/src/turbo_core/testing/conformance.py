@@ -24,11 +24,16 @@ and a CPU run does exactly what it did before devices existed. No case needs the
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 import torch
+
+from turbo_core.backend import normalize_backend_name
+from turbo_core.dispatch.dispatcher import BackendError
+from turbo_core.dispatch.manager import use_backend
+from turbo_core.plugins.host import get_host
+from turbo_core.testing.case import Case, host_copy
+from turbo_core.testing.cases import collect
 
 __all__ = ["DEVICE_ENV", "Case", "all_cases", "conformance_device", "conformance_suite", "host_copy"]
 
@@ -36,19 +41,7 @@ __all__ = ["DEVICE_ENV", "Case", "all_cases", "conformance_device", "conformance
 DEVICE_ENV = "TURBO_CONFORMANCE_DEVICE"
 
 
-@dataclass(frozen=True)
-class Case:
-    """``run(device=torch.device("cpu"))`` raises ``AssertionError`` on a wrong result.
-    ``primitives``: what it needs."""
-
-    id: str
-    primitives: tuple[str, ...]
-    run: Callable[..., None]
-
-
 def all_cases() -> list[Case]:
-    from turbo_core.testing.cases import collect
-
     return collect()
 
 
@@ -69,16 +62,6 @@ def conformance_device(device: torch.device | str | None = None) -> torch.device
     return dev
 
 
-def host_copy(t: torch.Tensor) -> torch.Tensor:
-    """``t`` on the CPU (itself when it is there). Low-precision 1-byte formats (FP8, E8M0, packed
-    FP4) travel as raw bytes, which every torch copies whatever the dtype and the layout."""
-    if t.device.type == "cpu":
-        return t
-    if t.element_size() == 1 and t.dtype not in (torch.uint8, torch.int8, torch.bool):
-        return t.view(torch.uint8).cpu().view(t.dtype)
-    return t.cpu()
-
-
 def _device_unavailable(dev: torch.device) -> str | None:
     """Why tensors cannot be made on ``dev`` in this process (``None`` when they can)."""
     if dev.type == "cpu":
@@ -95,8 +78,6 @@ def _device_unavailable(dev: torch.device) -> str | None:
 
 def _served(backend: str, primitives: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
     """``(the case primitives the backend registers, None)``, or ``((), why the case cannot run)``."""
-    from turbo_core.plugins.host import get_host
-
     registry = get_host().registry
     record = registry.backend(backend)
     if record is None:
@@ -114,17 +95,12 @@ def conformance_suite(backend: str, device: torch.device | str | None = None) ->
     """A pytest test class running every conformance case against ``backend`` on ``device``
     (resolved now, by :func:`conformance_device`: ``$TURBO_CONFORMANCE_DEVICE`` is read when the
     class is built, at collection). The class has ``backend`` and ``device`` attributes."""
-    from turbo_core.backend import normalize_backend_name
-
     name = normalize_backend_name(backend)
     dev = conformance_device(device)
     cases = all_cases()
 
     @pytest.mark.parametrize("case", cases, ids=[c.id for c in cases])
     def test_case(self, case: Case) -> None:
-        from turbo_core.dispatch.dispatcher import BackendError
-        from turbo_core.dispatch.manager import use_backend
-
         missing = _device_unavailable(dev)
         if missing is not None:
             pytest.skip(missing)

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 
 import pytest
+import torch
 
 MARKERS = {
     "gpu": "needs a GPU; runs on the GPU machine, skipped elsewhere with the reason",
@@ -96,10 +96,6 @@ def _pin_xdist_worker(config: pytest.Config) -> None:
     worker_id = getattr(config, "workerinput", {}).get("workerid") or os.environ.get("PYTEST_XDIST_WORKER")
     if worker_index(worker_id) is None or config.getoption("turbo_no_gpu_pinning"):
         return
-    try:
-        import torch
-    except ImportError:
-        return
     if not torch.cuda.is_available():
         return
     if torch.cuda.is_initialized():
@@ -121,15 +117,6 @@ def pytest_configure(config: pytest.Config) -> None:
         if name not in declared:
             config.addinivalue_line("markers", f"{name}: {text}")
     _pin_xdist_worker(config)
-
-
-def _gpu_visible() -> bool:
-    if "torch" not in sys.modules:
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            return False
-    return bool(sys.modules["torch"].cuda.is_available())
 
 
 def _gpu_skip_reason() -> str:
@@ -155,7 +142,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not gpu_items:
         return
     if _GPU_VISIBLE not in config.stash:
-        config.stash[_GPU_VISIBLE] = _gpu_visible()
+        config.stash[_GPU_VISIBLE] = torch.cuda.is_available()
     if not config.stash[_GPU_VISIBLE]:
         # a test's own skipif (evaluated before skip marks) keeps its reason; this covers the rest
         mark = pytest.mark.skip(reason=_gpu_skip_reason())

@@ -16,7 +16,8 @@ import itertools
 
 import torch
 
-from turbo_core.testing.conformance import Case
+from turbo_core.ops import geglu_with_probs, swiglu_with_probs
+from turbo_core.testing.case import Case
 from turbo_core.testing.numerics import assert_close_to_reference
 
 HALF_WIDTHS = [1, 33, 127, 1000]
@@ -52,8 +53,6 @@ def _expected(kind, x2d, p1d, grad, active):
 
 def _run(kind, shape, dtype, *, masked=False, probs_2d=False, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
-    from turbo_core.ops import geglu_with_probs, swiglu_with_probs
-
     op = swiglu_with_probs if kind == "swiglu" else geglu_with_probs
     width = shape[-1]
     tokens = 1

@@ -17,7 +17,8 @@ import itertools
 
 import torch
 
-from turbo_core.testing.conformance import Case
+from turbo_core.ops import flash_attn_fp8_func, flash_attn_func, flash_attn_varlen_func
+from turbo_core.testing.case import Case
 from turbo_core.testing.numerics import assert_close_normwise, assert_close_to_reference, snr_db
 
 #: FP8 attention gate (Primus-Turbo's): SNR of out, dq, dk, dv against unquantized float64 math.
@@ -135,8 +136,6 @@ def _memory_order(t: torch.Tensor) -> list[int]:
 
 def _run_dense(shape, mask, dtype, layout="bshd", seed=0, *, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
-    from turbo_core.ops import flash_attn_func
-
     b, s_q, s_kv, h_q, h_kv, d_qk, d_v = shape
     causal, window, with_sink = MASKS[mask]
     gen = torch.Generator().manual_seed(seed)
@@ -173,8 +172,6 @@ def _cu(lengths):
 
 def _run_varlen(lens_q, lens_k, heads, mask, dtype, seed=0, *, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
-    from turbo_core.ops import flash_attn_varlen_func
-
     h_q, h_kv = heads
     d_qk, d_v = 24, 16
     causal, window, with_sink = MASKS[mask]
@@ -206,8 +203,6 @@ def _run_varlen(lens_q, lens_k, heads, mask, dtype, seed=0, *, device="cpu"):
 
 def _run_fp8(shape, mask, dtype, seed=0, *, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
-    from turbo_core.ops import flash_attn_fp8_func
-
     b, s_q, s_kv, h_q, h_kv, d_qk, d_v = shape
     causal, window, _ = MASKS[mask]
     gen = torch.Generator().manual_seed(seed)

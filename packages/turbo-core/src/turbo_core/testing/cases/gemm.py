@@ -11,7 +11,8 @@ import itertools
 
 import torch
 
-from turbo_core.testing.conformance import Case
+from turbo_core.ops import gemm
+from turbo_core.testing.case import Case
 from turbo_core.testing.numerics import assert_close_to_reference
 
 SHAPES = [(67, 45, 93), (1, 33, 17), (29, 1, 64), (16, 24, 1), (128, 96, 80)]
@@ -28,8 +29,6 @@ def _operands(m, n, k, ta, tb, dtype, seed):
 
 def _run(m, n, k, ta, tb, dtype, fused, *, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
-    from turbo_core.ops import gemm
-
     a, b = _operands(m, n, k, ta, tb, dtype, seed=m * 7919 + n * 31 + k)
     a64, b64 = a.double().requires_grad_(), b.double().requires_grad_()
     c64 = (a64.t() if ta else a64) @ (b64.t() if tb else b64)

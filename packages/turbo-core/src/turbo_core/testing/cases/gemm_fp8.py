@@ -39,7 +39,11 @@ from turbo_core.low_precision import (
     ScalingRecipe,
     float4_e2m1_dtype,
 )
-from turbo_core.testing.conformance import Case, host_copy
+from turbo_core.ops import quantization as q
+from turbo_core.ops.gemm_fp8 import gemm_fp4, gemm_fp8
+from turbo_core.ops.grouped_gemm_fp8 import grouped_gemm_fp4, grouped_gemm_fp8
+from turbo_core.reference import quantization as qref
+from turbo_core.testing.case import Case, host_copy
 from turbo_core.testing.numerics import assert_close_fp8_gemm, assert_snr
 
 G = ScalingGranularity
@@ -77,9 +81,6 @@ class _Recipe:
     def deq(self, x: torch.Tensor, dim: int | None, role: str) -> torch.Tensor:
         """float64 values (CPU) of CPU tensor ``x`` after quantization for a GEMM contracting along
         its last-two dim ``dim`` (0 or 1) in ``role`` (``input``/``weight``/``grad``)."""
-        from turbo_core.ops import quantization as q
-        from turbo_core.reference import quantization as qref
-
         dtype = self.bwd if role == "grad" else self.fwd
         weight = role == "weight"
         xd = x.to(self.device)
@@ -103,9 +104,6 @@ def _deq_cols(rec: _Recipe, x: torch.Tensor, lens: torch.Tensor, role: str) -> t
     """float64 values (CPU) of token-packed CPU tensor ``x`` ``[M, D]`` quantized along each group's
     rows (the variable-K wgrad operand): plain along M for TENSORWISE/ROWWISE, the per-group padded
     col-wise layouts of the grouped quantizers for BLOCKWISE/MX/FP4 (padding removed). ``lens``: CPU."""
-    from turbo_core.ops import quantization as q
-    from turbo_core.reference import quantization as qref
-
     if rec.gran in (G.TENSORWISE, G.ROWWISE):
         return rec.deq(x, 0, role)
     dtype = rec.bwd if role == "grad" else rec.fwd
@@ -138,8 +136,6 @@ def _check(actual: torch.Tensor, exact: torch.Tensor, ideal: torch.Tensor, rec: 
 
 def _run_dense(gran, fmt, bs, m, n, k, ta, tb, dtype, fused, *, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
-    from turbo_core.ops.gemm_fp8 import gemm_fp4, gemm_fp8
-
     gen = torch.Generator().manual_seed(m * 7919 + n * 31 + k + 3 * ta + 5 * tb)
     # Results of size ~1 in every pass (forward ~N(0, 1); dgrad/wgrad variances sqrt(n/m), sqrt(m/n)): the
     # gates' absolute tolerance then bounds the error relative to the results' size, which is how FP8
@@ -233,8 +229,6 @@ def _per_group(fn, lens, *tensors):
 
 def _run_grouped(gran, fmt, bs, lens, k, n, tb, dtype, tail, fused, *, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
-    from turbo_core.ops.grouped_gemm_fp8 import grouped_gemm_fp4, grouped_gemm_fp8
-
     groups = len(lens)
     m = sum(lens) + tail
     gen = torch.Generator().manual_seed(1000 * groups + 10 * k + n + tail + tb)

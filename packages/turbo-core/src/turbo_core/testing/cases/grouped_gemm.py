@@ -14,7 +14,8 @@ import itertools
 
 import torch
 
-from turbo_core.testing.conformance import Case
+from turbo_core.ops import grouped_gemm
+from turbo_core.testing.case import Case
 from turbo_core.testing.numerics import assert_close_to_reference
 
 #: group lengths by G: empty groups at the start, middle and end; 1, 5 and 17 rows.
@@ -37,8 +38,6 @@ def reference_grouped_gemm(a64: torch.Tensor, b64: torch.Tensor, lens: tuple[int
 
 def _run(lens, k, n, trans_b, dtype, tail, fused, *, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
-    from turbo_core.ops import grouped_gemm
-
     g = len(lens)
     m = sum(lens) + tail
     gen = torch.Generator().manual_seed(1000 * g + 10 * k + n + tail)

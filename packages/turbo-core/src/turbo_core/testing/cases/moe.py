@@ -17,7 +17,18 @@ import zlib
 
 import torch
 
-from turbo_core.testing.conformance import Case
+from turbo_core.ops import (
+    fused_group_topk_routing_with_aux_score,
+    indices_to_multihot,
+    moe_combine,
+    moe_dispatch,
+    moe_permute,
+    moe_unpermute,
+    token_permute,
+    token_unpermute,
+    tokens_per_expert_to_mask,
+)
+from turbo_core.testing.case import Case
 from turbo_core.testing.numerics import assert_close_to_reference
 
 F64 = torch.float64
@@ -139,8 +150,6 @@ def _unpermute_expect(permuted, pprobs, copies, dest, t_count, width, merging=No
 
 def _run_moe_permute(t, e, k, pad, cap_mode, kind, dtype, *, device="cpu"):
     """Inputs drawn on the CPU, the ops on ``device``, expectations and comparisons on the CPU."""
-    from turbo_core.ops import moe_permute, moe_unpermute
-
     g = _gen("permute", t, e, k, pad, cap_mode, kind, str(dtype))
     rows = _index_map(t, e, k, g)
     topk_layout = kind == "index"
@@ -202,8 +211,6 @@ def _run_moe_permute(t, e, k, pad, cap_mode, kind, dtype, *, device="cpu"):
 
 def _run_moe_permute_fp8(t, e, k, *, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, expectations and comparisons on the CPU."""
-    from turbo_core.ops import moe_permute
-
     fp8 = getattr(torch, "float8_e4m3fn", None)
     if fp8 is None:
         return
@@ -234,8 +241,6 @@ def _run_moe_permute_fp8(t, e, k, *, device="cpu"):
 
 def _run_token_permute(t, e, k, mode, merge, dtype, *, device="cpu"):
     """Inputs drawn on the CPU, the ops on ``device``, expectations and comparisons on the CPU."""
-    from turbo_core.ops import token_permute, token_unpermute
-
     g = _gen("token", t, e, k, mode, merge, str(dtype))
     rows = [torch.randperm(e, generator=g)[:k].tolist() for _ in range(t)]
     mask = torch.zeros((t, e), dtype=torch.bool)
@@ -323,8 +328,6 @@ def _routing_formula(logits64, mask, fn, scale):
 
 def _run_routing(t, e, topk, groups, sel, fn, dtype, *, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, expectations and comparisons on the CPU."""
-    from turbo_core.ops import fused_group_topk_routing_with_aux_score
-
     g = _gen("route", t, e, topk, groups, sel, fn, str(dtype))
     # Distinct logits in every row (a permutation), so no backend meets a tie.
     base = torch.stack([torch.randperm(e, generator=g) for _ in range(t)]) if t else torch.zeros((0, e))
@@ -351,8 +354,6 @@ def _run_routing(t, e, topk, groups, sel, fn, dtype, *, device="cpu"):
 
 def _run_multihot(t, e, k, dtype, *, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, expectations and comparisons on the CPU."""
-    from turbo_core.ops import indices_to_multihot
-
     g = _gen("multihot", t, e, k, str(dtype))
     rows = _index_map(t, e, k, g)
     idx = torch.tensor(rows, dtype=torch.int64).reshape(t, k)
@@ -383,8 +384,6 @@ def _run_multihot(t, e, k, dtype, *, device="cpu"):
 
 def _run_tpe_mask(counts, num_tokens, *, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, expectations and comparisons on the CPU."""
-    from turbo_core.ops import tokens_per_expert_to_mask
-
     got = tokens_per_expert_to_mask(torch.tensor(counts, dtype=torch.int32, device=device), num_tokens)
     total = sum(counts)
     _exact(got, [1 if i < total else 0 for i in range(num_tokens)], "mask")
@@ -393,8 +392,6 @@ def _run_tpe_mask(counts, num_tokens, *, device="cpu"):
 
 def _run_dispatch_combine(t, e, k, worst, dtype, *, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, expectations and comparisons on the CPU."""
-    from turbo_core.ops import moe_combine, moe_dispatch
-
     g = _gen("dispatch", t, e, k, worst, str(dtype))
     rows = _index_map(t, e, k, g)
     idx = torch.tensor(rows, dtype=torch.int64).reshape(t, k)

@@ -15,7 +15,8 @@ import itertools
 
 import torch
 
-from turbo_core.testing.conformance import Case
+from turbo_core.ops import rmsnorm, rmsnorm_residual
+from turbo_core.testing.case import Case
 from turbo_core.testing.numerics import assert_close_to_reference
 
 HIDDEN = [1, 33, 127, 1000]
@@ -57,8 +58,6 @@ def _expected(x, residual, gamma, zero_centered, eps, dy, ds):
 
 def _run(shape, dtype, *, affine="gamma", residual=False, gamma_dtype=None, eps=EPS, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
-    from turbo_core.ops import rmsnorm, rmsnorm_residual
-
     hidden = shape[-1]
     gen = torch.Generator().manual_seed(sum(shape) * 131 + hidden + len(shape))
     x = torch.randn(shape, generator=gen).to(dtype)

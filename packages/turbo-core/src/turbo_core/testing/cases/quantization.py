@@ -16,7 +16,20 @@ import math
 
 import torch
 
-from turbo_core.testing.conformance import Case, host_copy
+from turbo_core.low_precision import ScalingRecipe
+from turbo_core.ops import (
+    dequantize_fp4,
+    dequantize_fp8,
+    grouped_dequantize_fp4,
+    grouped_dequantize_fp8,
+    grouped_quantize_fp4,
+    grouped_quantize_fp8,
+    quantize_fp4,
+    quantize_fp4_with_trans,
+    quantize_fp8,
+    quantize_fp8_with_trans,
+)
+from turbo_core.testing.case import Case, host_copy
 from turbo_core.testing.numerics import assert_snr
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -201,9 +214,6 @@ FP8_CONFIGS = [  # (id, granularity, axis, block_size, 2-D blocks)
 
 def _fp8_round_trip(gran, axis, bs, two_d, dtype, shape, in_dtype, *, device="cpu"):
     """Inputs drawn on the CPU, the ops on ``device``, the oracle on the CPU."""
-    from turbo_core.low_precision import ScalingRecipe
-    from turbo_core.ops import dequantize_fp8, quantize_fp8
-
     x = _x(shape, seed=sum(shape) + len(gran), dtype=in_dtype)
     recipe = ScalingRecipe(use_2d_block=two_d)
     qd, sd = quantize_fp8(x.to(device), dtype, gran, block_size=bs, axis=axis, scaling_recipe=recipe)
@@ -224,9 +234,6 @@ def _fp8_round_trip(gran, axis, bs, two_d, dtype, shape, in_dtype, *, device="cp
 
 def _fp4_round_trip(axis, two_d, shape, *, device="cpu"):
     """Inputs drawn on the CPU, the ops on ``device``, the oracle on the CPU."""
-    from turbo_core.low_precision import ScalingRecipe
-    from turbo_core.ops import dequantize_fp4, quantize_fp4
-
     x = _x(shape, seed=7 * sum(shape))
     recipe = ScalingRecipe(use_2d_block=two_d)
     qd, sd = quantize_fp4(x.to(device), FP4, "MX_BLOCKWISE", axis=axis, scaling_recipe=recipe)
@@ -240,9 +247,6 @@ def _fp4_round_trip(axis, two_d, shape, *, device="cpu"):
 
 def _all_zero(gran, axis, bs, two_d, fp4, *, device="cpu"):
     """The ops on ``device``, the checks on the CPU."""
-    from turbo_core.low_precision import ScalingRecipe
-    from turbo_core.ops import dequantize_fp4, dequantize_fp8, quantize_fp4, quantize_fp8
-
     x = torch.zeros(9, 70, dtype=torch.bfloat16, device=device)
     recipe = ScalingRecipe(use_2d_block=two_d)
     if fp4:
@@ -259,8 +263,6 @@ def _all_zero(gran, axis, bs, two_d, fp4, *, device="cpu"):
 
 def _with_trans(gran, fp4, shape, *, device="cpu"):
     """Inputs drawn on the CPU, the ops on ``device``, the checks on the CPU."""
-    from turbo_core.ops import quantize_fp4, quantize_fp4_with_trans, quantize_fp8, quantize_fp8_with_trans
-
     x = _x(shape, seed=11)
     xd = x.to(device)
     if fp4:
@@ -282,13 +284,6 @@ def _with_trans(gran, fp4, shape, *, device="cpu"):
 def _grouped(kind, axis, *, device="cpu"):
     """Grouped layouts: padded lens/offs, rows of each group in place, zero padding, round trip.
     Inputs drawn on the CPU, the ops on ``device``, the checks on the CPU."""
-    from turbo_core.ops import (
-        grouped_dequantize_fp4,
-        grouped_dequantize_fp8,
-        grouped_quantize_fp4,
-        grouped_quantize_fp8,
-    )
-
     lens_list = [5, 0, 37, 1]
     m, n = sum(lens_list) + 3, 70  # 3 trailing rows belong to no group
     x = _x((m, n), seed=5)
@@ -354,8 +349,6 @@ def _grouped(kind, axis, *, device="cpu"):
 
 def _nan_inf(*, device="cpu"):
     """Inputs drawn on the CPU, the ops on ``device``, the checks on the CPU."""
-    from turbo_core.ops import dequantize_fp8, quantize_fp8
-
     x = _x((4, 64), seed=3, dtype=torch.float32)
     x[1, 3] = float("nan")
     x[2, 40] = float("inf")
