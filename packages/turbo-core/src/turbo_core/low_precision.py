@@ -29,6 +29,8 @@ from typing import NamedTuple
 
 import torch
 
+from turbo_core.platform import platform_of
+
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "E8M0_DTYPE",
@@ -160,8 +162,6 @@ _FNUZ_ARCHS = frozenset({"gfx940", "gfx941", "gfx942"})
 
 def uses_fnuz(device: torch.device | str | None = None) -> bool:
     """Whether FP8 on ``device`` is the FNUZ flavour (gfx942); ``None``/CPU: OCP."""
-    from turbo_core.platform import platform_of
-
     dev = torch.device(device) if isinstance(device, str) else device
     return platform_of(dev).arch in _FNUZ_ARCHS
 

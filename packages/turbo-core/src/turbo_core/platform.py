@@ -7,6 +7,7 @@ already on (so no new GPU context is created by turbo itself); results are cache
 from __future__ import annotations
 
 import functools
+import importlib.metadata as md
 from dataclasses import dataclass
 
 import torch
@@ -57,8 +58,6 @@ def describe_process() -> dict:
         "gpus": [],
     }
     try:
-        import importlib.metadata as md
-
         info["triton"] = md.version("triton")
     except Exception:
         info["triton"] = None

@@ -30,6 +30,9 @@ order ``eps * max|ref|`` on elements near zero, which the elementwise tolerance 
 tests rejects for every backend alike on a GPU. Their gate is the
 tests' normwise form (``assert_close_normwise``: ``atol`` times ``max(1, max|ref|)``), the one the
 attention tests use for the same reason.
+
+Each family's builder imports its benchmark suite when it runs: the suites import the ops (and
+torch.compile's machinery with them), which building the ``turbo accuracy`` parser does not need.
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ from dataclasses import dataclass
 
 import torch
 
+from turbo_core.dispatch.dispatcher import call
+from turbo_core.dispatch.manager import use_backend
+from turbo_core.dispatch.specs.gemm import GemmArgs
+from turbo_core.dispatch.specs.quantization import QuantizeFp8Args
+from turbo_core.low_precision import ScalingGranularity, ScalingRecipe, as_format, fp8_dtype_for
 from turbo_core.testing.numerics import Gate, normwise_gate, snr_gate, tolerance_gate
 
 __all__ = ["DEFAULT_MODELS", "FAMILIES", "FORMATS", "AccCase", "Built", "build_cases"]
@@ -83,9 +91,6 @@ def _gen(device: str, seed: int = 0) -> torch.Generator:
 
 
 def _pinned(backend: str, primitive: str, args):
-    from turbo_core.dispatch.dispatcher import call
-    from turbo_core.dispatch.manager import use_backend
-
     with use_backend(backend):
         return call(primitive, args)
 
@@ -95,7 +100,6 @@ def _pinned(backend: str, primitive: str, args):
 
 def _gemm(tokens, quick, models) -> Iterator[AccCase]:
     from turbo_core.bench.suites import gemm as suite
-    from turbo_core.dispatch.specs.gemm import GemmArgs
 
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         for c in suite.cases(tokens, quick, models):
@@ -109,7 +113,6 @@ def _gemm(tokens, quick, models) -> Iterator[AccCase]:
 
 def _gemm_fp8(tokens, quick, models, formats) -> Iterator[AccCase]:
     from turbo_core.bench.suites import gemm_fp8 as suite
-    from turbo_core.low_precision import as_format
 
     for fmt in formats:
         for c in suite.cases(tokens, quick, models, suite.default_granularities(), as_format(fmt)):
@@ -142,10 +145,8 @@ def _grouped_gemm(tokens, quick, models) -> Iterator[AccCase]:
 
 def _grouped_gemm_fp8(tokens, quick, models, formats) -> Iterator[AccCase]:
     from turbo_core.bench.suites import grouped_gemm_fp8 as suite
-    from turbo_core.low_precision import ScalingGranularity as G
-    from turbo_core.low_precision import as_format
 
-    grans = (G.TENSORWISE, G.ROWWISE, G.BLOCKWISE)
+    grans = (ScalingGranularity.TENSORWISE, ScalingGranularity.ROWWISE, ScalingGranularity.BLOCKWISE)
     for fmt in formats:
         for c in suite.cases(tokens, quick, models, grans, as_format(fmt)):
             prim = suite.primitive_of(c.grouped.pass_)
@@ -211,8 +212,6 @@ QUANT_VARIANTS = {
 def _quantize(tokens, quick, models, formats) -> Iterator[AccCase]:
     from turbo_core.bench.suites import quant as suite
     from turbo_core.bench.suites.gemm_fp8 import dequant64
-    from turbo_core.dispatch.specs.quantization import QuantizeFp8Args
-    from turbo_core.low_precision import ScalingGranularity, ScalingRecipe, fp8_dtype_for
 
     table = suite.QUICK_HIDDEN if quick else suite.HIDDEN
     variants = {k: v for k, v in QUANT_VARIANTS.items() if v[0] != "MX_BLOCKWISE" or hasattr(torch, "float8_e8m0fnu")}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+from rich.table import Table
+
 __all__ = ["failures", "markdown", "print_table", "summary", "write_json"]
 
 _COLUMNS = ("family", "primitive", "precision", "shape", "output", "backend", "SNR dB", "max abs", "max rel",
@@ -45,8 +47,6 @@ def summary(rows: list[dict]) -> dict:
 
 
 def print_table(rows: list[dict], console) -> None:
-    from rich.table import Table
-
     table = Table(title="turbo accuracy (against float64 math)")
     for col in _COLUMNS:
         table.add_column(col, justify="right" if col in ("SNR dB", "max abs", "max rel") else "left")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 from turbo_core.accuracy.cases import AccCase
+from turbo_core.dispatch.dispatcher import BackendError
+from turbo_core.plugins.host import get_host
 from turbo_core.testing.numerics import error_stats
 
 __all__ = ["backends_for", "run_cases", "score"]
@@ -15,8 +17,6 @@ _DECLINE = "cannot run this call: "
 def backends_for(primitive: str, include_reference: bool, only: list[str] | None = None) -> list[str]:
     """Available backends with a kernel for ``primitive`` (the reference TORCH only with
     ``include_reference``; ``only``: restrict to these names)."""
-    from turbo_core.plugins.host import get_host
-
     registry = get_host().registry
     names = []
     for kernel in registry.kernels_for(primitive):
@@ -60,8 +60,6 @@ def run_cases(cases: list[AccCase], *, device: str, include_reference: bool, bac
     shape, output, backend, status, snr_db, max_abs, max_rel, gate, passed`` (+ ``snr_e2e_db`` for
     FP8 GEMMs). ``status``: ``"ok"``, ``"declined: <reason>"`` (``passed`` None) or ``"error: <msg>"``
     (``passed`` False). Errors are relative to ``max |reference|``; SNR in dB."""
-    from turbo_core.dispatch.dispatcher import BackendError
-
     rows: list[dict] = []
     task = progress.add_task("accuracy", total=len(cases)) if progress is not None else None
     for case in cases:

@@ -10,6 +10,9 @@ import torch
 
 from turbo_core.demo.data import MarkovData
 from turbo_core.demo.model import DemoConfig, TurboDecoder, fp8_recipe
+from turbo_core.dispatch import dispatcher, stats
+from turbo_core.profiling.session import profile_call
+from turbo_core.profiling.table import hot_rows
 
 __all__ = ["DemoResult", "op_table", "profile_step", "train"]
 
@@ -46,9 +49,6 @@ def profile_step(fn: Callable[[], object]) -> dict[tuple[str, str], tuple[int, f
     """``{(primitive, backend): (calls, total_us)}`` of the turbo calls in one ``fn()`` under
     ``torch.profiler``: device-kernel time on a GPU, the ``turbo::`` ranges' inclusive CPU time
     otherwise."""
-    from turbo_core.profiling.session import profile_call
-    from turbo_core.profiling.table import hot_rows
-
     prof, _ = profile_call(fn)
     rows = hot_rows(prof.events())
     out: dict[tuple[str, str], tuple[int, float]] = {}
@@ -73,8 +73,6 @@ def train(cfg: DemoConfig | None = None, *, steps: int = 30, batch: int = 8, seq
     is called after each step (1-based). Dispatch statistics are reset at the start (the
     selection settings are kept).
     """
-    from turbo_core.dispatch import dispatcher, stats
-
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps: expected an int >= 1, got {steps!r}")
     cfg = DemoConfig() if cfg is None else cfg

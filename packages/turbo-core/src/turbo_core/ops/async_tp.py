@@ -32,6 +32,7 @@ run on the current stream and the collectives on the process group's.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from turbo_core.dispatch.launch import gemm_fp8 as launch_fp8
 from turbo_core.low_precision import ScalingGranularity, is_fp8_dtype
@@ -45,8 +46,6 @@ _LAYOUTS = ("NN", "NT")
 
 def _group(group_name):
     """``(group, world size)`` for ``group_name``: a ProcessGroup, or the name it is registered under."""
-    import torch.distributed as dist
-
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError("group_name: torch.distributed is not initialized (call init_process_group first)")
     if isinstance(group_name, dist.ProcessGroup):
@@ -162,8 +161,6 @@ def _chunks(length: int, parts: int) -> list[tuple[int, int]]:
 
 def _all_gather(out: torch.Tensor, inp: torch.Tensor, group):
     """Async all-gather into ``out`` (FP8 travels as its bytes: not every backend knows the dtype)."""
-    import torch.distributed as dist
-
     if is_fp8_dtype(inp.dtype):
         out, inp = out.view(torch.uint8), inp.view(torch.uint8)
     fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -171,8 +168,6 @@ def _all_gather(out: torch.Tensor, inp: torch.Tensor, group):
 
 
 def _reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group):
-    import torch.distributed as dist
-
     fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     return fn(out, inp, op=dist.ReduceOp.SUM, group=group, async_op=True)
 

@@ -26,6 +26,7 @@ equally); the output is ``[sum(output_split_sizes), ...]`` in ``input_``'s dtype
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from turbo_core.low_precision import (
     Float8QuantConfig,
@@ -42,8 +43,6 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def _check(group, input_: torch.Tensor, output_split_sizes, input_split_sizes, config: Float8QuantConfig) -> None:
-    import torch.distributed as dist
-
     if group is None:
         raise ValueError("group: expected a torch.distributed process group, got None")
     if not isinstance(input_, torch.Tensor) or input_.dtype not in _FLOATS or input_.dim() < 1:
@@ -70,8 +69,6 @@ def _check(group, input_: torch.Tensor, output_split_sizes, input_split_sizes, c
 
 def _exchange(x: torch.Tensor, group, out_rows: int, out_splits, in_splits, quant_dtype: torch.dtype | None):
     """All-to-all ``x`` (rows), FP8-quantized with an agreed scale when ``quant_dtype`` is given."""
-    import torch.distributed as dist
-
     x = x.contiguous()
     out_shape = (out_rows, *x.shape[1:])
     if quant_dtype is None:
@@ -97,8 +94,6 @@ class FP8AllToAll(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, group, input_, output_split_sizes, input_split_sizes, fwd_quant, bwd_quant, config):
-        import torch.distributed as dist
-
         config = config if config is not None else Float8QuantConfig()
         _check(group, input_, output_split_sizes, input_split_sizes, config)
         world = dist.get_world_size(group)

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
+import torch
+
 __all__ = ["TOOLS", "ProfileError", "emit_nvtx", "profile_call", "python_target", "tool_command"]
 
 #: External profilers ``--tool`` accepts: the default arguments placed before the command, and
@@ -42,8 +44,6 @@ def profile_call(fn: Callable[[], Any], *, with_stack: bool = False) -> tuple[An
     ``exit_code`` is ``fn``'s return value, or the code of a ``SystemExit`` it raised (a script's
     ``sys.exit``); other exceptions propagate after the profiler has stopped.
     """
-    import torch
-
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -61,8 +61,6 @@ def profile_call(fn: Callable[[], Any], *, with_stack: bool = False) -> tuple[An
 @contextmanager
 def emit_nvtx():
     """``torch.autograd.profiler.emit_nvtx`` (needs CUDA/ROCm): the turbo ranges become NVTX/roctx."""
-    import torch
-
     if not torch.cuda.is_available():
         raise ProfileError("--emit-nvtx needs a CUDA or ROCm device (torch.cuda.is_available() is False)")
     with torch.autograd.profiler.emit_nvtx():

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch.distributed import distributed_c10d
 
 from turbo_core.dispatch.dispatcher import call
 from turbo_core.dispatch.manager import use_backend
@@ -33,7 +34,6 @@ def group_name(group: object) -> str:
 def group_from_name(name: str):
     if not name:
         return None
-    from torch.distributed import distributed_c10d
 
     return distributed_c10d._resolve_process_group(name)
 
