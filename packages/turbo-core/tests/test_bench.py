@@ -8,6 +8,7 @@ import torch
 
 from turbo_core import timing
 from turbo_core.bench import compare, console
+from turbo_core.bench.suites import norm
 from turbo_core.cli import main
 
 
@@ -120,10 +121,12 @@ def test_quick_quant_suite(tmp_path):
     out = tmp_path / "q.json"
     assert main(["bench", "quant", "--quick", "--include-reference", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    assert {r["provider"] for r in rows} == {"torch", "turbo:TORCH"}
+    assert {r["provider"] for r in rows} == {"torch", "torch.compile", "turbo:TORCH"}
     assert {r["pass"] for r in rows} == {"quantize", "with_trans", "dequantize"}
     assert {r["op"] for r in rows} >= {"tensorwise", "rowwise", "blockwise-1x128", "blockwise-128x128", "mx"}
-    for r in rows:
+    compiled = [r for r in rows if r["provider"] == "torch.compile"]  # not timed on the CPU, and says why
+    assert compiled and all(r["status"] == "skipped: " + norm.compile_skip_reason("cpu") for r in compiled)
+    for r in (r for r in rows if r["provider"] != "torch.compile"):
         assert r["status"] == "ok", r
         assert r["gbps"] > 0 and r["bytes"] >= 3 * 32 * 256
         assert r["max_rel_err"] == 0.0  # the same kernel as the reference: bit-identical outputs
@@ -142,3 +145,25 @@ def test_quant_suite_accuracy_sees_a_wrong_kernel(monkeypatch):
 
     assert _max_rel_err([q, s], refs) == 0.0
     assert _max_rel_err([q, s * 1.01], refs) > 5e-3
+
+
+def test_quick_host_suite_times_every_op_beside_its_torch_call(tmp_path):
+    out = tmp_path / "h.json"
+    assert main(["bench", "host", "--quick", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    from turbo_core.bench.suites import host
+
+    assert [(r["op"], r["provider"]) for r in rows] == [(c.op, p) for c in host.CASES for p in ("torch", "turbo:auto")]
+    served = {"gemm": "gemm", "gemm_fp8": "gemm_fp8", "flash_attn_func": "attention_fwd", "grouped_gemm": "grouped_gemm",
+              "rmsnorm": "rmsnorm_fwd", "swiglu": "swiglu_fwd", "linear_fp8": "gemm_fp8"}
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["us_per_call"] == pytest.approx(r["median_ms"] * 1e3) and r["p10_ms"] <= r["median_ms"] <= r["p90_ms"]
+        assert r["calls"] == host.QUICK_CALLS and r["tokens"] == host.TOKENS
+        if r["provider"] == "torch":
+            assert r["ratio"] == 1.0 and r["max_rel_err"] == 0.0
+        else:  # the same result as torch's call on the same inputs (bf16 rounding; FP8 quantization alike)
+            assert r["max_rel_err"] < 0.05, r
+            assert f"{served[r['op']]}:TORCH" in r["kernels"].split(", "), r
+    step = next(r for r in rows if r["op"] == "linear_fp8" and r["provider"] == "turbo:auto")
+    assert "gemm_fp8:TORCH" in step["kernels"] and step["pass"] == "fwd+bwd"

@@ -145,3 +145,13 @@ def test_the_committed_page_is_the_one_the_dataset_generates(tmp_path, monkeypat
     markdown.write_performance("benchmarks/data", out)
     assert out.read_text() == PAGE.read_text(), (
         "docs/performance.md differs from what benchmarks/data generates: run `turbo bench report`")
+
+
+def test_the_command_carries_the_turbo_variables_that_shape_the_run(monkeypatch):
+    monkeypatch.setenv("TURBO_TRITON_ATTN_TILES", "fwd=128,64,8,3;dq=64,64,4,2")
+    monkeypatch.setenv("TURBO_GEMM_BACKEND", "TRITON")
+    monkeypatch.setenv("TURBO_BENCH_COMMIT", "abc")  # names the commit, not a setting
+    monkeypatch.setenv("OTHER_VARIABLE", "x")
+    assert dataset.command(["turbo", "bench", "attention", "--passes", "fwd"]) == (
+        "TURBO_GEMM_BACKEND=TRITON TURBO_TRITON_ATTN_TILES='fwd=128,64,8,3;dq=64,64,4,2' "
+        "turbo bench attention --passes fwd")

@@ -6,7 +6,6 @@ tanh form; liger-kernel not importable)."""
 
 from __future__ import annotations
 
-import json
 import sys
 import types
 
@@ -14,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from turbo_core.bench import dataset
 from turbo_core.cli import main
 
 CALLS: list[tuple] = []
@@ -75,13 +75,13 @@ def fake_liger(monkeypatch):
 
 
 def _rows(tmp_path, suite, *providers):
-    out = tmp_path / f"{suite}.json"
-    assert main(["bench", suite, "--quick", "--providers", "torch", *providers, "--out", str(out)]) == 0
-    return out, json.loads(out.read_text())["rows"]
+    data = tmp_path / suite
+    assert main(["bench", suite, "--quick", "--providers", "torch", *providers, "--record", str(data)]) == 0
+    return data, dataset.load(data)
 
 
 def test_norm_rows_through_a_fake_liger(tmp_path, fake_liger):
-    out, rows = _rows(tmp_path, "norm", "liger")
+    data, rows = _rows(tmp_path, "norm", "liger")
     liger = [r for r in rows if r["provider"] == "liger"]
     assert {(r["op"], r["pass"]) for r in liger} == {("rmsnorm", "fwd"), ("rmsnorm", "bwd"), ("rmsnorm_residual", "fwd")}
     for r in liger:
@@ -93,8 +93,8 @@ def test_norm_rows_through_a_fake_liger(tmp_path, fake_liger):
     bwd = next(r for r in liger if r["pass"] == "bwd")
     assert "in_place=True" in bwd["note"]
 
-    assert main(["bench", "report", str(out), "--out-dir", str(tmp_path / "rep"), "--no-plots"]) == 0
-    page = (tmp_path / "rep" / "norm.md").read_text()
+    assert main(["bench", "report", "--data", str(data), "--out", str(tmp_path / "perf.md"), "--no-plots"]) == 0
+    page = (tmp_path / "perf.md").read_text()
     assert "`liger`" in page and "- `liger`: liger-kernel 0.0-fake: LigerRMSNormFunction" in page
 
 

@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 
+from turbo_core.bench import dataset
 from turbo_core.bench.suites import moe
 from turbo_core.bench.suites.norm import _max_rel_err
 from turbo_core.cli import main
@@ -78,10 +79,10 @@ def test_reference_layout_and_accuracy_check_sees_a_wrong_output():
 
 
 def test_quick_cli_run_and_report(tmp_path):
-    out = tmp_path / "moe.json"
+    data = tmp_path / "data"
     assert main(["bench", "moe", "--quick", "--include-reference", "--providers", "torch", "turbo:TORCH",
-                 "--out", str(out)]) == 0
-    rows = json.loads(out.read_text())["rows"]
+                 "--record", str(data)]) == 0
+    rows = dataset.load(data)
     assert len(rows) == 24 and {r["provider"] for r in rows} == {"torch", "turbo:TORCH"}
     by_case = {c.label: c for c in moe.cases(None, True, None)}
     for r in rows:
@@ -90,9 +91,10 @@ def test_quick_cli_run_and_report(tmp_path):
         assert r["gbps"] == pytest.approx(r["bytes"] / r["median_ms"] / 1e6)
         assert r["max_rel_err"] < (1e-6 if r["op"] == "moe_routing" else 1e-2), r  # fp32 router, bf16 sums
 
-    assert main(["bench", "report", str(out), "--out-dir", str(tmp_path / "rep"), "--no-plots"]) == 0
-    page = (tmp_path / "rep" / "moe.md").read_text()
-    assert "## fwd" in page and "## bwd" in page and "`turbo:TORCH` vs `torch`" in page
+    page_path = tmp_path / "perf.md"
+    assert main(["bench", "report", "--data", str(data), "--out", str(page_path), "--no-plots"]) == 0
+    page = page_path.read_text()
+    assert "#### fwd" in page and "#### bwd" in page and "`turbo:TORCH` vs `torch`" in page
     for label in ("tiny moe_routing 24x8", "tiny-grouped moe_permute 24x48", "tiny moe_unpermute 24x40"):
         assert f"| {label} |" in page
 
@@ -103,7 +105,7 @@ import json
 from turbo_core.bench.suites import moe
 from turbo_core.bench.suites.norm import run_bandwidth
 rows = run_bandwidth(moe, moe.cases(None, True, ["tiny"]), providers=["turbo:TRITON"], include_reference=False,
-                     compile_provider=False, warmup=0, iters=1, device="cpu", copy_gbps=1.0)
+                     warmup=0, iters=1, device="cpu", copy_gbps=1.0)
 print("ROWS" + json.dumps(rows))
 """
 

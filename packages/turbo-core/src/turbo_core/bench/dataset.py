@@ -15,7 +15,9 @@ A row holds the suite's fields (keys in :mod:`turbo_core.bench.runner`) and the 
 - ``driver``: the GPU driver's version (``nvidia-smi`` / ``rocm-smi``, else the CUDA driver API
   version torch reports), None when neither answers;
 - ``versions``: torch, cuda, hip, triton, python and every installed ``turbo-*`` distribution;
-- ``command``: the command line, as one string.
+- ``command``: the command line, as one string, after the ``TURBO_*`` variables set in the
+  environment (``TURBO_TRITON_ATTN_TILES=... turbo bench attention``: a kernel's tile forced
+  through its backend's variable, a backend chosen with ``TURBO_GEMM_BACKEND``...).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import torch
 import turbo_core
 from turbo_core.bench.compare import VARIANT_FIELDS
 
-__all__ = ["DEFAULT_DIR", "RUN_FIELDS", "Run", "append", "case_key", "checkout_revision", "current", "driver_version", "load", "load_file",
+__all__ = ["DEFAULT_DIR", "RUN_FIELDS", "Run", "append", "case_key", "checkout_revision", "command", "current", "driver_version", "load", "load_file",
            "provenance", "runs", "versions"]
 
 #: Where ``--record`` appends and ``turbo bench report`` reads, relative to the working directory.
@@ -122,7 +124,15 @@ def provenance(device: str, argv: Sequence[str]) -> dict:
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     return {"run": uuid.uuid4().hex[:12], "commit": commit, "dirty": dirty,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": name, "driver": driver_version(device), "versions": versions(), "command": shlex.join(argv)}
+            "device": name, "driver": driver_version(device), "versions": versions(), "command": command(argv)}
+
+
+def command(argv: Sequence[str]) -> str:
+    """``argv`` as a shell line, after the ``TURBO_*`` variables of the environment that shape the run
+    (``TURBO_BENCH_COMMIT`` only names the commit)."""
+    settings = [f"{k}={shlex.quote(v)}" for k, v in sorted(os.environ.items())
+                if k.startswith("TURBO_") and k != "TURBO_BENCH_COMMIT"]
+    return " ".join([*settings, shlex.join(argv)])
 
 
 def append(rows: Iterable[dict], run: dict, directory: str | os.PathLike) -> list[Path]:

@@ -12,7 +12,9 @@ DeepSeek-V3 / Qwen3-235B / Mixtral shapes) is memory-bound, scored like ``norm``
 (module ``moe_dispatch``) starts its own processes (NCCL over the visible GPUs; gloo on the CPU) and
 scores expert-parallel dispatch/combine in GB/s against a raw ``all_to_all_single`` of the same rows.
 ``async-tp`` (module ``async_tp``) starts its processes the same way and scores the async
-tensor-parallel ops in TFLOP/s against the unfused collective + ``torch.matmul``."""
+tensor-parallel ops in TFLOP/s against the unfused collective + ``torch.matmul``. ``host`` times
+what the host pays per eager call (tiny shapes, wall clock) for turbo's ops beside the PyTorch call
+a user would write instead."""
 
 SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8", "attention",
-          "moe", "moe-dispatch", "async-tp")
+          "moe", "moe-dispatch", "async-tp", "host")

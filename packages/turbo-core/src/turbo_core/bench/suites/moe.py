@@ -381,6 +381,6 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
     """The MoE suite: rows as :func:`turbo_core.bench.suites.norm.run_bandwidth`'s, plus the case's
     ``experts``, ``topk``, ``expert_groups``, ``selected_groups``, ``score_function``."""
     return run_bandwidth(sys.modules[__name__], cases(tokens, quick, models), providers=providers,
-                         include_reference=include_reference, compile_provider=device == "cuda",
+                         include_reference=include_reference,
                          warmup=warmup, iters=iters, device=device, progress=progress)
 

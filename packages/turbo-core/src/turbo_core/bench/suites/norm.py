@@ -6,7 +6,8 @@ the device-to-device copy bandwidth measured in the same process (``copy_``: rea
 large tensor), and the ratio to eager PyTorch.
 
 Providers: ``torch`` (eager PyTorch, the usual fp32 RMSNorm expression), ``torch.compile`` (the
-same function compiled, static shapes), and ``turbo:<BACKEND>`` for every available backend with a
+same function compiled, static shapes; a ``skipped`` row with the reason where it does not run,
+:func:`compile_skip_reason`), and ``turbo:<BACKEND>`` for every available backend with a
 kernel for the primitive (the TORCH reference only with ``--include-reference``). The turbo
 providers call the primitive (``rmsnorm_fwd``/``rmsnorm_bwd``); the torch providers time the
 forward expression, or ``torch.autograd.grad`` of it over a graph built before timing. ``liger``
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
+import importlib.util
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -261,6 +263,18 @@ def copy_bandwidth(device: str, *, nbytes: int = 2**30, warmup: int = 5, iters: 
     return 2 * nbytes / t.median_ms / 1e6
 
 
+def compile_skip_reason(device: str) -> str | None:
+    """Why the ``torch.compile`` provider does not run here (None: it runs). On the CPU it is not
+    timed: Inductor's C++ build of every case would dominate a ``--quick`` smoke run."""
+    if device != "cuda":
+        return "torch.compile is timed on GPUs only (on the CPU its build would dominate a --quick run)"
+    if not getattr(torch._dynamo, "is_dynamo_supported", lambda: True)():
+        return f"torch.compile is not supported here (torch {torch.__version__}, Python {sys.version.split()[0]})"
+    if importlib.util.find_spec("triton") is None:
+        return "torch.compile needs triton for GPU kernels; it is not importable"
+    return None
+
+
 def _backends(primitive: str) -> list[str]:
     registry = get_host().registry
     return [k.backend for k in registry.kernels_for(primitive)
@@ -293,12 +307,13 @@ def _max_rel_err(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> float:
 
 
 def run_bandwidth(suite, all_cases: list[MemCase], *, providers: list[str] | None, include_reference: bool,
-                  compile_provider: bool, warmup: int, iters: int, device: str, progress=None,
+                  warmup: int, iters: int, device: str, progress=None,
                   copy_gbps: float | None = None) -> list[dict]:
     """Time every provider on every case of ``suite`` (a module with ``make_inputs``, ``reference``,
     ``torch_provider``, ``turbo_args``, ``turbo_provider``); JSON-ready rows."""
     if copy_gbps is None:
         copy_gbps = copy_bandwidth(device)
+    no_compile = compile_skip_reason(device)
     gen = torch.Generator(device=device).manual_seed(0)
     task = progress.add_task(all_cases[0].suite if all_cases else "-", total=len(all_cases)) if progress else None
     rows: list[dict] = []
@@ -308,8 +323,7 @@ def run_bandwidth(suite, all_cases: list[MemCase], *, providers: list[str] | Non
         sets = [first] + [suite.make_inputs(case, device, gen) for _ in range(timing.copies_needed(per_set) - 1)]
         prim_name, prim_args = suite.turbo_args(case, first)
         table: list[tuple[str, Callable | None]] = [("torch", suite.torch_provider(case, False))]
-        if compile_provider:
-            table.append(("torch.compile", None))  # compiled lazily: only when selected
+        table.append(("torch.compile", None))  # compiled lazily: only when selected
         table += [(f"turbo:{b}", None) for b in _backends(prim_name) if include_reference or b != "TORCH"]
         table += [(p.name, p) for p in getattr(suite, "peer_providers", lambda c: [])(case)]
         if providers:
@@ -338,6 +352,9 @@ def run_bandwidth(suite, all_cases: list[MemCase], *, providers: list[str] | Non
                         continue
                     prepare = suite.turbo_provider(case, backend)
                 elif name == "torch.compile":
+                    if no_compile:
+                        rows.append({**row, "status": f"skipped: {no_compile}"})
+                        continue
                     prepare = suite.torch_provider(case, True)
                 calls = [(prepare(s), s[0]) for s in sets]
                 err = _max_rel_err(calls[0][0](), case_refs)
@@ -360,9 +377,9 @@ def run_bandwidth(suite, all_cases: list[MemCase], *, providers: list[str] | Non
 
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
         include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
-    """The RMSNorm suite: rows as :func:`run_bandwidth`'s (``torch.compile`` off for CPU runs)."""
+    """The RMSNorm suite: rows as :func:`run_bandwidth`'s."""
     return run_bandwidth(sys.modules[__name__], cases(tokens, quick, models), providers=providers,
-                         include_reference=include_reference, compile_provider=device == "cuda",
+                         include_reference=include_reference,
                          warmup=warmup, iters=iters, device=device, progress=progress)
 
 

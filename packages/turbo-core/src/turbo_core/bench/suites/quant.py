@@ -162,5 +162,5 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
     """The quantization suite: rows as :func:`turbo_core.bench.suites.norm.run_bandwidth`'s."""
     return run_bandwidth(sys.modules[__name__], cases(tokens, quick, models), providers=providers,
-                         include_reference=include_reference, compile_provider=device == "cuda",
+                         include_reference=include_reference,
                          warmup=warmup, iters=iters, device=device, progress=progress)
