@@ -6,9 +6,11 @@ What it checks: that each configuration the launchers use compiles to sm_90a, fi
 keeps 0 bytes of spills at the kernels' 168-register budget and has no ptxas C7514 (every wgmma
 serialized). It does not run anything: results need a GPU (the kernels' ``@pytest.mark.gpu`` tests).
 
-Usage (repository root; a Triton whose NVIDIA backend bundles ptxas, e.g. 3.6, no GPU needed):
-  PYTHONPATH=packages/turbo-core/src:packages/turbo-triton/src \\
-  python3 benchmarks/scripts/gluon_sm90_compile.py [--kernels dense,grouped] [--out compile.json]
+A script, not a test or a suite: it measures nothing, and it needs a Triton whose NVIDIA backend bundles
+ptxas (CI's CPU Triton may not), and minutes of compiling; run it by hand after changing those kernels.
+
+Usage (repository root, turbo-core and turbo-triton installed; no GPU needed):
+  python3 tools/gluon_sm90_compile.py [--kernels dense,grouped] [--out compile.json]
 Exit status 0 when every configuration compiled without spills or C7514.
 """
 

@@ -4,8 +4,9 @@
 # into a scratch tree laid out like /opt/rocm, and the extension is built by the package's own toolchain
 # discovery and compile command (the host C++ compiler with -D__HIP_PLATFORM_AMD__), with -Wall -Wextra.
 # The module is not loaded: Debian unstable's libraries need a newer glibc than this machine's, and there is
-# no AMD GPU to run it on. Run from the repository root:
-#   bash benchmarks/scripts/rocm_compile_check.sh            # DEBIAN_MIRROR: default, the system's apt mirror
+# no AMD GPU to run it on. A script, not a test: it downloads Debian's ROCm packages (network, minutes), which CI
+# does not. Run from the repository root:
+#   bash tools/rocm_compile_check.sh            # DEBIAN_MIRROR: default, the system's apt mirror
 set -euo pipefail
 ROOT=$(pwd)
 WORK=${WORK:-$(mktemp -d)}

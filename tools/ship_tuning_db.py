@@ -9,7 +9,10 @@ than their heuristic are dropped; a backend choice equal to the heuristic's is l
 keeps its configs only), so a shipped file never overrides another package's choice for the same
 key with a non-decision. Prints what was dropped and why.
 
-    python3 benchmarks/scripts/ship_tuning_db.py hipblaslt_sm90.json hipblaslt_sm90.check.json \\
+A script, not a suite or a test: it is a release step that edits a database file from the outputs of a
+``turbo tune`` campaign and its check, both run on the GPU the database is for.
+
+    python3 tools/ship_tuning_db.py hipblaslt_sm90.json hipblaslt_sm90.check.json \\
         --out packages/turbo-hipblaslt/src/turbo_hipblaslt/tuning_db/sm90.json
 
 Several check reports may be given (``--check A B``); a choice must pass in every one that timed it.
