@@ -108,3 +108,49 @@ def main(session: nox.Session) -> None:
     session.run("turbo", "doctor")
     session.run("turbo", "backends")
     session.run("turbo", "demo")
+
+
+#: The `turbo bench` suites one process runs (moe-dispatch and async-tp start their own ranks over several GPUs).
+GPU_SUITES = ("gemm", "grouped_gemm", "gemm-fp8", "grouped-gemm-fp8", "attention", "norm", "activation", "quant",
+              "moe", "host")
+
+
+@nox.session(venv_backend="none")
+def gpu(session: nox.Session) -> None:
+    """On a GPU machine: every package's GPU tests, then every single-process `turbo bench` suite appending
+    its rows to benchmarks/data, then `turbo bench report` (docs/performance.md).
+
+    Runs in the current Python environment, the one nox runs in: its torch, CUDA and Triton are what is
+    measured, and a GPU machine has no package index. This repository's packages are installed into it
+    editable, without dependencies or build isolation (hatchling must be importable). Posargs choose the
+    steps, in this order: `tests`, suite names, `report` (default: all). A tree without .git (a copy) records
+    the commit given as TURBO_BENCH_COMMIT=<sha> or <sha>-dirty.
+    """
+    import subprocess
+    import sys
+
+    steps = list(session.posargs) or ["tests", *GPU_SUITES, "report"]
+    unknown = [s for s in steps if s not in ("tests", "report", *GPU_SUITES)]
+    if unknown:
+        session.error(f"unknown step {', '.join(unknown)}; steps: tests, {', '.join(GPU_SUITES)}, report")
+    python = sys.executable
+    probe = "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else '')"
+    found = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    if found.returncode != 0 or not found.stdout.strip():
+        session.error(f"nox -s gpu needs a GPU that torch sees; {python} sees none "
+                      f"({(found.stderr.strip().splitlines() or ['torch.cuda.is_available() is False'])[-1]})")
+    session.log(f"measuring on {found.stdout.strip()} with {python}")
+    packages = sorted(p.parent for p in (ROOT / "packages").glob("*/pyproject.toml"))
+    for path in packages:
+        session.run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e",
+                    str(path), external=True)
+    if "tests" in steps:
+        for path in packages:
+            # pytest exits 5 when a package has no GPU test
+            session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--turbo-only=gpu",
+                        str(path / "tests"), external=True, success_codes=[0, 5])
+    with session.chdir(ROOT):  # --record and report default to benchmarks/data and docs/performance.md here
+        for suite in (s for s in steps if s in GPU_SUITES):
+            session.run(python, "-m", "turbo_core.cli", "bench", suite, "--record", external=True)
+        if "report" in steps:
+            session.run(python, "-m", "turbo_core.cli", "bench", "report", external=True)
