@@ -27,7 +27,7 @@ def _permute(**kw):
     (dict(pad_multiple=-1), ValueError, "^pad_multiple: expected an int >= 0"),
     (dict(num_permuted_tokens=-2), ValueError, "^num_permuted_tokens: expected an int >= -1"),
     (dict(probs_layout="dense"), ValueError, "^probs_layout: expected 'topk' or 'routing_map'"),
-    (dict(probs=torch.rand(3, 4)), ValueError, r"^probs: expected shape \(3, 2\) for probs_layout='topk'"),
+    (dict(probs=torch.rand(3, 4)), ValueError, r"^probs: expected shape \(3, 2\) \(probs_layout='topk'\), got \(3, 4\)"),
     (dict(expert_map=torch.ones(3, 4, dtype=torch.bool), probs=torch.rand(3, 4)), ValueError,
      "^probs_layout: 'topk' needs a top-k index map"),
     (dict(scaling_factor=torch.rand(3, 2)), ValueError, "^scaling_factor: per-token scales travel with fp8"),

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from turbo_core.dispatch.specs._checks import FLOAT_DTYPES, require_tensor
+from turbo_core.dispatch.specs.validate import FLOAT_DTYPES, require_tensor
 from turbo_core.low_precision import (
     MXFP4_BLOCK_SIZE,
     MXFP8_BLOCK_SIZE,

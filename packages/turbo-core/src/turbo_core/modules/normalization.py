@@ -6,7 +6,7 @@ import numbers
 
 import torch
 
-from turbo_core.dispatch.specs.normalization import require_eps
+from turbo_core.dispatch.specs.validate import require_eps
 from turbo_core.ops.normalization import rmsnorm
 
 __all__ = ["RMSNorm"]

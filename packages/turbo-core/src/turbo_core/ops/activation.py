@@ -8,8 +8,8 @@ import math
 import torch
 
 from turbo_core.dispatch.launch import activation as launch
-from turbo_core.dispatch.specs._checks import FLOAT_DTYPES, require_tensor
 from turbo_core.dispatch.specs.activation import GluFwdArgs, glu_primitive
+from turbo_core.dispatch.specs.validate import FLOAT_DTYPES, require_even_last_dim, require_tensor
 
 __all__ = ["geglu_with_probs", "swiglu_with_probs"]
 
@@ -32,9 +32,8 @@ def _glu(kind: str, x: object, probs: object, row_mask: object) -> torch.Tensor:
     require_tensor("x", x, dtypes=FLOAT_DTYPES)
     if x.dim() == 0:
         raise ValueError("x: expected at least a 1-D tensor [..., 2H], got a scalar")
+    require_even_last_dim("x", x)
     width = x.shape[-1]
-    if width % 2:
-        raise ValueError(f"x: expected an even last dim (gate half, then up half), got shape {tuple(x.shape)}")
     # (reshape cannot infer -1 when the last dim is 0)
     x2d = (x.reshape(-1, width) if width else x.reshape(math.prod(x.shape[:-1]), 0)).contiguous()
     tokens = x2d.shape[0]

@@ -26,7 +26,6 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.launch import attention as launch
-from turbo_core.dispatch.specs._checks import require_tensor
 from turbo_core.dispatch.specs.attention import (
     ATTENTION_FP8_FWD,
     ATTENTION_FWD,
@@ -36,6 +35,7 @@ from turbo_core.dispatch.specs.attention import (
     AttentionFwdArgs,
     check_window_size,
 )
+from turbo_core.dispatch.specs.validate import require_tensor
 
 __all__ = ["flash_attn_fp8_func", "flash_attn_func", "flash_attn_varlen_func"]
 

@@ -44,7 +44,13 @@ from typing import NamedTuple
 import torch
 
 from turbo_core.dispatch.launch import gemm_fp8 as launch
-from turbo_core.dispatch.specs._checks import FLOAT_DTYPES, require_bool, require_dtype, require_same_device
+from turbo_core.dispatch.specs.validate import (
+    FLOAT_DTYPES,
+    check_inner_dim,
+    require_bool,
+    require_dtype,
+    require_same_device,
+)
 from turbo_core.low_precision import (
     Float4QuantConfig,
     Float8QuantConfig,
@@ -378,9 +384,7 @@ def _prepare(a, b, trans_a, trans_b, out_dtype, scheme, fuse_bgrad_accum_pattern
     require_bool("trans_b", trans_b)
     m, k = (a.shape[1], a.shape[0]) if trans_a else (a.shape[0], a.shape[1])
     k_b, n = (b.shape[1], b.shape[0]) if trans_b else (b.shape[0], b.shape[1])
-    if k != k_b:
-        raise ValueError(f"b: inner dimension mismatch: op(a) is [{m}, {k}] but op(b) is [{k_b}, {n}]"
-                         f" (trans_a={trans_a}, trans_b={trans_b})")
+    check_inner_dim(m, k, k_b, n, trans_a, trans_b)
     out_dtype = resolve_out_dtype(out_dtype, a, b)
     require_same_device(a=a, b=b)
     for name, x, x_t, fwd_dim in (("a", a, a_t, 0 if trans_a else 1), ("b", b, b_t, 1 if trans_b else 0)):

@@ -6,12 +6,8 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.launch import grouped_gemm as launch
-from turbo_core.dispatch.specs.grouped_gemm import (
-    GROUPED_GEMM,
-    GroupedGemmArgs,
-    assert_group_values_async,
-    check_group_lens,
-)
+from turbo_core.dispatch.specs.grouped_gemm import GROUPED_GEMM, GroupedGemmArgs
+from turbo_core.dispatch.specs.validate import assert_group_values_async, check_group_lens
 from turbo_core.ops._grad_accum import check_pattern, dummy_grad
 
 __all__ = ["grouped_gemm", "grouped_gemm_compute_offs"]

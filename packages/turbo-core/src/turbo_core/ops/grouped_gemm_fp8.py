@@ -30,12 +30,15 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.launch import grouped_gemm_fp8 as launch
-from turbo_core.dispatch.specs._checks import require_bool, require_same_device, require_tensor
-from turbo_core.dispatch.specs.grouped_gemm import (
+from turbo_core.dispatch.specs.validate import (
     assert_group_values_async,
     check_group_lens,
+    check_group_offs,
     check_group_values,
+    check_grouped_inner_dim,
     check_num_cu_schedule,
+    require_bool,
+    require_same_device,
 )
 from turbo_core.low_precision import Float4QuantConfig, Float8QuantConfig, ScalingGranularity, ScalingRecipe
 from turbo_core.ops import quantization as quant
@@ -198,18 +201,12 @@ def _run(a, b, group_lens, group_offs, trans_b, out_dtype, scheme: Scheme, num_c
                          f"{'FP4' if scheme.fp4 else scheme.granularity.value} quantizes the tokens in "
                          f"group-dependent layouts inside the op")
     require_bool("trans_b", trans_b)
+    check_grouped_inner_dim(a, b, trans_b)
     g = b.shape[0]
-    k_b = b.shape[2] if trans_b else b.shape[1]
-    if a.shape[1] != k_b:
-        want = f"[{g}, N, {a.shape[1]}]" if trans_b else f"[{g}, {a.shape[1]}, N]"
-        raise ValueError(f"b: inner dimension mismatch: a is [{a.shape[0]}, {a.shape[1]}] so b must be {want}"
-                         f" (trans_b={trans_b}), got {tuple(b.shape)}")
     check_group_lens(group_lens, g)
     offs_given = group_offs is not None
     if offs_given:
-        require_tensor("group_offs", group_offs, ndim=1, dtypes=(torch.int64,))
-        if group_offs.shape[0] != g + 1:
-            raise ValueError(f"group_offs: expected shape ({g + 1},) (G + 1 offsets), got {tuple(group_offs.shape)}")
+        check_group_offs(group_offs, g)
     else:
         group_offs = grouped_gemm_compute_offs(group_lens)
     check_num_cu_schedule(num_cu, "static")

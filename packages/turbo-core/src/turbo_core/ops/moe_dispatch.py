@@ -14,13 +14,13 @@ import torch
 
 from turbo_core.dispatch.launch import moe_dispatch as launch
 from turbo_core.dispatch.specs.moe import (
-    FP8_DTYPES,
     MOE_COMBINE,
     MOE_DISPATCH,
     MoeCombineArgs,
     MoeDispatchArgs,
     MoeDispatchHandle,
 )
+from turbo_core.low_precision import FP8_DTYPES
 
 __all__ = ["MoeDispatchHandle", "MoeDispatchResult", "moe_combine", "moe_dispatch"]
 

@@ -14,16 +14,24 @@ from typing import NamedTuple
 import torch
 
 from turbo_core.dispatch.launch import moe_permute as launch
-from turbo_core.dispatch.specs._checks import FLOAT_DTYPES, dtype_name, require_bool, require_tensor
 from turbo_core.dispatch.specs.moe import (
-    FP8_DTYPES,
-    INDEX_DTYPES,
     MOE_PERMUTE_PREPROCESS,
     PROBS_LAYOUTS,
     MoePermutePreprocessArgs,
-    require_int,
     require_row_id_map,
 )
+from turbo_core.dispatch.specs.validate import (
+    FLOAT_DTYPES,
+    INDEX_DTYPES,
+    dtype_name,
+    require_bool,
+    require_choice,
+    require_int,
+    require_rows,
+    require_shape,
+    require_tensor,
+)
+from turbo_core.low_precision import FP8_DTYPES
 
 __all__ = ["MoePermuteResult", "moe_permute", "moe_unpermute"]
 
@@ -187,23 +195,19 @@ def moe_permute(tokens: torch.Tensor, expert_map: torch.Tensor, *, num_local_exp
     tokens = _check_tokens(tokens, use_fp8)
     t = tokens.shape[0]
     require_tensor("expert_map", expert_map, ndim=2, dtypes=(torch.bool, *INDEX_DTYPES))
-    if expert_map.shape[0] != t:
-        raise ValueError(f"expert_map: expected {t} rows (tokens'), got {tuple(expert_map.shape)}")
+    require_rows("expert_map", expert_map, t, "tokens'")
     e = require_int("num_local_experts", num_local_experts, minimum=1)
     is_index_map = expert_map.dtype != torch.bool
     k = expert_map.shape[1]
     require_int("num_topk", num_topk, minimum=0)
     if is_index_map and num_topk and num_topk != k:
         raise ValueError(f"num_topk: expected 0 or the index map's width {k}, got {num_topk}")
-    if probs_layout not in PROBS_LAYOUTS:
-        raise ValueError(f"probs_layout: expected 'topk' or 'routing_map', got {probs_layout!r}")
+    require_choice("probs_layout", probs_layout, PROBS_LAYOUTS)
     if probs is not None:
         require_tensor("probs", probs, ndim=2, dtypes=FLOAT_DTYPES)
         if probs_layout == "topk" and not is_index_map:
             raise ValueError("probs_layout: 'topk' needs a top-k index map; with a bool routing map use 'routing_map'")
-        want = (t, k) if probs_layout == "topk" else (t, e)
-        if tuple(probs.shape) != want:
-            raise ValueError(f"probs: expected shape {want} for probs_layout={probs_layout!r}, got {tuple(probs.shape)}")
+        require_shape("probs", probs, (t, k) if probs_layout == "topk" else (t, e), f"probs_layout={probs_layout!r}")
         probs = probs.contiguous()
     require_int("scales_per_token", scales_per_token, minimum=0)
     if scaling_factor is not None:
@@ -265,9 +269,7 @@ def moe_unpermute(permuted_tokens: torch.Tensor, row_id_map: torch.Tensor, num_d
     width = 0
     if permuted_probs is not None:
         require_tensor("permuted_probs", permuted_probs, ndim=1, dtypes=FLOAT_DTYPES)
-        if permuted_probs.shape[0] != permuted_tokens.shape[0]:
-            raise ValueError(f"permuted_probs: expected shape ({permuted_tokens.shape[0]},), got"
-                             f" {tuple(permuted_probs.shape)}")
+        require_shape("permuted_probs", permuted_probs, (permuted_tokens.shape[0],), "one per permuted row")
         permuted_probs = permuted_probs.contiguous()
         width = stride or e
     out, probs = UnpermuteFunction.apply(permuted_tokens.contiguous(), permuted_probs, row_id_map.contiguous(), width)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.launch import moe_routing as launch
-from turbo_core.dispatch.specs._checks import require_bool
 from turbo_core.dispatch.specs.moe import (
     INDICES_TO_MULTIHOT,
     MOE_ROUTING_FWD,
@@ -15,6 +14,7 @@ from turbo_core.dispatch.specs.moe import (
     MoeRoutingFwdArgs,
     TokensPerExpertToMaskArgs,
 )
+from turbo_core.dispatch.specs.validate import require_bool
 
 __all__ = ["fused_group_topk_routing_with_aux_score", "indices_to_multihot", "tokens_per_expert_to_mask"]
 

@@ -13,13 +13,14 @@ from typing import NamedTuple
 
 import torch
 
-from turbo_core.dispatch.specs._checks import FLOAT_DTYPES, require_bool, require_tensor
-from turbo_core.dispatch.specs.moe import (
+from turbo_core.dispatch.specs.moe import MOE_PERMUTE_PREPROCESS, MoePermutePreprocessArgs, require_row_id_map
+from turbo_core.dispatch.specs.validate import (
+    FLOAT_DTYPES,
     INDEX_DTYPES,
-    MOE_PERMUTE_PREPROCESS,
-    MoePermutePreprocessArgs,
+    require_bool,
     require_int,
-    require_row_id_map,
+    require_shape,
+    require_tensor,
 )
 from turbo_core.ops.moe_permute import MergeUnpermuteFunction, PermuteFunction, UnpermuteFunction, optional
 
@@ -87,8 +88,7 @@ def token_permute(inp: torch.Tensor, num_out_tokens: int = -1, probs: torch.Tens
     require_int("num_out_tokens", num_out_tokens, minimum=-1)
     if probs is not None:
         require_tensor("probs", probs, ndim=2, dtypes=FLOAT_DTYPES)
-        if tuple(probs.shape) != (t, e):
-            raise ValueError(f"probs: expected shape {(t, e)} (routing_map's), got {tuple(probs.shape)}")
+        require_shape("probs", probs, (t, e), "routing_map's")
         probs = probs.contiguous()
     capacity = -1
     cap = num_out_tokens
@@ -130,13 +130,11 @@ def token_unpermute(inp: torch.Tensor, sorted_indices: torch.Tensor, merging_pro
             raise ValueError(f"restore_shape: expected {(t, inp.shape[1])} ([tokens, hidden]), got {restore_shape!r}")
     if routing_map is not None:
         require_tensor("routing_map", routing_map, ndim=2)
-        if tuple(routing_map.shape) != (t, e):
-            raise ValueError(f"routing_map: expected shape {(t, e)}, got {tuple(routing_map.shape)}")
+        require_shape("routing_map", routing_map, (t, e), "[T, E] of sorted_indices")
     rows = sorted_indices.contiguous()
     if merging_probs is not None:
         require_tensor("merging_probs", merging_probs, ndim=2, dtypes=FLOAT_DTYPES)
-        if tuple(merging_probs.shape) != (t, e):
-            raise ValueError(f"merging_probs: expected shape {(t, e)}, got {tuple(merging_probs.shape)}")
+        require_shape("merging_probs", merging_probs, (t, e), "[T, E] of sorted_indices")
         return MergeUnpermuteFunction.apply(inp.contiguous(), merging_probs.contiguous(), rows)
     out, _ = UnpermuteFunction.apply(inp.contiguous(), None, rows, 0)
     return out

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.launch import normalization as launch
-from turbo_core.dispatch.specs._checks import FLOAT_DTYPES, require_tensor
 from turbo_core.dispatch.specs.normalization import RMSNORM_FWD, RmsNormFwdArgs
+from turbo_core.dispatch.specs.validate import FLOAT_DTYPES, require_nonempty_last_dim, require_shape, require_tensor
 
 __all__ = ["rmsnorm", "rmsnorm_residual"]
 
@@ -49,12 +49,10 @@ def _flatten(x: object, gamma: torch.Tensor | None, eps: float, zero_centered: b
     require_tensor("x", x, dtypes=FLOAT_DTYPES)
     if x.dim() == 0:
         raise ValueError("x: expected at least a 1-D tensor (normalized over its last dim), got a scalar")
-    if x.shape[-1] == 0:
-        raise ValueError(f"x: expected a non-empty last (hidden) dim, got shape {tuple(x.shape)}")
+    require_nonempty_last_dim("x", x)
     if fused:
         require_tensor("residual", residual, dtypes=FLOAT_DTYPES)
-        if residual.shape != x.shape:
-            raise ValueError(f"residual: expected shape {tuple(x.shape)} (x's), got {tuple(residual.shape)}")
+        require_shape("residual", residual, tuple(x.shape), "x's")
     hidden = x.shape[-1]
     x2d = x.reshape(-1, hidden).contiguous()
     r2d = residual.reshape(-1, hidden).contiguous() if residual is not None else None

@@ -14,13 +14,15 @@ import torch
 
 from turbo_core.backend import PrecisionType
 from turbo_core.dispatch.primitives import Primitive, define_primitive
-from turbo_core.dispatch.specs._checks import (
+from turbo_core.dispatch.specs.validate import (
     FLOAT_DTYPES,
-    dtype_name,
+    require_contiguous,
+    require_even_last_dim,
     require_same_device,
+    require_same_dtype,
+    require_shape,
     require_tensor,
 )
-from turbo_core.dispatch.specs.normalization import require_contiguous
 
 __all__ = [
     "ACTIVATIONS",
@@ -92,27 +94,21 @@ class GluBwdArgs:
 
 def _check_x(x: object) -> torch.Tensor:
     require_tensor("x", x, ndim=2, dtypes=FLOAT_DTYPES)
-    if x.shape[1] % 2:
-        raise ValueError(
-            f"x: expected an even last dim (gate half, then up half), got shape {tuple(x.shape)}"
-        )
+    require_even_last_dim("x", x)
     require_contiguous("x", x)
     return x
 
 
+def _check_row_vector(name: str, value: object, dtype: torch.dtype, tokens: int) -> None:
+    require_tensor(name, value, ndim=1, dtypes=(dtype,))
+    require_shape(name, value, (tokens,), "one per row of x")
+    require_contiguous(name, value)
+
+
 def _check_rows(x: torch.Tensor, probs: object, row_mask: object) -> None:
-    tokens = x.shape[0]
-    require_tensor("probs", probs, ndim=1, dtypes=(torch.float32,))
-    if probs.shape[0] != tokens:
-        raise ValueError(f"probs: expected shape ({tokens},) (one per row of x), got {tuple(probs.shape)}")
-    require_contiguous("probs", probs)
+    _check_row_vector("probs", probs, torch.float32, x.shape[0])
     if row_mask is not None:
-        require_tensor("row_mask", row_mask, ndim=1, dtypes=(torch.int64,))
-        if row_mask.shape[0] != tokens:
-            raise ValueError(
-                f"row_mask: expected shape ({tokens},) (one per row of x), got {tuple(row_mask.shape)}"
-            )
-        require_contiguous("row_mask", row_mask)
+        _check_row_vector("row_mask", row_mask, torch.int64, x.shape[0])
 
 
 def _validate_fwd(args: GluFwdArgs) -> None:
@@ -124,13 +120,8 @@ def _validate_fwd(args: GluFwdArgs) -> None:
 def _validate_bwd(args: GluBwdArgs) -> None:
     x = _check_x(args.x)
     require_tensor("grad_out", args.grad_out, ndim=2, dtypes=FLOAT_DTYPES)
-    if args.grad_out.dtype != x.dtype:
-        raise TypeError(
-            f"grad_out: expected the dtype of x ({dtype_name(x.dtype)}), got {dtype_name(args.grad_out.dtype)}"
-        )
-    want = (x.shape[0], x.shape[1] // 2)
-    if tuple(args.grad_out.shape) != want:
-        raise ValueError(f"grad_out: expected shape {want} ([T, H] for x [T, 2H]), got {tuple(args.grad_out.shape)}")
+    require_same_dtype("grad_out", args.grad_out, "x", x)
+    require_shape("grad_out", args.grad_out, (x.shape[0], x.shape[1] // 2), "[T, H] for x [T, 2H]")
     require_contiguous("grad_out", args.grad_out)
     _check_rows(x, args.probs, args.row_mask)
     require_same_device(x=x, grad_out=args.grad_out, probs=args.probs, row_mask=args.row_mask)

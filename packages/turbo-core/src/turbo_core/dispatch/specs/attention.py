@@ -50,19 +50,22 @@ Accuracy is judged by SNR (>= 20 dB against unquantized float64 math), not by to
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from turbo_core.backend import PrecisionType
 from turbo_core.dispatch.primitives import Primitive, define_primitive
-from turbo_core.dispatch.specs._checks import (
+from turbo_core.dispatch.specs.validate import (
     FLOAT_DTYPES,
-    dtype_name,
     require_bool,
+    require_float,
+    require_int,
     require_same_device,
+    require_same_dtype,
+    require_shape,
     require_tensor,
+    values_readable,
 )
 
 __all__ = [
@@ -220,15 +223,6 @@ def lse_shape(q: torch.Tensor, varlen: bool) -> tuple[int, ...]:
 
 # -- validation ----------------------------------------------------------------------------------
 
-def _concrete_cpu(t: torch.Tensor) -> bool:
-    """Whether reading ``t``'s values costs no device sync and is possible (not while tracing)."""
-    if t.device.type != "cpu" or torch.compiler.is_compiling():
-        return False
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    return not isinstance(t, FakeTensor)
-
-
 def check_window_size(window_size: object) -> tuple[int, int]:
     if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
             or not all(isinstance(w, int) and not isinstance(w, bool) for w in window_size)):
@@ -249,10 +243,8 @@ def _check_unit_stride(name: str, t: torch.Tensor) -> None:
 
 def _check_scalars(args) -> None:
     # While tracing, scalars may be symbolic; the custom op re-validates them with real values.
-    if args.softmax_scale is not None and not torch.compiler.is_compiling():
-        s = args.softmax_scale
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
-            raise TypeError(f"softmax_scale: expected None or a finite float, got {s!r}")
+    if not torch.compiler.is_compiling():
+        require_float("softmax_scale", args.softmax_scale, optional=True)
     require_bool("causal", args.causal)
     require_bool("deterministic", args.deterministic)
     check_window_size(args.window_size)
@@ -268,8 +260,7 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int | tu
     layout = "[total, h, d]" if varlen else "[b, s, h, d]"
     for name, t in (("k", k), ("v", v)):
         require_tensor(name, t, ndim=q.dim())
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name}: expected the dtype of q ({dtype_name(q.dtype)}), got {dtype_name(t.dtype)}")
+        require_same_dtype(name, t, "q", q)
     require_same_device(q=q, k=k, v=v)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.shape[-1] < 1 or t.shape[-2] < 1:
@@ -291,17 +282,15 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int | tu
 
 
 def _check_cu_seqlens(name: str, cu: object, total: int, max_name: str, max_seqlen: object,
-                      device: torch.device) -> None:
+                      q: torch.Tensor) -> None:
     require_tensor(name, cu, ndim=1, dtypes=(torch.int32,))
     if cu.numel() < 1:
         raise ValueError(f"{name}: expected [B + 1] offsets (at least one element), got shape {tuple(cu.shape)}")
-    if cu.device != device:
-        raise ValueError(f"{name}: expected a tensor on {device} (like q), got {cu.device}")
+    require_same_device(q=q, **{name: cu})
     if torch.compiler.is_compiling():
         return  # possibly symbolic: the custom op re-validates with real values
-    if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int) or max_seqlen < 0:
-        raise TypeError(f"{max_name}: expected an int >= 0, got {max_seqlen!r}")
-    if not _concrete_cpu(cu):
+    require_int(max_name, max_seqlen, minimum=0)
+    if not values_readable(cu):
         return
     vals = cu.tolist()
     if vals[0] != 0:
@@ -326,9 +315,9 @@ def _check_varlen(args, varlen: bool) -> None:
         missing = "cu_seqlens_q" if not given[0] else "cu_seqlens_k"
         raise ValueError(f"{missing}: required with 3-D (varlen THD) q, k, v")
     _check_cu_seqlens("cu_seqlens_q", args.cu_seqlens_q, args.q.shape[0], "max_seqlen_q",
-                      args.max_seqlen_q, args.q.device)
+                      args.max_seqlen_q, args.q)
     _check_cu_seqlens("cu_seqlens_k", args.cu_seqlens_k, args.k.shape[0], "max_seqlen_k",
-                      args.max_seqlen_k, args.q.device)
+                      args.max_seqlen_k, args.q)
     if args.cu_seqlens_k.shape != args.cu_seqlens_q.shape:
         raise ValueError(f"cu_seqlens_k: expected the shape of cu_seqlens_q {tuple(args.cu_seqlens_q.shape)}, "
                          f"got {tuple(args.cu_seqlens_k.shape)}")
@@ -338,10 +327,8 @@ def _check_sink(sink: object, q: torch.Tensor) -> None:
     if sink is None:
         return
     require_tensor("sink", sink, ndim=1, dtypes=(torch.float32,))
-    if sink.shape[0] != q.shape[-2]:
-        raise ValueError(f"sink: expected shape ({q.shape[-2]},) (one logit per query head), got {tuple(sink.shape)}")
-    if sink.device != q.device:
-        raise ValueError(f"sink: expected a tensor on {q.device} (like q), got {sink.device}")
+    require_shape("sink", sink, (q.shape[-2],), "one logit per query head")
+    require_same_device(q=q, sink=sink)
 
 
 def _check_grad_inputs(args, varlen: bool) -> None:
@@ -349,15 +336,11 @@ def _check_grad_inputs(args, varlen: bool) -> None:
     for name in ("dout", "out"):
         t = getattr(args, name)
         require_tensor(name, t, ndim=args.q.dim())
-        if tuple(t.shape) != want_out:
-            raise ValueError(f"{name}: expected shape {want_out}, got {tuple(t.shape)}")
-        if t.dtype != args.q.dtype:
-            raise TypeError(f"{name}: expected the dtype of q ({dtype_name(args.q.dtype)}), got {dtype_name(t.dtype)}")
+        require_shape(name, t, want_out, "q's with v's head dim")
+        require_same_dtype(name, t, "q", args.q)
         _check_unit_stride(name, t)
     require_tensor("lse", args.lse, dtypes=(torch.float32,))
-    want_lse = lse_shape(args.q, varlen)
-    if tuple(args.lse.shape) != want_lse:
-        raise ValueError(f"lse: expected shape {want_lse}, got {tuple(args.lse.shape)}")
+    require_shape("lse", args.lse, lse_shape(args.q, varlen), "[h_q, total_q]" if varlen else "[b, h_q, s_q]")
     require_same_device(q=args.q, dout=args.dout, out=args.out, lse=args.lse)
 
 

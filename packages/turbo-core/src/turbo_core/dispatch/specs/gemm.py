@@ -8,12 +8,14 @@ import torch
 
 from turbo_core.backend import PrecisionType
 from turbo_core.dispatch.primitives import Primitive, define_primitive
-from turbo_core.dispatch.specs._checks import (
+from turbo_core.dispatch.specs.validate import (
     FLOAT_DTYPES,
-    dtype_name,
+    check_inner_dim,
+    check_out,
     require_bool,
     require_dtype,
     require_same_device,
+    require_same_dtype,
     require_tensor,
 )
 
@@ -59,26 +61,15 @@ def _validate(args: GemmArgs) -> None:
     require_tensor("b", args.b, ndim=2, dtypes=FLOAT_DTYPES)
     for name in ("trans_a", "trans_b", "trans_c"):
         require_bool(name, getattr(args, name))
-    if args.a.dtype != args.b.dtype:
-        raise TypeError(
-            f"b: expected the dtype of a ({dtype_name(args.a.dtype)}), got {dtype_name(args.b.dtype)}"
-        )
+    require_same_dtype("b", args.b, "a", args.a)
     if args.out_dtype is not None:
         require_dtype("out_dtype", args.out_dtype, FLOAT_DTYPES)
     if args.out is not None:
         require_tensor("out", args.out, ndim=2, dtypes=FLOAT_DTYPES)
     require_same_device(a=args.a, b=args.b, out=args.out)
     m, n, k = gemm_dims(args)
-    k_b = args.b.shape[1] if args.trans_b else args.b.shape[0]
-    if k != k_b:
-        raise ValueError(
-            f"b: inner dimension mismatch: op(a) is [{m}, {k}] but op(b) is [{k_b}, {n}]"
-            f" (trans_a={args.trans_a}, trans_b={args.trans_b})"
-        )
-    if args.out is not None:
-        want = (n, m) if args.trans_c else (m, n)
-        if tuple(args.out.shape) != want:
-            raise ValueError(f"out: expected shape {want}, got {tuple(args.out.shape)}")
+    check_inner_dim(m, k, args.b.shape[1] if args.trans_b else args.b.shape[0], n, args.trans_a, args.trans_b)
+    check_out(args.out, (n, m) if args.trans_c else (m, n))
 
 
 GEMM = define_primitive(Primitive(

@@ -60,22 +60,26 @@ import torch
 
 from turbo_core.backend import PrecisionType
 from turbo_core.dispatch.primitives import Primitive, define_primitive
-from turbo_core.dispatch.specs._checks import require_bool, require_same_device, require_tensor
-from turbo_core.dispatch.specs.gemm_fp8 import (
+from turbo_core.dispatch.specs.validate import (
     cdiv,
     check_block_size,
     check_blockwise_scale,
-    check_fp8_pair,
-    check_granularity,
+    check_fp4_operands,
+    check_fp8_operands,
+    check_group_lens,
+    check_group_offs,
+    check_group_values,
+    check_grouped_inner_dim,
     check_mx_operand,
+    check_num_cu_schedule,
     check_out,
     check_out_dtype,
-    check_scale_shape,
     check_tensorwise_scale,
-    require_scale,
+    require_bool,
+    require_same_device,
+    require_shape,
 )
-from turbo_core.dispatch.specs.grouped_gemm import check_group_lens, check_group_values, check_num_cu_schedule
-from turbo_core.low_precision import FLOAT4_E2M1FN_X2, ScalingGranularity
+from turbo_core.low_precision import ScalingGranularity, as_granularity
 
 __all__ = [
     "GROUPED_GEMM_FP4",
@@ -194,7 +198,7 @@ def grouped_lowp_dims(args: GroupedGemmFp8Args | GroupedGemmFp4Args) -> tuple[in
 
 def _mx_like(args) -> bool:
     return isinstance(args, (GroupedGemmFp4VariableKArgs,)) or (
-        isinstance(args, GroupedGemmFp8VariableKArgs) and check_granularity(args.granularity) == G.MX_BLOCKWISE)
+        isinstance(args, GroupedGemmFp8VariableKArgs) and as_granularity(args.granularity) == G.MX_BLOCKWISE)
 
 
 def variable_k_lowp_dims(args: GroupedGemmFp8VariableKArgs | GroupedGemmFp4VariableKArgs) -> tuple[int, int, int, int]:
@@ -207,53 +211,38 @@ def variable_k_lowp_dims(args: GroupedGemmFp8VariableKArgs | GroupedGemmFp4Varia
     return int(g), int(args.a.shape[0]), int(args.a.shape[1]), int(args.b.shape[1])
 
 
-# -- shared checks -----------------------------------------------------------------------------------
+# -- validators --------------------------------------------------------------------------------------
 
-def _check_groups(group_lens: object, group_offs: object, groups: int | None) -> int:
-    check_group_lens(group_lens, groups)
-    g = group_lens.shape[0]
-    require_tensor("group_offs", group_offs, ndim=1, dtypes=(torch.int64,))
-    if group_offs.shape[0] != g + 1:
-        raise ValueError(f"group_offs: expected shape ({g + 1},) (G + 1 offsets), got {tuple(group_offs.shape)}")
+def _check_groups(args, groups: int | None) -> int:
+    """group_lens ``[G]`` (``G = groups`` when given) and group_offs ``[G + 1]``, both int64, and
+    ``num_cu``; returns G."""
+    g = check_group_lens(args.group_lens, groups).shape[0]
+    check_group_offs(args.group_offs, g)
+    check_num_cu_schedule(args.num_cu)
     return g
 
 
-def _check_num_cu(num_cu: object) -> None:
-    check_num_cu_schedule(num_cu, "static")
-
-
-# -- validators --------------------------------------------------------------------------------------
-
 def _validate_fp8(args: GroupedGemmFp8Args) -> None:
-    gran = check_granularity(args.granularity)
-    mx = gran == G.MX_BLOCKWISE
-    a = require_tensor("a", args.a, ndim=2)
-    b = require_tensor("b", args.b, ndim=3)
-    check_fp8_pair(a, b, mx=mx)
-    sa = require_scale("a_scale_inv", args.a_scale_inv, mx=mx)
-    sb = require_scale("b_scale_inv", args.b_scale_inv, mx=mx)
+    gran, a, sa, b, sb = check_fp8_operands(args.granularity, args.a, args.a_scale_inv, args.b, args.b_scale_inv,
+                                            a_ndim=2, b_ndim=3)
     require_bool("trans_b", args.trans_b)
     check_out_dtype(args.out_dtype, None)
     bs = check_block_size(gran, args.block_size)
+    check_grouped_inner_dim(a, b, args.trans_b)
     g, m, n, k = grouped_lowp_dims(args)
-    if a.shape[1] != k:
-        want = f"[{g}, N, {a.shape[1]}]" if args.trans_b else f"[{g}, {a.shape[1]}, N]"
-        raise ValueError(f"b: inner dimension mismatch: a is [{m}, {a.shape[1]}] so b must be {want}"
-                         f" (trans_b={args.trans_b}), got {tuple(b.shape)}")
-    _check_groups(args.group_lens, args.group_offs, g)
-    _check_num_cu(args.num_cu)
+    _check_groups(args, g)
     require_same_device(a=a, a_scale_inv=sa, b=b, b_scale_inv=sb, group_lens=args.group_lens,
                         group_offs=args.group_offs)
     if gran == G.TENSORWISE:
         check_tensorwise_scale("a_scale_inv", sa)
         check_tensorwise_scale("b_scale_inv", sb)
     elif gran == G.ROWWISE:
-        check_scale_shape("a_scale_inv", sa, (m, 1), "ROWWISE: one scale per row of a")
-        check_scale_shape("b_scale_inv", sb, (g, n, 1) if args.trans_b else (g, 1, n),
-                          "ROWWISE: one scale per column of op(b[g])")
+        require_shape("a_scale_inv", sa, (m, 1), "ROWWISE: one scale per row of a")
+        require_shape("b_scale_inv", sb, (g, n, 1) if args.trans_b else (g, 1, n),
+                      "ROWWISE: one scale per column of op(b[g])")
     elif gran == G.BLOCKWISE:
-        check_scale_shape("a_scale_inv", sa, (cdiv(k, bs), m),
-                          f"BLOCKWISE: 1x{bs} blocks along K, stored transposed as grouped_quantize_fp8 does")
+        require_shape("a_scale_inv", sa, (cdiv(k, bs), m),
+                      f"BLOCKWISE: 1x{bs} blocks along K, stored transposed as grouped_quantize_fp8 does")
         check_blockwise_scale("b_scale_inv", b, sb, -1 if args.trans_b else -2, bs, "K")
     else:
         if not args.trans_b:
@@ -264,18 +253,13 @@ def _validate_fp8(args: GroupedGemmFp8Args) -> None:
 
 
 def _validate_fp8_variable_k(args: GroupedGemmFp8VariableKArgs) -> None:
-    gran = check_granularity(args.granularity)
+    gran, a, sa, b, sb = check_fp8_operands(args.granularity, args.a, args.a_scale_inv, args.b, args.b_scale_inv,
+                                            a_ndim=2, b_ndim=2)
     mx = gran == G.MX_BLOCKWISE
-    a = require_tensor("a", args.a, ndim=2)
-    b = require_tensor("b", args.b, ndim=2)
-    check_fp8_pair(a, b, mx=mx)
-    sa = require_scale("a_scale_inv", args.a_scale_inv, mx=mx)
-    sb = require_scale("b_scale_inv", args.b_scale_inv, mx=mx)
     require_bool("trans_c", args.trans_c)
     check_out_dtype(args.out_dtype, args.out)
     bs = check_block_size(gran, args.block_size)
-    g = _check_groups(args.group_lens, args.group_offs, None)
-    _check_num_cu(args.num_cu)
+    g = _check_groups(args, None)
     require_same_device(a=a, a_scale_inv=sa, b=b, b_scale_inv=sb, group_lens=args.group_lens,
                         group_offs=args.group_offs, out=args.out)
     contraction = 1 if mx else 0
@@ -287,39 +271,27 @@ def _validate_fp8_variable_k(args: GroupedGemmFp8VariableKArgs) -> None:
         check_tensorwise_scale("a_scale_inv", sa)
         check_tensorwise_scale("b_scale_inv", sb)
     elif gran == G.ROWWISE:
-        check_scale_shape("a_scale_inv", sa, (1, k), "ROWWISE: one scale per column, over all rows")
-        check_scale_shape("b_scale_inv", sb, (1, n), "ROWWISE: one scale per column, over all rows")
+        require_shape("a_scale_inv", sa, (1, k), "ROWWISE: one scale per column, over all rows")
+        require_shape("b_scale_inv", sb, (1, n), "ROWWISE: one scale per column, over all rows")
     elif gran == G.BLOCKWISE:
-        check_scale_shape("a_scale_inv", sa, (cdiv(m, bs), k), f"BLOCKWISE: {bs}x1 blocks along M")
-        check_scale_shape("b_scale_inv", sb, (cdiv(m, bs), n), f"BLOCKWISE: {bs}x1 blocks along M")
+        require_shape("a_scale_inv", sa, (cdiv(m, bs), k), f"BLOCKWISE: {bs}x1 blocks along M")
+        require_shape("b_scale_inv", sb, (cdiv(m, bs), n), f"BLOCKWISE: {bs}x1 blocks along M")
     else:
         check_mx_operand("a", a, sa, packed=False)
         check_mx_operand("b", b, sb, packed=False)
-    check_out(args.out, (g, n, k) if args.trans_c else (g, k, n), f" (trans_c={args.trans_c})")
+    check_out(args.out, (g, n, k) if args.trans_c else (g, k, n), f"trans_c={args.trans_c}")
     check_group_values(args.group_lens, args.group_offs, m)
 
 
-def _require_fp4(name: str, value: object, ndim: int) -> torch.Tensor:
-    if FLOAT4_E2M1FN_X2 is None:
-        raise RuntimeError(f"{name}: FP4 needs torch.float4_e2m1fn_x2, which torch {torch.__version__} lacks")
-    return require_tensor(name, value, ndim=ndim, dtypes=(FLOAT4_E2M1FN_X2,))
-
-
 def _validate_fp4(args: GroupedGemmFp4Args) -> None:
-    a = _require_fp4("a", args.a, 2)
-    b = _require_fp4("b", args.b, 3)
-    sa = require_scale("a_scale_inv", args.a_scale_inv, mx=True)
-    sb = require_scale("b_scale_inv", args.b_scale_inv, mx=True)
+    a, sa, b, sb = check_fp4_operands(args.a, args.a_scale_inv, args.b, args.b_scale_inv, a_ndim=2, b_ndim=3)
     require_bool("trans_b", args.trans_b)
     if not args.trans_b:
         raise ValueError("trans_b: MXFP4 grouped GEMM is NT only (b [G, N, K/2]); got trans_b=False")
     check_out_dtype(args.out_dtype, None)
-    g, m, n, k = grouped_lowp_dims(args)
-    if a.shape[1] != b.shape[2]:
-        raise ValueError(f"b: inner dimension mismatch: a is [{m}, K/2={a.shape[1]}] so b must be "
-                         f"[{g}, N, {a.shape[1]}], got {tuple(b.shape)}")
-    _check_groups(args.group_lens, args.group_offs, g)
-    _check_num_cu(args.num_cu)
+    check_grouped_inner_dim(a, b, args.trans_b, packed=True)
+    g, m, _, _ = grouped_lowp_dims(args)
+    _check_groups(args, g)
     require_same_device(a=a, a_scale_inv=sa, b=b, b_scale_inv=sb, group_lens=args.group_lens,
                         group_offs=args.group_offs)
     check_mx_operand("a", a, sa, packed=True)
@@ -328,14 +300,10 @@ def _validate_fp4(args: GroupedGemmFp4Args) -> None:
 
 
 def _validate_fp4_variable_k(args: GroupedGemmFp4VariableKArgs) -> None:
-    a = _require_fp4("a", args.a, 2)
-    b = _require_fp4("b", args.b, 2)
-    sa = require_scale("a_scale_inv", args.a_scale_inv, mx=True)
-    sb = require_scale("b_scale_inv", args.b_scale_inv, mx=True)
+    a, sa, b, sb = check_fp4_operands(args.a, args.a_scale_inv, args.b, args.b_scale_inv, a_ndim=2, b_ndim=2)
     require_bool("trans_c", args.trans_c)
     check_out_dtype(args.out_dtype, args.out)
-    g = _check_groups(args.group_lens, args.group_offs, None)
-    _check_num_cu(args.num_cu)
+    g = _check_groups(args, None)
     require_same_device(a=a, a_scale_inv=sa, b=b, b_scale_inv=sb, group_lens=args.group_lens,
                         group_offs=args.group_offs, out=args.out)
     if a.shape[1] != b.shape[1]:
@@ -344,7 +312,7 @@ def _validate_fp4_variable_k(args: GroupedGemmFp4VariableKArgs) -> None:
     check_mx_operand("a", a, sa, packed=True)
     check_mx_operand("b", b, sb, packed=True)
     _, m, k, n = variable_k_lowp_dims(args)
-    check_out(args.out, (g, n, k) if args.trans_c else (g, k, n), f" (trans_c={args.trans_c})")
+    check_out(args.out, (g, n, k) if args.trans_c else (g, k, n), f"trans_c={args.trans_c}")
     check_group_values(args.group_lens, args.group_offs, m)
 
 

@@ -21,7 +21,6 @@ is treated like -1 (no expert).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -29,13 +28,21 @@ import torch
 
 from turbo_core.backend import PrecisionType
 from turbo_core.dispatch.primitives import Primitive, define_primitive
-from turbo_core.dispatch.specs._checks import (
+from turbo_core.dispatch.specs.validate import (
     FLOAT_DTYPES,
+    INDEX_DTYPES,
     dtype_name,
     require_bool,
+    require_choice,
+    require_float,
+    require_int,
+    require_rows,
     require_same_device,
+    require_shape,
     require_tensor,
+    values_readable,
 )
+from turbo_core.low_precision import FP8_DTYPES
 
 __all__ = [
     "INDICES_TO_MULTIHOT",
@@ -49,8 +56,6 @@ __all__ = [
     "MOE_UNPERMUTE",
     "MOE_UNPERMUTE_BWD",
     "TOKENS_PER_EXPERT_TO_MASK",
-    "FP8_DTYPES",
-    "INDEX_DTYPES",
     "PROBS_LAYOUTS",
     "SCORE_FUNCTIONS",
     "IndicesToMultihotArgs",
@@ -67,49 +72,18 @@ __all__ = [
     "TokensPerExpertToMaskArgs",
     "check_expert_ids",
     "group_size",
-    "require_int",
     "require_row_id_map",
 ]
 
 SCORE_FUNCTIONS = ("sigmoid", "softmax")
 PROBS_LAYOUTS = ("topk", "routing_map")
-INDEX_DTYPES = (torch.int32, torch.int64)
-FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
-                   if hasattr(torch, n))
 
 
-# -- small validators ----------------------------------------------------------------------------
-
-def require_int(name: str, value: object, *, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name}: expected an int >= {minimum}, got {value}")
-    return value
-
-
-def _require_float(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TypeError(f"{name}: expected a finite float, got {value!r}")
-    return float(value)
-
-
-def _require_shape(name: str, t: torch.Tensor, shape: tuple, what: str) -> None:
-    if tuple(t.shape) != tuple(shape):
-        raise ValueError(f"{name}: expected shape {tuple(shape)} ({what}), got {tuple(t.shape)}")
-
-
-def _eager_cpu(t: torch.Tensor) -> bool:
-    """Whether the values of ``t`` may be read without a host sync or a tracing failure."""
-    if t.device.type != "cpu" or torch.compiler.is_compiling():
-        return False
-    fake = getattr(getattr(torch, "_subclasses", None), "FakeTensor", None)
-    return not (fake is not None and isinstance(t, fake))
-
+# -- validators of MoE arguments -------------------------------------------------------------
 
 def check_expert_ids(name: str, ids: torch.Tensor, num_experts: int) -> None:
     """Expert ids must lie in ``[-1, num_experts)``; checked on CPU tensors in eager mode only."""
-    if ids.numel() == 0 or not _eager_cpu(ids):
+    if ids.numel() == 0 or not values_readable(ids):
         return
     lo, hi = int(ids.min()), int(ids.max())
     if lo < -1 or hi >= num_experts:
@@ -134,11 +108,6 @@ def _require_group(name: str, group: object) -> None:
         raise TypeError(f"{name}: expected None or a torch.distributed.ProcessGroup, got {type(group).__name__}")
 
 
-def _require_probs_like(name: str, probs: object, rows: int, cols: int, what: str) -> None:
-    require_tensor(name, probs, ndim=2, dtypes=FLOAT_DTYPES)
-    _require_shape(name, probs, (rows, cols), what)
-
-
 def require_row_id_map(row_id_map: object, num_tokens: int | None = None, *, name: str = "row_id_map") -> int:
     """Validate a row map (int32 ``[T, 2E + 1]``); return its number of local experts E."""
     if isinstance(row_id_map, torch.Tensor) and (row_id_map.dim() != 2 or row_id_map.dtype != torch.int32):
@@ -150,8 +119,8 @@ def require_row_id_map(row_id_map: object, num_tokens: int | None = None, *, nam
     cols = row_id_map.shape[1]
     if cols < 3 or cols % 2 == 0:
         raise ValueError(f"{name}: expected shape [T, 2E + 1] with E >= 1, got {tuple(row_id_map.shape)}")
-    if num_tokens is not None and row_id_map.shape[0] != num_tokens:
-        raise ValueError(f"{name}: expected {num_tokens} rows (one per token), got {row_id_map.shape[0]}")
+    if num_tokens is not None:
+        require_rows(name, row_id_map, num_tokens, "one per token")
     return (cols - 1) // 2
 
 
@@ -211,11 +180,6 @@ class MoeRoutingBwdArgs:
     scaling_factor: float = 1.0
 
 
-def _check_score_function(value: object) -> None:
-    if value not in SCORE_FUNCTIONS:
-        raise ValueError(f"score_function: expected 'sigmoid' or 'softmax', got {value!r}")
-
-
 def _validate_routing_fwd(args: MoeRoutingFwdArgs) -> None:
     require_tensor("logits", args.logits, ndim=2, dtypes=FLOAT_DTYPES)
     e = args.logits.shape[1]
@@ -240,22 +204,22 @@ def _validate_routing_fwd(args: MoeRoutingFwdArgs) -> None:
         raise ValueError(
             f"topk: expected at most selected_groups * experts per group ({sel * per_group}), got {topk}"
         )
-    _check_score_function(args.score_function)
-    _require_float("scaling_factor", args.scaling_factor)
+    require_choice("score_function", args.score_function, SCORE_FUNCTIONS)
+    require_float("scaling_factor", args.scaling_factor)
 
 
 def _validate_routing_bwd(args: MoeRoutingBwdArgs) -> None:
     require_tensor("logits", args.logits, ndim=2, dtypes=FLOAT_DTYPES)
     shape = tuple(args.logits.shape)
     require_tensor("routing_map", args.routing_map, ndim=2, dtypes=(torch.bool,))
-    _require_shape("routing_map", args.routing_map, shape, "logits' shape")
+    require_shape("routing_map", args.routing_map, shape, "logits' shape")
     for name in ("grad_scores", "grad_probs"):
         g = getattr(args, name)
         if g is not None:
             require_tensor(name, g, ndim=2, dtypes=FLOAT_DTYPES)
-            _require_shape(name, g, shape, "logits' shape")
-    _check_score_function(args.score_function)
-    _require_float("scaling_factor", args.scaling_factor)
+            require_shape(name, g, shape, "logits' shape")
+    require_choice("score_function", args.score_function, SCORE_FUNCTIONS)
+    require_float("scaling_factor", args.scaling_factor)
     require_same_device(logits=args.logits, routing_map=args.routing_map, grad_scores=args.grad_scores,
                         grad_probs=args.grad_probs)
 
@@ -370,8 +334,7 @@ def _validate_preprocess(args: MoePermutePreprocessArgs) -> None:
         check_expert_ids("expert_map", args.expert_map, e)
     require_int("pad_multiple", args.pad_multiple, minimum=0)
     require_int("num_permuted_tokens", args.num_permuted_tokens, minimum=-1)
-    if args.probs_layout not in PROBS_LAYOUTS:
-        raise ValueError(f"probs_layout: expected 'topk' or 'routing_map', got {args.probs_layout!r}")
+    require_choice("probs_layout", args.probs_layout, PROBS_LAYOUTS)
     if args.probs_layout == "topk" and is_mask:
         raise ValueError("probs_layout: 'topk' needs a top-k index map; with a bool routing map use 'routing_map'")
     require_int("expert_capacity", args.expert_capacity, minimum=-1)
@@ -386,12 +349,10 @@ def _validate_permute(args: MoePermuteArgs) -> None:
     require_int("num_out", args.num_out, minimum=0)
     if args.scaling_factor is not None:
         require_tensor("scaling_factor", args.scaling_factor, ndim=2, dtypes=(torch.float32,))
-        if args.scaling_factor.shape[0] != t:
-            raise ValueError(f"scaling_factor: expected {t} rows (one per token), got {tuple(args.scaling_factor.shape)}")
+        require_rows("scaling_factor", args.scaling_factor, t, "one per token")
     if args.probs is not None:
         require_tensor("probs", args.probs, ndim=2, dtypes=FLOAT_DTYPES)
-        if args.probs.shape[0] != t:
-            raise ValueError(f"probs: expected {t} rows (one per token), got {tuple(args.probs.shape)}")
+        require_rows("probs", args.probs, t, "one per token")
     require_same_device(tokens=args.tokens, row_id_map=args.row_id_map, scaling_factor=args.scaling_factor,
                         probs=args.probs)
 
@@ -404,13 +365,12 @@ def _validate_unpermute(args: MoeUnpermuteArgs) -> None:
     width = require_int("probs_width", args.probs_width, minimum=0)
     if args.permuted_probs is not None:
         require_tensor("permuted_probs", args.permuted_probs, ndim=1, dtypes=FLOAT_DTYPES)
-        _require_shape("permuted_probs", args.permuted_probs, (n,), "one per permuted row")
+        require_shape("permuted_probs", args.permuted_probs, (n,), "one per permuted row")
         if width < 1:
             raise ValueError("probs_width: expected >= 1 when permuted_probs is given")
     if args.merging_probs is not None:
         require_tensor("merging_probs", args.merging_probs, ndim=2, dtypes=FLOAT_DTYPES)
-        if args.merging_probs.shape[0] != t:
-            raise ValueError(f"merging_probs: expected {t} rows (one per token), got {tuple(args.merging_probs.shape)}")
+        require_rows("merging_probs", args.merging_probs, t, "one per token")
     require_same_device(permuted_tokens=args.permuted_tokens, row_id_map=args.row_id_map,
                         permuted_probs=args.permuted_probs, merging_probs=args.merging_probs)
 
@@ -420,10 +380,9 @@ def _validate_unpermute_bwd(args: MoeUnpermuteBwdArgs) -> None:
     require_row_id_map(args.row_id_map)
     t, h = args.row_id_map.shape[0], args.permuted_tokens.shape[1]
     require_tensor("grad_tokens", args.grad_tokens, ndim=2, dtypes=FLOAT_DTYPES)
-    _require_shape("grad_tokens", args.grad_tokens, (t, h), "[T, H]")
+    require_shape("grad_tokens", args.grad_tokens, (t, h), "[T, H]")
     require_tensor("merging_probs", args.merging_probs, ndim=2, dtypes=FLOAT_DTYPES)
-    if args.merging_probs.shape[0] != t:
-        raise ValueError(f"merging_probs: expected {t} rows (one per token), got {tuple(args.merging_probs.shape)}")
+    require_rows("merging_probs", args.merging_probs, t, "one per token")
     require_same_device(grad_tokens=args.grad_tokens, permuted_tokens=args.permuted_tokens,
                         row_id_map=args.row_id_map, merging_probs=args.merging_probs)
 
@@ -474,7 +433,7 @@ def _validate_multihot(args: IndicesToMultihotArgs) -> None:
     e = require_int("num_experts", args.num_experts, minimum=1)
     require_tensor("indices", args.indices, ndim=2, dtypes=INDEX_DTYPES)
     require_tensor("probs", args.probs, ndim=2, dtypes=FLOAT_DTYPES)
-    _require_shape("probs", args.probs, tuple(args.indices.shape), "indices' shape")
+    require_shape("probs", args.probs, tuple(args.indices.shape), "indices' shape")
     check_expert_ids("indices", args.indices, e)
     require_same_device(indices=args.indices, probs=args.probs)
 
@@ -596,8 +555,7 @@ def _validate_dispatch(args: MoeDispatchArgs) -> None:
         raise ValueError(f"x_scales: required with an fp8 x ({dtype_name(args.x.dtype)}): pass (x, x_scales)")
     if args.x_scales is not None:
         require_tensor("x_scales", args.x_scales, ndim=2, dtypes=(torch.float32,))
-        if args.x_scales.shape[0] != t:
-            raise ValueError(f"x_scales: expected {t} rows (one per token), got {tuple(args.x_scales.shape)}")
+        require_rows("x_scales", args.x_scales, t, "one per token")
     require_bool("async_finish", args.async_finish)
     require_bool("allocate_on_comm_stream", args.allocate_on_comm_stream)
     worst = require_int("num_worst_tokens", args.num_worst_tokens, minimum=0)
@@ -605,8 +563,7 @@ def _validate_dispatch(args: MoeDispatchArgs) -> None:
         handle = _require_handle(args.handle, args.group)
         if args.token_indices is not None or args.token_probs is not None:
             raise ValueError("token_indices: must be None for a cached dispatch (handle given)")
-        if t != handle.num_tokens:
-            raise ValueError(f"x: expected {handle.num_tokens} rows (the handle's tokens), got {t}")
+        require_rows("x", args.x, handle.num_tokens, "the handle's tokens")
         require_same_device(x=args.x, x_scales=args.x_scales)
         return
     world = group_size(args.group)
@@ -614,10 +571,9 @@ def _validate_dispatch(args: MoeDispatchArgs) -> None:
     if e % world:
         raise ValueError(f"num_experts: expected a multiple of the group's world size {world}, got {e}")
     require_tensor("token_indices", args.token_indices, ndim=2, dtypes=INDEX_DTYPES)
-    if args.token_indices.shape[0] != t:
-        raise ValueError(f"token_indices: expected {t} rows (x's), got {tuple(args.token_indices.shape)}")
+    require_rows("token_indices", args.token_indices, t, "x's")
     require_tensor("token_probs", args.token_probs, ndim=2, dtypes=(torch.float32,))
-    _require_shape("token_probs", args.token_probs, tuple(args.token_indices.shape), "token_indices' shape")
+    require_shape("token_probs", args.token_probs, tuple(args.token_indices.shape), "token_indices' shape")
     check_expert_ids("token_indices", args.token_indices, e)
     if world == 1 and 0 < worst < t:
         raise ValueError(f"num_worst_tokens: expected 0 or >= the number of tokens ({t}) in a single process, got {worst}")
@@ -629,12 +585,10 @@ def _validate_combine(args: MoeCombineArgs) -> None:
     _require_group("group", args.group)
     handle = _require_handle(args.handle, args.group)
     require_tensor("x", args.x, ndim=2, dtypes=FLOAT_DTYPES)
-    if args.x.shape[0] != handle.num_recv:
-        raise ValueError(f"x: expected {handle.num_recv} rows (the dispatch's received rows), got {args.x.shape[0]}")
+    require_rows("x", args.x, handle.num_recv, "the dispatch's received rows")
     if args.probs is not None:
         require_tensor("probs", args.probs, ndim=2, dtypes=(torch.float32,))
-        if args.probs.shape[0] != handle.num_recv:
-            raise ValueError(f"probs: expected {handle.num_recv} rows, got {tuple(args.probs.shape)}")
+        require_rows("probs", args.probs, handle.num_recv, "the dispatch's received rows")
     require_bool("async_finish", args.async_finish)
     require_bool("allocate_on_comm_stream", args.allocate_on_comm_stream)
     require_same_device(x=args.x, probs=args.probs)

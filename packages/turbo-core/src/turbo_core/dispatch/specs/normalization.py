@@ -6,18 +6,21 @@ both; ``TURBO_RMSNORM_FWD_BACKEND`` / ``TURBO_RMSNORM_BWD_BACKEND`` one of them)
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from turbo_core.backend import PrecisionType
 from turbo_core.dispatch.primitives import Primitive, define_primitive
-from turbo_core.dispatch.specs._checks import (
+from turbo_core.dispatch.specs.validate import (
     FLOAT_DTYPES,
-    dtype_name,
     require_bool,
+    require_contiguous,
+    require_eps,
+    require_nonempty_last_dim,
     require_same_device,
+    require_same_dtype,
+    require_shape,
     require_tensor,
 )
 
@@ -26,8 +29,6 @@ __all__ = [
     "RMSNORM_FWD",
     "RmsNormBwdArgs",
     "RmsNormFwdArgs",
-    "require_contiguous",
-    "require_eps",
 ]
 
 
@@ -97,27 +98,9 @@ class RmsNormBwdArgs:
     dresidual: torch.Tensor | None = None
 
 
-def require_contiguous(name: str, value: torch.Tensor) -> None:
-    """Raise unless ``value`` is in row-major contiguous layout."""
-    if not value.is_contiguous():
-        raise ValueError(
-            f"{name}: expected a contiguous tensor, got strides {tuple(value.stride())} for shape"
-            f" {tuple(value.shape)} (call .contiguous())"
-        )
-
-
-def require_eps(eps: object) -> None:
-    """Raise unless ``eps`` is a finite real number ``> 0``."""
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"eps: expected a float > 0, got {eps!r}")
-    if not 0 < eps < math.inf:  # (also false for NaN; no math.isfinite: traceable by dynamo)
-        raise ValueError(f"eps: expected a finite float > 0, got {eps!r}")
-
-
 def _check_x(name: str, x: object) -> torch.Tensor:
     require_tensor(name, x, ndim=2, dtypes=FLOAT_DTYPES)
-    if x.shape[1] == 0:
-        raise ValueError(f"{name}: expected a non-empty last (hidden) dim, got shape {tuple(x.shape)}")
+    require_nonempty_last_dim(name, x)
     require_contiguous(name, x)
     return x
 
@@ -126,21 +109,14 @@ def _check_gamma(gamma: object, hidden: int) -> None:
     if gamma is None:
         return
     require_tensor("gamma", gamma, ndim=1, dtypes=FLOAT_DTYPES)
-    if gamma.shape[0] != hidden:
-        raise ValueError(
-            f"gamma: expected shape ({hidden},) matching x's last dim, got {tuple(gamma.shape)}"
-        )
+    require_shape("gamma", gamma, (hidden,), "x's last dim")
     require_contiguous("gamma", gamma)
 
 
 def _check_like_x(name: str, value: object, x: torch.Tensor) -> None:
     require_tensor(name, value, ndim=2, dtypes=FLOAT_DTYPES)
-    if value.dtype != x.dtype:
-        raise TypeError(
-            f"{name}: expected the dtype of x ({dtype_name(x.dtype)}), got {dtype_name(value.dtype)}"
-        )
-    if value.shape != x.shape:
-        raise ValueError(f"{name}: expected shape {tuple(x.shape)} (x's), got {tuple(value.shape)}")
+    require_same_dtype(name, value, "x", x)
+    require_shape(name, value, tuple(x.shape), "x's")
     require_contiguous(name, value)
 
 
@@ -159,8 +135,7 @@ def _validate_bwd(args: RmsNormBwdArgs) -> None:
     _check_like_x("dy", args.dy, x)
     _check_gamma(args.gamma, x.shape[1])
     require_tensor("rstd", args.rstd, ndim=1, dtypes=(torch.float32,))
-    if args.rstd.shape[0] != x.shape[0]:
-        raise ValueError(f"rstd: expected shape ({x.shape[0]},) (one per row of x), got {tuple(args.rstd.shape)}")
+    require_shape("rstd", args.rstd, (x.shape[0],), "one per row of x")
     require_contiguous("rstd", args.rstd)
     require_bool("zero_centered", args.zero_centered)
     if args.dresidual is not None:

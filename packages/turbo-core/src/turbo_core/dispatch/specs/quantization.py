@@ -48,15 +48,25 @@ import torch
 
 from turbo_core.backend import PrecisionType
 from turbo_core.dispatch.primitives import Primitive, define_primitive
-from turbo_core.dispatch.specs._checks import (
+from turbo_core.dispatch.specs.validate import (
+    E8M0_SCALE_DTYPES,
     FLOAT_DTYPES,
+    INDEX_DTYPES,
+    OCP_FP8_DTYPES,
+    cdiv,
+    check_block_size,
+    check_group_lens,
+    check_group_offs,
+    check_mx_operand,
+    check_tensorwise_scale,
     require_dtype,
+    require_fp4_support,
+    require_int,
     require_same_device,
+    require_shape,
     require_tensor,
 )
 from turbo_core.low_precision import (
-    E8M0_DTYPE,
-    FLOAT4_E2M1FN_X2,
     FP8_DTYPES,
     MXFP4_BLOCK_SIZE,
     MXFP4_GROUP_COL_ALIGN,
@@ -94,13 +104,6 @@ __all__ = [
 ]
 
 G = ScalingGranularity
-OCP_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
-SCALE_DTYPES = (E8M0_DTYPE, torch.uint8)
-INDEX_DTYPES = (torch.int64, torch.int32)
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def normalize_axis(axis: int, ndim: int) -> int:
@@ -191,17 +194,10 @@ def grouped_row_align(granularity: G, axis: int, block_size: int | None, fp4: bo
 
 # -- shared validators -----------------------------------------------------------------------------
 
-def _require_int(name: str, value: object, *, positive: bool = False) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name}: expected an int, got {value!r}")
-    if positive and value <= 0:
-        raise ValueError(f"{name}: expected a positive int, got {value}")
-
-
 def _require_axis(name: str, axis: object, ndim: int, allowed: tuple[int, ...] | None = None) -> int:
     if axis is None:
         raise ValueError(f"{name}: required for this granularity (the dim the scales reduce along)")
-    _require_int(name, axis)
+    require_int(name, axis)
     if not -ndim <= axis < ndim:
         raise ValueError(f"{name}: {axis} is out of range for a {ndim}-D tensor")
     ax = axis % ndim
@@ -229,7 +225,7 @@ def _require_recipe(name: str, recipe: object, *, fp4: bool, mx: bool) -> Scalin
 
 def _require_fp8_out(out_dtype: object, mx: bool) -> None:
     if mx:
-        if out_dtype not in OCP_FP8:
+        if out_dtype not in OCP_FP8_DTYPES:
             raise TypeError(f"out_dtype: MX_BLOCKWISE needs an OCP FP8 dtype (float8_e4m3fn or "
                             f"float8_e5m2), got {out_dtype!r}")
     else:
@@ -237,28 +233,19 @@ def _require_fp8_out(out_dtype: object, mx: bool) -> None:
 
 
 def _require_fp4_out(out_dtype: object) -> None:
-    if FLOAT4_E2M1FN_X2 is None:
-        raise RuntimeError(f"out_dtype: FP4 needs torch.float4_e2m1fn_x2, which torch {torch.__version__} lacks")
-    if out_dtype != FLOAT4_E2M1FN_X2:
+    if out_dtype != require_fp4_support("out_dtype"):
         raise TypeError(f"out_dtype: expected torch.float4_e2m1fn_x2, got {out_dtype!r}")
 
 
 def _require_block_size(granularity: G, block_size: object, *, mx_size: int = MXFP8_BLOCK_SIZE) -> None:
-    if granularity == G.BLOCKWISE:
-        if block_size is None:
-            raise ValueError("block_size: BLOCKWISE needs a block size (e.g. 128)")
-        _require_int("block_size", block_size, positive=True)
-    elif granularity == G.MX_BLOCKWISE and block_size != mx_size:
-        raise ValueError(f"block_size: MX_BLOCKWISE needs {mx_size}, got {block_size!r}")
+    # An explicit block size (the ops fill in MX's); TENSORWISE and ROWWISE ignore it.
+    check_block_size(granularity, block_size, mx_size=mx_size, mx_optional=False, blockless_none=False)
 
 
 def _require_groups(x: torch.Tensor, group_lens: object, group_offs: object) -> None:
-    require_tensor("group_lens", group_lens, ndim=1, dtypes=INDEX_DTYPES)
-    require_tensor("group_offs", group_offs, ndim=1, dtypes=INDEX_DTYPES)
-    if group_offs.shape[0] != group_lens.shape[0] + 1:
-        raise ValueError(f"group_offs: expected {group_lens.shape[0] + 1} entries (G+1 for "
-                         f"G={group_lens.shape[0]} groups), got {group_offs.shape[0]}")
-    if group_lens.shape[0] == 0:
+    g = check_group_lens(group_lens, dtypes=INDEX_DTYPES).shape[0]
+    check_group_offs(group_offs, g, dtypes=INDEX_DTYPES)
+    if g == 0:
         raise ValueError("group_lens: expected at least one group")
     require_same_device(x=x, group_lens=group_lens, group_offs=group_offs)
 
@@ -266,15 +253,27 @@ def _require_groups(x: torch.Tensor, group_lens: object, group_offs: object) -> 
 def _require_scale(scale_inv: object, want_shape: tuple[int, ...], dtypes: tuple[torch.dtype, ...],
                    x: torch.Tensor) -> None:
     require_tensor("scale_inv", scale_inv, dtypes=dtypes)
-    shape = tuple(scale_inv.shape)
-    if shape != tuple(want_shape) and not (want_shape == () and shape == (1,)):
-        raise ValueError(f"scale_inv: expected shape {tuple(want_shape)} for x of shape {tuple(x.shape)}, "
-                         f"got {shape}")
+    if want_shape == ():
+        check_tensorwise_scale("scale_inv", scale_inv)
+    else:
+        require_shape("scale_inv", scale_inv, want_shape, f"for x of shape {tuple(x.shape)}")
     require_same_device(x=x, scale_inv=scale_inv)
 
 
-def _require_out_dtype(out_dtype: object) -> None:
-    require_dtype("out_dtype", out_dtype, FLOAT_DTYPES)
+def _require_mx_data(x: torch.Tensor, scale_inv: object, *, packed: bool) -> None:
+    require_tensor("scale_inv", scale_inv, dtypes=E8M0_SCALE_DTYPES)
+    check_mx_operand("x", x, scale_inv, packed=packed, scale_name="scale_inv")
+    require_same_device(x=x, scale_inv=scale_inv)
+
+
+def _require_offs_padded(group_offs: torch.Tensor, group_offs_padded: torch.Tensor, x: torch.Tensor) -> None:
+    """Grouped dequantization's offsets: int ``[G + 1]`` each, ``G >= 1``, on x's device."""
+    require_tensor("group_offs", group_offs, ndim=1, dtypes=INDEX_DTYPES)
+    require_tensor("group_offs_padded", group_offs_padded, ndim=1, dtypes=INDEX_DTYPES)
+    if group_offs.shape[0] < 2 or group_offs_padded.shape != group_offs.shape:
+        raise ValueError(f"group_offs_padded: expected the shape of group_offs ({tuple(group_offs.shape)},"
+                         f" G+1 >= 2 entries), got {tuple(group_offs_padded.shape)}")
+    require_same_device(x=x, group_offs=group_offs, group_offs_padded=group_offs_padded)
 
 
 # -- FP8 --------------------------------------------------------------------------------------------
@@ -410,23 +409,11 @@ class DequantizeFp8Args:
     recipe: ScalingRecipe = ScalingRecipe()
 
 
-def _mx_scale_shape_of_data(data_shape: tuple[int, ...], packed: bool) -> tuple[int, ...]:
-    cols = data_shape[-1] * (2 if packed else 1)
-    return tuple(data_shape[:-1]) + (cols // MXFP8_BLOCK_SIZE,)
-
-
-def _require_mx_data_cols(x: torch.Tensor, packed: bool) -> None:
-    cols = x.shape[-1] * (2 if packed else 1)
-    if cols % MXFP8_BLOCK_SIZE:
-        raise ValueError(f"x: MX data's last dim must hold a multiple of {MXFP8_BLOCK_SIZE} values, "
-                         f"got {cols}")
-
-
 def _validate_dequantize_fp8(args: DequantizeFp8Args) -> None:
     gran = as_granularity(args.granularity)
     mx = gran == G.MX_BLOCKWISE
-    x = require_tensor("x", args.x, dtypes=OCP_FP8 if mx else FP8_DTYPES)
-    _require_out_dtype(args.out_dtype)
+    x = require_tensor("x", args.x, dtypes=OCP_FP8_DTYPES if mx else FP8_DTYPES)
+    require_dtype("out_dtype", args.out_dtype, FLOAT_DTYPES)
     recipe = _require_recipe("scaling_recipe", args.recipe, fp4=False, mx=mx)
     _require_block_size(gran, args.block_size)
     _validate_fp8_layout(x, gran, args.axis, args.block_size, recipe)
@@ -434,8 +421,7 @@ def _validate_dequantize_fp8(args: DequantizeFp8Args) -> None:
         if recipe.shuffle_scale or recipe.shuffle_out:
             raise ValueError("scaling_recipe.shuffle_scale/shuffle_out: pre-shuffled MX data cannot be "
                              "dequantized")
-        _require_mx_data_cols(x, packed=False)
-        _require_scale(args.scale_inv, _mx_scale_shape_of_data(tuple(x.shape), False), SCALE_DTYPES, x)
+        _require_mx_data(x, args.scale_inv, packed=False)
     else:
         want = fp8_scale_shape(tuple(x.shape), gran, args.axis, args.block_size, recipe.use_2d_block)
         _require_scale(args.scale_inv, want, (torch.float32,), x)
@@ -551,25 +537,17 @@ def _validate_grouped_dequantize_fp8(args: GroupedDequantizeFp8Args) -> None:
         raise ValueError(f"granularity: grouped_dequantize_fp8 supports BLOCKWISE and MX_BLOCKWISE, got "
                          f"{gran.value}")
     mx = gran == G.MX_BLOCKWISE
-    x = require_tensor("x", args.x, ndim=2, dtypes=OCP_FP8 if mx else FP8_DTYPES)
-    _require_out_dtype(args.out_dtype)
+    x = require_tensor("x", args.x, ndim=2, dtypes=OCP_FP8_DTYPES if mx else FP8_DTYPES)
+    require_dtype("out_dtype", args.out_dtype, FLOAT_DTYPES)
     recipe = _require_recipe("scaling_recipe", args.recipe, fp4=False, mx=mx)
     if recipe.use_2d_block or recipe.shuffle_scale or recipe.shuffle_out:
         raise ValueError("scaling_recipe: grouped dequantization takes 1-D, unshuffled blocks")
     _require_block_size(gran, args.block_size)
     ax = _require_axis("axis", args.axis, 2)
-    _require_int("total_M", args.total_m)
-    if args.total_m < 0:
-        raise ValueError(f"total_M: expected >= 0, got {args.total_m}")
-    require_tensor("group_offs", args.group_offs, ndim=1, dtypes=INDEX_DTYPES)
-    require_tensor("group_offs_padded", args.group_offs_padded, ndim=1, dtypes=INDEX_DTYPES)
-    if args.group_offs.shape[0] < 2 or args.group_offs_padded.shape != args.group_offs.shape:
-        raise ValueError(f"group_offs_padded: expected the shape of group_offs ({tuple(args.group_offs.shape)},"
-                         f" G+1 >= 2 entries), got {tuple(args.group_offs_padded.shape)}")
-    require_same_device(x=x, group_offs=args.group_offs, group_offs_padded=args.group_offs_padded)
+    require_int("total_M", args.total_m, minimum=0)
+    _require_offs_padded(args.group_offs, args.group_offs_padded, x)
     if mx:
-        _require_mx_data_cols(x, packed=False)
-        _require_scale(args.scale_inv, _mx_scale_shape_of_data(tuple(x.shape), False), SCALE_DTYPES, x)
+        _require_mx_data(x, args.scale_inv, packed=False)
     elif ax == 1:
         if args.total_m != x.shape[0]:
             raise ValueError(f"total_M: BLOCKWISE row-wise data is tight: expected {x.shape[0]}, "
@@ -645,13 +623,11 @@ class DequantizeFp4Args:
 
 
 def _validate_dequantize_fp4(args: DequantizeFp4Args) -> None:
-    _require_fp4_out(FLOAT4_E2M1FN_X2)
-    x = require_tensor("x", args.x, ndim=(2, 3), dtypes=(FLOAT4_E2M1FN_X2,))
-    _require_out_dtype(args.out_dtype)
+    x = require_tensor("x", args.x, ndim=(2, 3), dtypes=(require_fp4_support("x"),))
+    require_dtype("out_dtype", args.out_dtype, FLOAT_DTYPES)
     _require_block_size(G.MX_BLOCKWISE, args.block_size, mx_size=MXFP4_BLOCK_SIZE)
     _require_axis("axis", args.axis, x.dim(), (x.dim() - 2, x.dim() - 1))
-    _require_mx_data_cols(x, packed=True)
-    _require_scale(args.scale_inv, _mx_scale_shape_of_data(tuple(x.shape), True), SCALE_DTYPES, x)
+    _require_mx_data(x, args.scale_inv, packed=True)
 
 
 @dataclass(frozen=True, eq=False)
@@ -714,27 +690,19 @@ class GroupedDequantizeFp4Args:
 
 
 def _validate_grouped_dequantize_fp4(args: GroupedDequantizeFp4Args) -> None:
-    _require_fp4_out(FLOAT4_E2M1FN_X2)
-    x = require_tensor("x", args.x, ndim=2, dtypes=(FLOAT4_E2M1FN_X2,))
-    _require_out_dtype(args.out_dtype)
+    x = require_tensor("x", args.x, ndim=2, dtypes=(require_fp4_support("x"),))
+    require_dtype("out_dtype", args.out_dtype, FLOAT_DTYPES)
     _require_block_size(G.MX_BLOCKWISE, args.block_size, mx_size=MXFP4_BLOCK_SIZE)
     ax = _require_axis("axis", args.axis, 2)
-    _require_mx_data_cols(x, packed=True)
-    _require_scale(args.scale_inv, _mx_scale_shape_of_data(tuple(x.shape), True), SCALE_DTYPES, x)
+    _require_mx_data(x, args.scale_inv, packed=True)
     if ax == 0:
-        for name in ("group_offs", "group_offs_padded"):
-            if getattr(args, name) is None:
+        for name, value in (("group_offs", args.group_offs), ("group_offs_padded", args.group_offs_padded),
+                            ("total_M", args.total_m)):
+            if value is None:
                 raise ValueError(f"{name}: required to dequantize grouped col-wise FP4")
-            require_tensor(name, getattr(args, name), ndim=1, dtypes=INDEX_DTYPES)
-        if args.group_offs_padded.shape != args.group_offs.shape or args.group_offs.shape[0] < 2:
-            raise ValueError("group_offs_padded: expected the shape of group_offs (G+1 >= 2 entries)")
-        require_same_device(x=x, group_offs=args.group_offs, group_offs_padded=args.group_offs_padded)
-        if args.total_m is None:
-            raise ValueError("total_M: required to dequantize grouped col-wise FP4")
+        _require_offs_padded(args.group_offs, args.group_offs_padded, x)
     if args.total_m is not None:
-        _require_int("total_M", args.total_m)
-        if args.total_m < 0:
-            raise ValueError(f"total_M: expected >= 0, got {args.total_m}")
+        require_int("total_M", args.total_m, minimum=0)
         if ax == 1 and args.total_m != x.shape[0]:
             raise ValueError(f"total_M: row-wise grouped FP4 data is tight: expected {x.shape[0]}, "
                              f"got {args.total_m}")
