@@ -11,12 +11,11 @@ For each case (a key and random arguments of it):
    one is kept if it beats the backend's heuristics by more than ``min_gain``;
 4. the backend choice: the fastest backend, each timed with the config dispatch would then use.
 
-Timing: ``turbo_core.bench.timing.measure`` (CUDA events on the current stream and a synchronize,
+Timing: :func:`turbo_core.timing.measure` (CUDA events on the current stream and a synchronize,
 inputs rotated beyond L2; wall clock on the CPU), median. ``measure`` picks its clock from the first
-tensor of an input set, and an argument object (``GemmArgs``) is not a tensor: each set is handed to
-it as ``(tensor of the arguments on the device, arguments)`` (:func:`measure_us`). Handed the bare
-argument object, ``measure`` fell back to the wall clock without synchronizing on a GPU and timed
-only the launch (about 100 us for any GEMM size).
+tensor of an input set (a set without one is refused), and an argument object (``GemmArgs``) is not
+a tensor: each set is handed to it as ``(tensor of the arguments on the device, arguments)``
+(:func:`measure_us`).
 
 Sanity guard (``turbo_core.tuning.plausible``): a row whose fastest time implies more than the
 arch's peak, or more than twice the best baseline throughput of the run, is marked ``invalid`` and
@@ -38,7 +37,7 @@ from typing import Any
 
 import torch
 
-from turbo_core.bench import timing
+from turbo_core import timing
 from turbo_core.bench.runner import tensor_bytes
 from turbo_core.bench.suites import gemm as gemm_suite
 from turbo_core.bench.suites import gemm_fp8 as fp8_suite
