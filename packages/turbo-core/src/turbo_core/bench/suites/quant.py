@@ -1,9 +1,12 @@
-"""FP8 quantization (``turbo bench quant``): ``quantize_fp8``, ``quantize_fp8_with_trans`` and
-``dequantize_fp8`` at model shapes, bf16 activations ``[T, H]``, E4M3.
+"""FP8 and MXFP4 quantization (``turbo bench quant``): ``quantize_fp8``, ``quantize_fp8_with_trans``,
+``dequantize_fp8`` (E4M3) and ``quantize_fp4``, ``quantize_fp4_with_trans``, ``dequantize_fp4``
+(E2M1 packed two a byte, 1x32 blocks, E8M0 scales) at model shapes, bf16 activations ``[T, H]``.
 
-Variants: TENSORWISE, ROWWISE (one scale per row), BLOCKWISE 1x128 (along the row) and 128x128
+FP8 variants: TENSORWISE, ROWWISE (one scale per row), BLOCKWISE 1x128 (along the row) and 128x128
 tiles, MX (1x32, E8M0); ``with_trans`` for ROWWISE, BLOCKWISE 1x128 and MX (the row- and
 column-quantized copies from one call); ``dequantize`` of the ROWWISE and BLOCKWISE 1x128 quantizations to bf16.
+MXFP4 variants (where this torch has ``float4_e2m1fn_x2``): row-wise (``mxfp4``) and col-wise
+(``mxfp4-col``) quantization, ``with_trans`` and the row-wise ``dequantize`` to bf16.
 Bytes: the input read once, every output (data and scales) written once.
 
 Providers: ``torch`` (eager: the reference backend's kernel, which is plain sync-free PyTorch),
@@ -21,11 +24,18 @@ import torch
 
 from turbo_core.bench.suites.norm import MemCase, print_table, run_bandwidth
 from turbo_core.dispatch import call, use_backend
-from turbo_core.dispatch.specs.quantization import DequantizeFp8Args, QuantizeFp8Args, QuantizeFp8WithTransArgs
+from turbo_core.dispatch.specs.quantization import (
+    DequantizeFp4Args,
+    DequantizeFp8Args,
+    QuantizeFp4Args,
+    QuantizeFp4WithTransArgs,
+    QuantizeFp8Args,
+    QuantizeFp8WithTransArgs,
+)
 from turbo_core.low_precision import ScalingGranularity as G
 from turbo_core.low_precision import ScalingRecipe
 from turbo_core.reference import quantization as ref
-from turbo_core.reference.quantization import quantize_fp8
+from turbo_core.reference.quantization import quantize_fp4, quantize_fp8
 
 __all__ = ["cases", "print_table", "run"]
 
@@ -34,18 +44,24 @@ HIDDEN = {"llama3.1-8b": 4096, "deepseek-v3": 7168, "llama3.1-70b": 8192}
 QUICK_HIDDEN = {"tiny": 256}
 DEFAULT_TOKENS = 16384
 FP8 = torch.float8_e4m3fn
-#: op -> (primitive, granularity, block size, 2-D tiles)
+#: Packed E2M1 (None on a torch without it: no MXFP4 cases).
+FP4 = getattr(torch, "float4_e2m1fn_x2", None)
+#: op -> (primitive, granularity, block size, 2-D tiles, quantized axis)
 VARIANTS = {
-    "quantize/tensorwise": ("quantize_fp8", G.TENSORWISE, None, False),
-    "quantize/rowwise": ("quantize_fp8", G.ROWWISE, None, False),
-    "quantize/blockwise-1x128": ("quantize_fp8", G.BLOCKWISE, 128, False),
-    "quantize/blockwise-128x128": ("quantize_fp8", G.BLOCKWISE, 128, True),
-    "quantize/mx": ("quantize_fp8", G.MX_BLOCKWISE, 32, False),
-    "with_trans/rowwise": ("quantize_fp8_with_trans", G.ROWWISE, None, False),
-    "with_trans/blockwise-1x128": ("quantize_fp8_with_trans", G.BLOCKWISE, 128, False),
-    "with_trans/mx": ("quantize_fp8_with_trans", G.MX_BLOCKWISE, 32, False),
-    "dequantize/rowwise": ("dequantize_fp8", G.ROWWISE, None, False),
-    "dequantize/blockwise-1x128": ("dequantize_fp8", G.BLOCKWISE, 128, False),
+    "quantize/tensorwise": ("quantize_fp8", G.TENSORWISE, None, False, -1),
+    "quantize/rowwise": ("quantize_fp8", G.ROWWISE, None, False, -1),
+    "quantize/blockwise-1x128": ("quantize_fp8", G.BLOCKWISE, 128, False, -1),
+    "quantize/blockwise-128x128": ("quantize_fp8", G.BLOCKWISE, 128, True, -1),
+    "quantize/mx": ("quantize_fp8", G.MX_BLOCKWISE, 32, False, -1),
+    "with_trans/rowwise": ("quantize_fp8_with_trans", G.ROWWISE, None, False, -1),
+    "with_trans/blockwise-1x128": ("quantize_fp8_with_trans", G.BLOCKWISE, 128, False, -1),
+    "with_trans/mx": ("quantize_fp8_with_trans", G.MX_BLOCKWISE, 32, False, -1),
+    "dequantize/rowwise": ("dequantize_fp8", G.ROWWISE, None, False, -1),
+    "dequantize/blockwise-1x128": ("dequantize_fp8", G.BLOCKWISE, 128, False, -1),
+    "quantize/mxfp4": ("quantize_fp4", G.MX_BLOCKWISE, 32, False, -1),
+    "quantize/mxfp4-col": ("quantize_fp4", G.MX_BLOCKWISE, 32, False, -2),
+    "with_trans/mxfp4": ("quantize_fp4_with_trans", G.MX_BLOCKWISE, 32, False, -1),
+    "dequantize/mxfp4": ("dequantize_fp4", G.MX_BLOCKWISE, 32, False, -1),
 }
 
 
@@ -63,18 +79,21 @@ def cases(tokens: int | None, quick: bool, models: list[str] | None) -> list[Mem
     table = QUICK_HIDDEN if quick else HIDDEN
     tokens = tokens or (32 if quick else DEFAULT_TOKENS)
     out = []
-    for op, (prim, gran, bs, two_d) in VARIANTS.items():
+    for op, (prim, gran, bs, two_d, _) in VARIANTS.items():
+        if "fp4" in prim and FP4 is None:
+            continue
         for model, hidden in table.items():
             if models and model not in models:
                 continue
             th = tokens * hidden
+            data = th // 2 if "fp4" in prim else th  # E2M1: two a byte
             scales = _scale_bytes(gran, bs, two_d, tokens, hidden)
-            if prim == "quantize_fp8":
-                nbytes = 2 * th + th + scales
-            elif prim == "quantize_fp8_with_trans":
-                nbytes = 2 * th + 2 * th + scales + _scale_bytes(gran, bs, two_d, hidden, tokens)
+            if prim.startswith("quantize") and "with_trans" not in prim:
+                nbytes = 2 * th + data + scales
+            elif "with_trans" in prim:
+                nbytes = 2 * th + 2 * data + scales + _scale_bytes(gran, bs, two_d, hidden, tokens)
             else:
-                nbytes = th + scales + 2 * th
+                nbytes = data + scales + 2 * th
             pass_, variant = op.split("/")
             out.append(MemCase("quant", variant, model, pass_, tokens, hidden, torch.bfloat16,
                                nbytes, extra={"primitive": prim, "granularity": gran.value, "block_size": bs,
@@ -87,7 +106,11 @@ def _spec(case: MemCase):
 
 
 def _quant_args(case: MemCase, x: torch.Tensor):
-    prim, gran, bs, two_d = _spec(case)
+    prim, gran, bs, two_d, axis = _spec(case)
+    if prim == "quantize_fp4":
+        return QuantizeFp4Args(x, FP4, axis)
+    if prim == "quantize_fp4_with_trans":
+        return QuantizeFp4WithTransArgs(x, FP4)
     if prim == "quantize_fp8_with_trans":
         return QuantizeFp8WithTransArgs(x, FP8, gran, bs)
     axis = None if gran == G.TENSORWISE or two_d else -1
@@ -97,28 +120,32 @@ def _quant_args(case: MemCase, x: torch.Tensor):
 def make_inputs(case: MemCase, device: str, gen: torch.Generator) -> tuple:
     """``(x,)`` for the quantizers; ``(q, scale_inv)`` (the reference's quantization) to dequantize."""
     x = torch.randn(case.tokens, case.hidden, device=device, generator=gen).to(case.dtype)
-    prim, gran, bs, _ = _spec(case)
-    if prim != "dequantize_fp8":
-        return (x,)
-
-    q, s = quantize_fp8(QuantizeFp8Args(x, FP8, gran, -1, bs))
-    return q, s
+    prim, gran, bs, _, axis = _spec(case)
+    if prim == "dequantize_fp4":
+        return quantize_fp4(QuantizeFp4Args(x, FP4, axis))
+    if prim == "dequantize_fp8":
+        return quantize_fp8(QuantizeFp8Args(x, FP8, gran, axis, bs))
+    return (x,)
 
 
 def _dequant_args(case: MemCase, inputs: tuple):
-    _, gran, bs, _ = _spec(case)
+    prim, gran, bs, _, axis = _spec(case)
     q, s = inputs
-    return DequantizeFp8Args(q, s, torch.bfloat16, gran, -1, bs)
+    if prim == "dequantize_fp4":
+        return DequantizeFp4Args(q, s, torch.bfloat16, axis)
+    return DequantizeFp8Args(q, s, torch.bfloat16, gran, axis, bs)
 
 
 def turbo_args(case: MemCase, inputs: tuple):
     """``(primitive name, args)`` of the case."""
     prim = _spec(case)[0]
-    return prim, (_dequant_args(case, inputs) if prim == "dequantize_fp8" else _quant_args(case, inputs[0]))
+    return prim, (_dequant_args(case, inputs) if prim.startswith("dequantize") else _quant_args(case, inputs[0]))
 
 
 def _as_list(out) -> list[torch.Tensor]:
-    return list(out) if isinstance(out, (tuple, list)) else [out]
+    """The outputs; packed E2M1 data as its bytes (compared as numbers: 0 when bit-identical)."""
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    return [t.view(torch.uint8) if FP4 is not None and t.dtype == FP4 else t for t in outs]
 
 
 def _reference_fn(prim: str) -> Callable:
