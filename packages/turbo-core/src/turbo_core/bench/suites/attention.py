@@ -44,6 +44,11 @@ the conformance suite's normwise gate as a bound on that ratio) gets the status
 ``inaccurate: ...`` (its times are kept in the row, but it is not compared). ``dsink`` is not
 checked (it sums over every batch).
 
+Tiles: a backend's launcher may read a tile override from its own variable (turbo-triton:
+``TURBO_TRITON_ATTN_TILES``, see ``turbo_triton/attention/configs.py``); a sweep of tiles is this
+suite run once per value, with ``--providers turbo:TRITON`` and ``--record``: each run's command
+starts with the variable's value, so its rows say which tile they timed.
+
 Rows: the runner's keys (``turbo_core.bench.runner``) plus model, layer, pass, mask (``full``,
 ``causal`` or ``window (l, r)``: the report's tables split on it), batch, seq_q, seq_kv, h_q, h_kv,
 d_qk, d_v, causal, window ``[left, right]``, sink, dtype, flops, checked, tolerance.
