@@ -55,10 +55,8 @@ def test_scaling_recipe_and_constants():
 
 @pytest.mark.parametrize("arch, fnuz", [(None, False), ("gfx942", True), ("gfx950", False), ("sm90", False)])
 def test_fp8_dtypes_are_chosen_per_device_at_call_time(monkeypatch, arch, fnuz):
-    import turbo_core.platform as platform
-
     fake = Platform("cpu") if arch is None else Platform("rocm" if arch.startswith("gfx") else "cuda", arch)
-    monkeypatch.setattr(platform, "platform_of", lambda device: fake)
+    monkeypatch.setattr(lp, "platform_of", lambda device: fake)
     e4m3 = torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
     e5m2 = torch.float8_e5m2fnuz if fnuz else torch.float8_e5m2
     assert lp.float8_e4m3_dtype("cuda:0") == e4m3 and lp.float8_e5m2_dtype("cuda:0") == e5m2

@@ -25,9 +25,9 @@ import textwrap
 import pytest
 import torch
 
-from turbo_core import GlobalBackendManager, use_backend
+from turbo_core import GlobalBackendManager, timing, use_backend
 from turbo_core import tuning as T
-from turbo_core.bench import campaign, timing
+from turbo_core.bench import campaign
 from turbo_core.cli import main
 from turbo_core.dispatch import call, dispatcher, select, stats
 from turbo_core.dispatch import defaults as _defaults
@@ -564,7 +564,7 @@ def test_triton_offers_its_search_space(triton_configs):
 
 
 def _clock_tensor(input_set) -> torch.Tensor | None:
-    """What ``turbo_core.bench.timing.measure`` picks its clock from: the first tensor of the set
+    """What ``turbo_core.timing.measure`` picks its clock from: the first tensor of the set
     (a CUDA tensor: CUDA events and a synchronize; else, or none: the wall clock, no synchronize)."""
     return next((t for t in input_set if isinstance(t, torch.Tensor)), None)
 
