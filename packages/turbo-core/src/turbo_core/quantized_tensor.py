@@ -135,7 +135,7 @@ class QuantizedTensor(torch.Tensor):
         layouts of ``grouped_quantize_fp8``/``grouped_quantize_fp4`` (each group padded so that no
         block crosses groups).
         """
-        from turbo_core.dispatch.launch import quantization as launch  # its custom ops: not at import turbo_core
+        from turbo_core.dispatch.launch import quantization as launch  # registers custom ops: on first use
 
         require_tensor("hp_tensor", hp_tensor, ndim=(2, 3), dtypes=FLOAT_DTYPES)
         gran = as_granularity(granularity)
@@ -241,7 +241,7 @@ class QuantizedTensor(torch.Tensor):
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The high-precision tensor (``dtype``, default the original dtype) of the logical shape:
         MX padding and group padding removed. No autograd."""
-        from turbo_core.dispatch.launch import quantization as launch  # its custom ops: not at import turbo_core
+        from turbo_core.dispatch.launch import quantization as launch  # registers custom ops: on first use
 
         out_dtype = dtype or self._orig_dtype
         gran, axis, block = self._granularity, self.quantized_axis, self._block_size
