@@ -35,12 +35,12 @@ import torch
 import torch.distributed as dist
 
 from turbo_core.dispatch.launch import gemm_fp8 as launch_fp8
+from turbo_core.dispatch.specs.validate import FLOAT_DTYPES, require_int
 from turbo_core.low_precision import ScalingGranularity, is_fp8_dtype
 from turbo_core.ops.gemm import gemm
 
 __all__ = ["fused_all_gather_matmul", "fused_all_gather_scaled_matmul", "fused_matmul_reduce_scatter"]
 
-_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _LAYOUTS = ("NN", "NT")
 
 
@@ -63,8 +63,7 @@ def _group(group_name):
 def _check_common(comm_method, num_splits, enable_sdma, streams: dict) -> None:
     if comm_method != "pipeline":
         raise ValueError(f"comm_method: only 'pipeline' is implemented here, got {comm_method!r}")
-    if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 1:
-        raise ValueError(f"num_splits: expected an int >= 1, got {num_splits!r}")
+    require_int("num_splits", num_splits, minimum=1)
     if enable_sdma:
         raise ValueError("enable_sdma: SDMA copies (AMD copy engines) are not implemented; pass False")
     for name, value in streams.items():
@@ -73,7 +72,7 @@ def _check_common(comm_method, num_splits, enable_sdma, streams: dict) -> None:
 
 
 def _check_a(name: str, a, what: str) -> None:
-    if not isinstance(a, torch.Tensor) or a.dtype not in _FLOATS or a.dim() < 2:
+    if not isinstance(a, torch.Tensor) or a.dtype not in FLOAT_DTYPES or a.dim() < 2:
         got = f"{a.dtype} tensor of {a.dim()} dims" if isinstance(a, torch.Tensor) else type(a).__name__
         raise ValueError(f"{name}: expected a fp16/bf16/fp32 tensor [..., K] with {what}, got {got}")
 
@@ -131,7 +130,7 @@ def _per_weight(name: str, seq, count: int, *, optional: bool = True, noun: str 
 def _result_dtypes(out_dtypes, count: int, default: torch.dtype) -> list[torch.dtype]:
     dtypes = [default if d is None else d for d in _per_weight("out_dtypes", out_dtypes, count, noun="dtype")]
     for i, d in enumerate(dtypes):
-        if d not in _FLOATS:
+        if d not in FLOAT_DTYPES:
             raise ValueError(f"out_dtypes[{i}]: expected fp16/bf16/fp32 or None, got {d}")
     return dtypes
 
@@ -380,7 +379,7 @@ def fused_matmul_reduce_scatter(A, B, layout, reduce_op, scatter_dim, group_name
     if reduce_op not in ("sum", "avg"):
         raise ValueError(f"reduce_op: expected 'sum' or 'avg', got {reduce_op!r}")
     dtype = A.dtype if out_dtype is None else out_dtype
-    if dtype not in _FLOATS:
+    if dtype not in FLOAT_DTYPES:
         raise ValueError(f"out_dtype: expected fp16/bf16/fp32 or None, got {out_dtype}")
     dim = _row_dim("scatter_dim", scatter_dim, A)
     group, world = _group(group_name)

@@ -46,6 +46,7 @@ import torch
 
 from turbo_core.dispatch.launch import quantization as launch
 from turbo_core.dispatch.specs import quantization as spec
+from turbo_core.dispatch.specs.validate import require_fp4_granularity
 from turbo_core.low_precision import (
     MXFP4_BLOCK_SIZE,
     MXFP8_BLOCK_SIZE,
@@ -109,13 +110,6 @@ def _fp8_axis(gran: G, axis: object, recipe: ScalingRecipe) -> object:
     if gran == G.TENSORWISE or (gran == G.BLOCKWISE and recipe.use_2d_block):
         return None
     return axis
-
-
-def _require_mx(granularity: object) -> G:
-    gran = as_granularity(granularity)
-    if gran != G.MX_BLOCKWISE:
-        raise ValueError(f"granularity: FP4 quantization is MX_BLOCKWISE only, got {gran.value}")
-    return gran
 
 
 def _offs(group_lens: object, group_offs: object) -> object:
@@ -294,7 +288,7 @@ def quantize_fp4(x: Tensor, out_dtype: torch.dtype, granularity: ScalingGranular
     rounds to one of its two neighbours with probability proportional to closeness), ``use_rht``
     and shuffles (backend layouts, not produced by the reference).
     """
-    _require_mx(granularity)
+    require_fp4_granularity(granularity)
     args = spec.QuantizeFp4Args(x, _fp4_dtype(out_dtype), axis, _block_size(G.MX_BLOCKWISE, block_size,
                                                                             MXFP4_BLOCK_SIZE),
                                 as_recipe(scaling_recipe))
@@ -309,7 +303,7 @@ def quantize_fp4_with_trans(x: Tensor, out_dtype: torch.dtype, granularity: Scal
                             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Row + col MXFP4 in one call: ``(q_row, s_row, q_col, s_col)``, each equal to
     :func:`quantize_fp4` with axis -1 / -2 and its recipe. ``axis`` must be None (both directions)."""
-    _require_mx(granularity)
+    require_fp4_granularity(granularity)
     if axis is not None:
         raise ValueError(f"axis: quantize_fp4_with_trans makes both directions; expected None, got {axis!r}")
     args = spec.QuantizeFp4WithTransArgs(
@@ -331,7 +325,7 @@ def dequantize_fp4(x: Tensor, out_dtype: torch.dtype, granularity: ScalingGranul
                    scaling_recipe: ScalingRecipe | None = None) -> Tensor:
     """MXFP4 back to ``out_dtype``: row-wise ``[(B,) M, N_pad/2]`` -> ``[(B,) M, N_pad]``, col-wise
     ``[(B,) N, M_pad/2]`` -> ``[(B,) M_pad, N]`` (padding kept); exact products in float64, rounded once."""
-    _require_mx(granularity)
+    require_fp4_granularity(granularity)
     _no_shuffle_fp4(scaling_recipe)
     args = spec.DequantizeFp4Args(x, scale_inv, out_dtype, axis,
                                   _block_size(G.MX_BLOCKWISE, block_size, MXFP4_BLOCK_SIZE))
@@ -346,7 +340,7 @@ def grouped_quantize_fp4(x: Tensor, out_dtype: torch.dtype, granularity: Scaling
     """Grouped MXFP4 of ``x`` ``[M, N]``: ``(q, scale_inv, group_lens_padded, group_offs_padded)``.
     Row-wise (axis 1/-1) is tight (lens/offs come back as copies); col-wise (axis 0/-2) pads each
     group to 512 rows: ``q`` ``[N, M_c/2]``, ``M_c = cdiv(M + G*512, 512)*512``."""
-    _require_mx(granularity)
+    require_fp4_granularity(granularity)
     args = spec.GroupedQuantizeFp4Args(x, _fp4_dtype(out_dtype), group_lens, _offs(group_lens, group_offs), axis,
                                        _block_size(G.MX_BLOCKWISE, block_size, MXFP4_BLOCK_SIZE),
                                        as_recipe(scaling_recipe))
@@ -361,7 +355,7 @@ def grouped_quantize_fp4_with_trans(x: Tensor, out_dtype: torch.dtype, granulari
                                     scaling_recipe_for_trans: ScalingRecipe | None = None) -> tuple[Tensor, ...]:
     """Grouped row (tight) + col (512 per group) MXFP4: ``(q_row, s_row, q_col, s_col, lens_row,
     offs_row, lens_col, offs_col)``."""
-    _require_mx(granularity)
+    require_fp4_granularity(granularity)
     args = spec.GroupedQuantizeFp4WithTransArgs(
         x, _fp4_dtype(out_dtype), group_lens, _offs(group_lens, group_offs),
         _block_size(G.MX_BLOCKWISE, block_size, MXFP4_BLOCK_SIZE), as_recipe(scaling_recipe),
@@ -379,7 +373,7 @@ def grouped_dequantize_fp4(x: Tensor, out_dtype: torch.dtype, granularity: Scali
     """Grouped MXFP4 back to ``out_dtype``. Row-wise (tight, Primus's only form): as
     :func:`dequantize_fp4`. Col-wise (an extension): pass ``group_offs``, ``group_offs_padded`` and
     ``total_M`` (None reads ``group_offs[-1]``: a host sync) to get ``[total_M, N]``."""
-    _require_mx(granularity)
+    require_fp4_granularity(granularity)
     _no_shuffle_fp4(scaling_recipe)
     colwise = isinstance(axis, int) and not isinstance(axis, bool) and axis % 2 == 0
     total = _total_m(total_M, None, group_offs) if colwise else total_M

@@ -60,6 +60,7 @@ from turbo_core.dispatch.specs.validate import (
     check_mx_operand,
     check_tensorwise_scale,
     require_dtype,
+    require_fp4_granularity,
     require_fp4_support,
     require_int,
     require_same_device,
@@ -456,11 +457,8 @@ class GroupedQuantizeFp8Args:
 def _validate_grouped_common(x, granularity, group_lens, group_offs, block_size, recipes, *,
                              fp4: bool) -> G:
     _require_input(x, ndim=2)
-    gran = as_granularity(granularity)
-    if fp4:
-        if gran != G.MX_BLOCKWISE:
-            raise ValueError(f"granularity: FP4 quantization is MX_BLOCKWISE only, got {gran.value}")
-    elif gran not in (G.BLOCKWISE, G.MX_BLOCKWISE):
+    gran = require_fp4_granularity(granularity) if fp4 else as_granularity(granularity)
+    if gran not in (G.BLOCKWISE, G.MX_BLOCKWISE):
         raise ValueError(f"granularity: grouped FP8 quantization supports BLOCKWISE and MX_BLOCKWISE, got "
                          f"{gran.value} (TENSORWISE/ROWWISE scales do not depend on groups: use quantize_fp8)")
     _require_block_size(gran, block_size, mx_size=MXFP4_BLOCK_SIZE if fp4 else MXFP8_BLOCK_SIZE)

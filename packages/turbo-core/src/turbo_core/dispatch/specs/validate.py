@@ -54,6 +54,7 @@ __all__ = [
     "require_eps",
     "require_even_last_dim",
     "require_float",
+    "require_fp4_granularity",
     "require_fp4_support",
     "require_int",
     "require_nonempty_last_dim",
@@ -348,6 +349,14 @@ def require_fp4_support(name: str) -> torch.dtype:
     if FLOAT4_E2M1FN_X2 is None:
         raise RuntimeError(f"{name}: FP4 needs torch.float4_e2m1fn_x2, which torch {torch.__version__} lacks")
     return FLOAT4_E2M1FN_X2
+
+
+def require_fp4_granularity(granularity: object) -> G:
+    """FP4 (MXFP4) has E8M0 scales over 1x32 blocks only: the granularity is MX_BLOCKWISE."""
+    gran = as_granularity(granularity, "granularity")
+    if gran != G.MX_BLOCKWISE:
+        raise ValueError(f"granularity: FP4 quantization is MX_BLOCKWISE only, got {gran.value}")
+    return gran
 
 
 def check_fp8_pair(a: torch.Tensor, b: torch.Tensor, *, mx: bool, names: tuple[str, str] = ("a", "b")) -> None:
