@@ -3,8 +3,10 @@ provider to each reference on the cases where both ran.
 
 A suite row has ``suite``, ``case``, ``provider`` and ``status`` (keys in
 :mod:`turbo_core.bench.runner`). Rows split into groups by (suite, pass, variant): the variant is
-the row's ``granularity``, ``mode``, ``balance`` and ``mask`` where it carries them; each group is
-one table with its own baselines and providers.
+the row's ``granularity``, ``mode``, ``balance``, ``mask`` and ``timing`` where it carries them; each
+group is one table with its own baselines and providers. ``timing`` names what a row's
+``median_ms`` is when it is not the device time of one call (``"wall clock"``: the wall clock per
+eager call, the device time then in ``device_ms``), so the two are never in one ratio.
 
 References: the providers whose name does not start with ``turbo:`` (the bf16 reference of the
 FP8 suites, the baselines, ``torch.compile``). Ratio: the reference's median time / the turbo
@@ -29,7 +31,7 @@ __all__ = ["FRACTIONS", "METRICS", "TURBO_PREFIX", "VARIANT_FIELDS", "Comparison
 
 TURBO_PREFIX = "turbo:"
 #: Row fields that split a pass into separate tables (each its own baselines and providers).
-VARIANT_FIELDS = ("granularity", "mode", "balance", "mask")
+VARIANT_FIELDS = ("granularity", "mode", "balance", "mask", "timing")
 #: metric field -> unit; fraction field -> what it is a fraction of.
 METRICS = {"tflops": "TFLOP/s", "gbps": "GB/s"}
 FRACTIONS = {"peak_fraction": "of the datasheet dense peak", "copy_fraction": "of the measured copy bandwidth"}

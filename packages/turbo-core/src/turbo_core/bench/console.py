@@ -18,25 +18,28 @@ def _is_baseline(r: dict) -> bool:
 
 
 def summary(rows: list[dict]) -> list[dict]:
-    """Geomean ratio to the baseline per (suite, provider, pass), and per granularity when the
-    rows have one. Rows carrying ``bf16_ratio`` also get ``geomean_bf16_ratio`` (every provider
-    but the bf16 reference itself, FP8 baselines included)."""
+    """Geomean ratio to the baseline per (suite, provider, pass), and per granularity and per
+    ``timing`` (what ``median_ms`` is, when not the device time) when the rows have them. Rows
+    carrying ``bf16_ratio`` also get ``geomean_bf16_ratio`` (every provider but the bf16 reference
+    itself, FP8 baselines included)."""
     ratios: dict[tuple, list[float]] = defaultdict(list)
     bf16: dict[tuple, list[float]] = defaultdict(list)
     for r in rows:
         if r.get("status") != "ok":
             continue
-        key = (r["suite"], r["provider"], r["pass"], r.get("granularity"))
+        key = (r["suite"], r["provider"], r["pass"], r.get("granularity"), r.get("timing"))
         if r.get("ratio") and not _is_baseline(r):
             ratios[key].append(r["ratio"])
         if r.get("bf16_ratio") and r.get("role") != "bf16":
             bf16[key].append(r["bf16_ratio"])
     out = []
     for key in sorted(set(ratios) | set(bf16), key=lambda k: tuple("" if v is None else str(v) for v in k)):
-        s, p, ps, gran = key
+        s, p, ps, gran, clock = key
         entry = {"suite": s, "provider": p, "pass": ps}
         if gran is not None:
             entry["granularity"] = gran
+        if clock is not None:
+            entry["timing"] = clock
         entry["cases"] = max(len(ratios.get(key, ())), len(bf16.get(key, ())))
         entry["geomean_ratio"] = geomean(ratios.get(key, []))
         if key in bf16:
@@ -101,13 +104,16 @@ def print_tables(rows: list[dict], console, *, title: str = "turbo bench: TFLOP/
         console.print(f"{p}: {status} ({n} case{'s' if n > 1 else ''})", soft_wrap=True)
     summ_rows = summary(rows)
     with_gran = any("granularity" in s for s in summ_rows)
+    with_clock = any("timing" in s for s in summ_rows)
     with_bf16 = any("geomean_bf16_ratio" in s for s in summ_rows)
     summ = Table(title="geomean ratio to torch" + (" (FP8: the same granularity's baseline)" if with_bf16 else ""))
-    cols = ["suite", "provider", "pass"] + (["granularity"] if with_gran else []) + ["cases", "geomean ratio"]
+    cols = (["suite", "provider", "pass"] + (["granularity"] if with_gran else []) + (["timing"] if with_clock else [])
+            + ["cases", "geomean ratio"])
     for col in cols + (["geomean vs bf16"] if with_bf16 else []):
         summ.add_column(col)
     for s in summ_rows:
         cells = [s["suite"], s["provider"], s["pass"]] + ([s.get("granularity") or "-"] if with_gran else [])
+        cells += [s.get("timing") or "device"] if with_clock else []
         cells += [str(s["cases"]), _fmt(s["geomean_ratio"])]
         if with_bf16:
             cells.append(_fmt(s.get("geomean_bf16_ratio")))

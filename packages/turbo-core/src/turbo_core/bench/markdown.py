@@ -6,7 +6,8 @@ The page holds, per suite and device, the newest measurement of every case
 (:func:`turbo_core.bench.dataset.current`: the latest run, then what earlier runs measured that it
 did not), run by run: the run's commit, date, device, driver, versions and command; per pass, the plot and one table per
 variant (:mod:`turbo_core.bench.compare`), one line per case with each provider's TFLOP/s or GB/s,
-median time and fraction of peak, then the ratio of each turbo provider to each reference; and the
+median time (rows timed by the wall clock, a ``timing`` variant with its own legend: also the device
+time) and fraction of peak, then the ratio of each turbo provider to each reference; and the
 geomean of every comparison. The headline at the top: each turbo provider against its fastest
 reference, per suite, device, pass and variant.
 
@@ -56,6 +57,8 @@ def _provider_cell(row: dict | None, metric: str | None, frac: str | None) -> st
     if metric:
         parts.append(f"{row[metric]:.4g}" if row.get(metric) is not None else "-")
     parts.append(f"{row['median_ms']:.3g} ms" if row.get("median_ms") is not None else "-")
+    if row.get("device_ms") is not None:
+        parts.append(f"device {row['device_ms']:.3g} ms")
     if frac:
         parts.append(_frac(row.get(frac)))
     return " · ".join(parts)
@@ -91,7 +94,10 @@ def group_table(group: Group) -> list[str]:
 def legend(group: Group) -> str:
     metric, frac = group.field_of(METRICS), group.field_of(FRACTIONS)
     what = [METRICS[metric]] if metric else []
-    what.append("median time")
+    clock = dict(group.variant).get("timing")
+    what.append(f"median {clock} per eager call" if clock else "median time")
+    if group.field_of(("device_ms",)):
+        what.append("median device time")
     if frac:
         what.append(f"fraction {FRACTIONS[frac]}")
     return ("Cells: " + " · ".join(what) + ". Ratios: the reference's median time / the turbo provider's "
@@ -160,6 +166,8 @@ def _section_lines(sec: Section, images: dict[str, str]) -> list[str]:
         for g in (g for g in sec.groups if g.pass_ == pass_):
             if g.variant:
                 lines += [f"##### {_esc(g.variant_title)}", ""]
+            if dict(g.variant).get("timing"):  # not the section's device time: the group's own legend
+                lines += [legend(g), ""]
             lines += group_table(g) + [""]
     comps = [c for g in sec.groups for c in comparisons(g)]
     if comps:
