@@ -79,3 +79,26 @@ def capture(fn):
 def replay(graph) -> None:
     graph.replay()
     torch.cuda.synchronize()
+
+
+#: float64 reference slices of at most 2^26 elements (512 MB)
+SLICE_ELEMS = 2 ** 26
+
+
+def row_slices(rows: int, width: int) -> list[slice]:
+    """Row ranges of at most ``SLICE_ELEMS`` elements of a ``[rows, width]`` matrix: references of
+    model-sized activations computed in float64 a slice at a time."""
+    step = max(1, SLICE_ELEMS // max(1, width))
+    return [slice(s, min(rows, s + step)) for s in range(0, rows, step)]
+
+
+def assert_within(what: str, out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> None:
+    """Every element ``|out - ref| <= atol + rtol |ref|`` in float64, and no NaN where ``ref`` has none
+    (where ``ref`` is NaN, ``out`` may be anything)."""
+    out = out.double()
+    assert not (torch.isnan(out) & ~torch.isnan(ref)).any(), f"{what}: NaN where the reference is finite"
+    bad = ((out - ref).abs() > atol + rtol * ref.abs()) & ~torch.isnan(ref)
+    if bad.any():
+        i = tuple(bad.nonzero()[0].tolist())
+        raise AssertionError(f"{what}: {int(bad.sum())} elements beyond {atol:g} + {rtol:g} |ref|; "
+                             f"first at {i}: {out[i].item()!r} vs {ref[i].item()!r}")
