@@ -31,6 +31,8 @@ def _cases(r):
         "gemm_fp8_tensorwise": (lambda a, b: ops.gemm_fp8(a, b, trans_b=True, out_dtype=torch.bfloat16), (x, w)),
         "gemm_fp8_blockwise": (lambda a, b: ops.gemm_fp8(a, b, trans_b=True, out_dtype=torch.bfloat16, config=block),
                                (r(64, 256), r(128, 256))),
+        "grouped_gemm_fp8_tensorwise": (lambda a, b, lens: ops.grouped_gemm_fp8(a, b, lens, out_dtype=torch.bfloat16),
+                                        (r(155, 256), r(4, 128, 256), torch.tensor([40, 0, 77, 33], device="cuda"))),
         "rmsnorm": (lambda a, g_: ops.rmsnorm(a, g_), (x, gamma)),
         "rmsnorm_residual": (lambda a, b, g_: ops.rmsnorm_residual(a, b, g_)[0], (x, r(64, 96), gamma)),
         "swiglu_with_probs": (lambda a, p: ops.swiglu_with_probs(a, p), (r(64, 2 * 48), probs)),
@@ -38,7 +40,7 @@ def _cases(r):
     }
 
 
-@pytest.mark.parametrize("name", ["gemm", "gemm_fp8_tensorwise", "gemm_fp8_blockwise", "rmsnorm",
+@pytest.mark.parametrize("name", ["gemm", "gemm_fp8_tensorwise", "gemm_fp8_blockwise", "grouped_gemm_fp8_tensorwise", "rmsnorm",
                                   "rmsnorm_residual", "swiglu_with_probs", "flash_attn_func"])
 def test_capture_and_replay(name):
     r = _inputs()
