@@ -166,7 +166,7 @@ def _section_lines(sec: Section, images: dict[str, str]) -> list[str]:
         for g in (g for g in sec.groups if g.pass_ == pass_):
             if g.variant:
                 lines += [f"##### {_esc(g.variant_title)}", ""]
-            if dict(g.variant).get("timing"):  # not the section's device time: the group's own legend
+            if dict(g.variant).get("timing") and legend(g) != legend(sec.groups[0]):  # not the section's clock
                 lines += [legend(g), ""]
             lines += group_table(g) + [""]
     comps = [c for g in sec.groups for c in comparisons(g)]

@@ -1,4 +1,5 @@
-"""MoE router and token permutation (``turbo bench moe``): memory-bound, scored in GB/s.
+"""MoE router, token permutation and index ops (``turbo bench moe``): memory-bound, scored in GB/s
+(the index ops: by the wall clock per eager call, the device time beside it).
 
 Ops, each forward (``fwd``) and backward (``bwd``):
 
@@ -45,12 +46,14 @@ the first count one short so the mask ends in zeros) and ``moe_permute_preproces
 map ``[T, E]`` -> the row map, counts, overflow flag and dispatched count). Bytes, as above:
 multihot fwd ``T K (4 + 4) + T E (1 + 4)``, bwd ``3 * 4 T K``, mask ``4 E + 8 T K``, preprocess
 ``T E + 4 T (2E + 1) + 8 E + 8``. The ``torch`` providers are the reference backend's functions
-(plain PyTorch); accuracy against float64 math from the inputs (the row map from the routing map's
-expert-major layout). Their rows carry ``timing = "wall clock"`` (the report gives them tables of
-their own): ``median_ms`` (with ``p10_ms``, ``p90_ms``, ``gbps``, ``ratio``) is the wall clock per
-eager call, :func:`turbo_core.timing.measure_batched` over batches of ``calls`` calls enqueued back
-to back (host cost included: what an eager step pays), and ``device_ms`` (``device_p10_ms``,
-``device_p90_ms``) the device time of one call, :func:`turbo_core.timing.measure`.
+(plain PyTorch), ``torch.compile`` compiles them, the turbo providers call the primitive through the
+dispatcher pinned to the backend; accuracy against float64 math from the inputs (the row map from
+the routing map's expert-major layout). Their rows carry ``timing = "wall clock"`` (the report
+gives them tables of their own): ``median_ms`` (with ``p10_ms``, ``p90_ms``, ``gbps``, ``ratio``)
+is the wall clock per eager call, :func:`turbo_core.timing.measure_batched` over batches of
+``calls`` calls enqueued back to back (host cost included: what an eager step pays), and
+``device_ms`` (``device_p10_ms``, ``device_p90_ms``) the device time of one call,
+:func:`turbo_core.timing.measure`.
 """
 
 from __future__ import annotations

@@ -8,16 +8,18 @@ column-quantized copies from one call); ``dequantize`` of the ROWWISE and BLOCKW
 MXFP4 variants (where this torch has ``float4_e2m1fn_x2``): row-wise (``mxfp4``) and col-wise
 (``mxfp4-col``) quantization, ``with_trans`` and the row-wise ``dequantize`` to bf16.
 
-Grouped variants (``grouped-*``: the MoE activations, tokens packed by expert along the rows; rows
-``balance = "skewed"``, so the report gives them tables of their own): ``grouped_quantize_fp8``
-BLOCKWISE 1x128 and 1x32 blocks row-wise and col-wise (``-col``: blocks along the rows, each group
-padded to the block) and MX row-wise / col-wise, ``grouped_quantize_fp8_with_trans`` (BLOCKWISE
-1x128, MX), ``grouped_dequantize_fp8`` of each ``grouped_quantize_fp8`` layout, and MXFP4
-``grouped_quantize_fp4`` row / col, ``grouped_quantize_fp4_with_trans`` and
-``grouped_dequantize_fp4`` row / col (where this torch has the FP4 dtype). Widths: the hidden size
-of :data:`GROUPED_HIDDEN`; rows: the token count, split over :data:`GROUPS` groups by
-:func:`skewed_lens` (shares falling as 1/(i+1), the second group empty). Layouts and their padding:
-:func:`turbo_core.dispatch.specs.quantization.grouped_fp8_shapes` / ``grouped_fp4_shapes``.
+Grouped variants (``grouped-*``: the MoE activations, tokens packed by expert along the rows):
+``grouped_quantize_fp8`` BLOCKWISE 1x128 and 1x32 and MX, row-wise and col-wise (``-col``: the
+blocks run down the columns, each group's rows padded to the layout's alignment),
+``grouped_quantize_fp8_with_trans`` (BLOCKWISE 1x128, MX), ``grouped_dequantize_fp8`` of each
+``grouped_quantize_fp8`` layout, and MXFP4 ``grouped_quantize_fp4`` row / col,
+``grouped_quantize_fp4_with_trans`` and ``grouped_dequantize_fp4`` row / col (where this torch has
+the FP4 dtype). Widths: :data:`GROUPED_HIDDEN`; rows: the token count, split over each of
+:data:`GROUPS` groups by :func:`skewed_lens` (shares falling as 1/(i+1), the second group empty);
+``--quick``: :data:`QUICK_GROUPED_HIDDEN`, :data:`QUICK_GROUPS`. Layouts and their padding:
+:func:`turbo_core.dispatch.specs.quantization.grouped_fp8_shapes` / ``grouped_fp4_shapes``. Their
+rows also carry ``groups``, ``group_lens`` and ``balance = "skewed"`` (a variant: the report gives
+them tables of their own).
 
 Bytes: the input read once, every output (data and scales; grouped: also the int64 group lengths
 and offsets, read and written) written once, the shapes being the spec's (padded) layouts.
@@ -25,7 +27,8 @@ and offsets, read and written) written once, the shapes being the spec's (padded
 Providers: ``torch`` (eager: the reference backend's kernel, which is plain sync-free PyTorch),
 ``torch.compile`` of the same function, and ``turbo:<BACKEND>`` for every available backend with
 a kernel for the primitive. Accuracy: max relative difference of every output (data and scales,
-as numbers) from the reference kernel's in float64 — 0 when bit-identical.
+as numbers; grouped: also the padded lengths and offsets) from the reference kernel's in float64 —
+0 when bit-identical (``torch.compile``'s is not 0 where Inductor rounds the scale math otherwise).
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ QUICK_HIDDEN = {"tiny": 256}
 #: ``grouped_gemm`` suite.
 GROUPED_HIDDEN = {"deepseek-v3": 7168, "qwen3-30b-a3b": 2048, "mixtral-8x7b": 4096}
 #: ``--quick`` grouped width (narrow: MXFP4 col-wise pads every group to 512 rows).
-QUICK_GROUPED_HIDDEN = {"tiny": 128}
+QUICK_GROUPED_HIDDEN = {"tiny-moe": 32}
 #: Group counts of the grouped variants (``--quick``: :data:`QUICK_GROUPS`).
 GROUPS = (8, 32)
 QUICK_GROUPS = (3,)
@@ -120,7 +123,7 @@ class GroupedCase(MemCase):
 
 def skewed_lens(rows: int, groups: int) -> tuple[int, ...]:
     """Rows per group summing to ``rows``: shares falling as ``1/(i+1)`` (the first group takes the
-    rounding), the second group empty (a zero-size group between non-empty ones)."""
+    rounding), the second group empty (from 3 groups on, a zero-size group between non-empty ones)."""
     weights = [0.0 if i == 1 else 1.0 / (i + 1) for i in range(groups)]
     lens = [int(rows * w / sum(weights)) for w in weights]
     lens[0] += rows - sum(lens)
@@ -352,7 +355,8 @@ def turbo_provider(case: MemCase, backend: str) -> Callable:
 
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
         include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
-    """The quantization suite: rows as :func:`turbo_core.bench.suites.norm.run_bandwidth`'s."""
+    """The quantization suite: rows as :func:`turbo_core.bench.suites.norm.run_bandwidth`'s (grouped
+    cases: with ``groups``, ``group_lens`` and ``balance``)."""
     return run_bandwidth(sys.modules[__name__], cases(tokens, quick, models), providers=providers,
                          include_reference=include_reference,
                          warmup=warmup, iters=iters, device=device, progress=progress)
