@@ -123,12 +123,13 @@ def test_compile_fullgraph_matches_eager(gran, bs):
         assert x.grad is not None and _rel(out, mod(a)) < 1e-6
 
 
-# K from a few MMA steps to 8192; inputs ~ N(0, K^-1/2) so results are of size ~1.
+# K from a few MMA steps to 8192; inputs ~ N(0, K^-1/2) so results are of size ~1. Promoted sums only: the
+# gate is the floor of fp32 promotion every MMA step; use_fast_accum=True keeps the reduced-precision sums
+# and is expected to miss it at long K.
 @pytest.mark.parametrize("gran", ["TENSORWISE", "ROWWISE"])
 @pytest.mark.parametrize("m,n,k", [(64, 48, 96), (128, 256, 384), (256, 256, 1024), (256, 256, 4096),
                                    (1024, 1024, 8192)])
-@pytest.mark.parametrize("fast_accum", [False, True])
-def test_cublaslt_fp8_results_within_the_mma_floor(gran, m, n, k, fast_accum):
+def test_cublaslt_fp8_results_within_the_mma_floor(gran, m, n, k):
     if torch.version.hip or torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("torch._scaled_mm with OCP FP8: CUDA sm89+")
     from turbo_core.ops.quantization import quantize_fp8
@@ -144,5 +145,5 @@ def test_cublaslt_fp8_results_within_the_mma_floor(gran, m, n, k, fast_accum):
     scale_a = sa.float().reshape(-1, 1) if gran == "ROWWISE" else sa.float().reshape(())
     scale_b = sb.float().reshape(1, -1) if gran == "ROWWISE" else sb.float().reshape(())
     got = torch._scaled_mm(qa, qb.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.float32,
-                           use_fast_accum=fast_accum)
-    assert_close_fp8_gemm(got, exact, what=f"torch._scaled_mm {gran} use_fast_accum={fast_accum}")
+                           use_fast_accum=False)
+    assert_close_fp8_gemm(got, exact, what=f"torch._scaled_mm {gran}")
