@@ -41,9 +41,12 @@ def test_record_appends_rows_with_the_run_provenance(tmp_path):
     assert len(first.rows) == 2 * len(second.rows) and first.meta["run"] != second.meta["run"]
     assert all(set(dataset.RUN_FIELDS) <= set(r) and r["provider"] == "torch" and r["status"] == "ok" for r in rows)
     meta = first.meta
-    if shutil.which("git") and (REPO / ".git").exists():
+    from_checkout = Path(turbo_core.__file__).resolve().parent == (REPO / "packages/turbo-core/src/turbo_core").resolve()
+    if shutil.which("git") and (REPO / ".git").exists() and from_checkout:
         assert meta["commit"] == _git("rev-parse", "HEAD")
         assert meta["dirty"] == bool(_git("status", "--porcelain", "--untracked-files=no"))
+    else:  # an installed (not editable) turbo-core names its version, never a checkout it was not imported from
+        assert meta["commit"] == f"turbo-core {turbo_core.__version__}" and meta["dirty"] is False
     date = datetime.datetime.fromisoformat(meta["date"])
     assert date.utcoffset() == datetime.timedelta(0)
     assert abs((datetime.datetime.now(datetime.timezone.utc) - date).total_seconds()) < 600
