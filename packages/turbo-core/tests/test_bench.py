@@ -238,7 +238,10 @@ def test_quick_host_suite_times_every_op_beside_its_torch_call(tmp_path):
 
     assert [(r["op"], r["provider"]) for r in rows] == [(c.op, p) for c in host.CASES for p in ("torch", "turbo:auto")]
     served = {"gemm": "gemm", "gemm_fp8": "gemm_fp8", "flash_attn_func": "attention_fwd", "grouped_gemm": "grouped_gemm",
-              "rmsnorm": "rmsnorm_fwd", "swiglu": "swiglu_fwd", "linear_fp8": "gemm_fp8"}
+              "rmsnorm": "rmsnorm_fwd", "rmsnorm_residual": "rmsnorm_fwd", "swiglu": "swiglu_fwd",
+              "quantize_fp8": "quantize_fp8", "moe_routing": "moe_routing_fwd", "moe_permute": "moe_permute",
+              "linear": "gemm", "linear_fp8": "gemm_fp8"}
+    primitive_calls = {"gemm_fp8": 3, "linear": 3, "linear_fp8": 6}  # quantizations and the backward's GEMMs
     for r in rows:
         assert r["status"] == "ok", r
         assert r["us_per_call"] == pytest.approx(r["median_ms"] * 1e3) and r["p10_ms"] <= r["median_ms"] <= r["p90_ms"]
@@ -248,5 +251,9 @@ def test_quick_host_suite_times_every_op_beside_its_torch_call(tmp_path):
         else:  # the same result as torch's call on the same inputs (bf16 rounding; FP8 quantization alike)
             assert r["max_rel_err"] < 0.05, r
             assert f"{served[r['op']]}:TORCH" in r["kernels"].split(", "), r
+            assert r["primitive_calls"] == primitive_calls.get(r["op"], r["primitive_calls"]) >= 1, r
+            parts = host.split(r)  # the layers add up to the call, each a time
+            assert parts["backend"] > 0 and r["us_dispatch"] > 0
+            assert sum(parts.values()) == pytest.approx(r["us_per_call"])
     step = next(r for r in rows if r["op"] == "linear_fp8" and r["provider"] == "turbo:auto")
     assert "gemm_fp8:TORCH" in step["kernels"] and step["pass"] == "fwd+bwd"

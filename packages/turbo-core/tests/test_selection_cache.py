@@ -471,3 +471,25 @@ def test_threads_share_the_cache_safely(fakes):
     for args in cases:
         assert dispatcher.cached_select("gemm", args) == select("gemm", args)
         assert select("gemm", args).backend == "FAKEB"
+
+
+def test_recording_lists_each_primitive_call_with_its_kernel_and_arguments():
+    from turbo_core.dispatch.dispatcher import recording
+    from turbo_core.ops import gemm
+
+    a, b = torch.randn(4, 8), torch.randn(6, 8, requires_grad=True)
+    with recording() as calls:
+        out = gemm(a, b, trans_b=True)
+        out.sum().backward()
+    assert [(prim, backend) for prim, backend, _, _ in calls] == [("gemm", "TORCH")] * 2  # forward and wgrad
+    prim, _, kernel, args = calls[0]
+    assert args.a is a and args.b is b and args.trans_b
+    want = (a.double() @ b.detach().double().t()).float()
+    torch.testing.assert_close(kernel.run(args), want, rtol=1e-6, atol=1e-6)  # replayable
+    with recording() as again:
+        gemm(a, b.detach(), trans_b=True)
+    assert len(again) == 1 and len(calls) == 2  # a block records only its own calls
+    with recording():
+        with pytest.raises(RuntimeError, match="already recording"):
+            with recording():
+                pass

@@ -21,13 +21,17 @@ Auto-tune picks and errors are never cached (a tuning-database answer is: loadin
 the cache); ``select()`` itself always walks the whole order.
 While a torch profiler is active, ``call()`` runs the kernel inside a ``turbo::<primitive>[<backend>]``
 ``record_function`` range (``turbo_core.profiling.labels``); otherwise it only reads one flag.
+Inside :func:`recording` it also appends each call's ``(primitive, backend, kernel, args)`` to a
+list, so that a tool can replay the layers below an op on their own (``turbo bench host``).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +54,7 @@ from turbo_core.profiling import labels as _labels
 from turbo_core.tuning import active as _tuning
 
 __all__ = ["BackendError", "Selection", "cache_info", "cached_select", "call", "clear_selection_cache",
-           "clear_warnings", "decline_reason", "select", "stats"]
+           "clear_warnings", "decline_reason", "recording", "select", "stats"]
 
 log = logging.getLogger("turbo")
 
@@ -81,6 +85,7 @@ _stats: collections.Counter = collections.Counter()
 _stats_lock = threading.Lock()
 _cache = SelectionCache()
 _profiler_state = _labels.state
+_recorded: list | None = None
 
 
 def clear_warnings() -> None:
@@ -266,6 +271,21 @@ def cached_select(prim: Primitive | str, args: Any) -> Selection:
     return _select_for_call(prim, args)[0]
 
 
+@contextlib.contextmanager
+def recording() -> Iterator[list[tuple[str, str, Kernel, Any]]]:
+    """Within the block, every :func:`call` (in any thread) appends ``(primitive, backend, kernel,
+    args)`` to the yielded list before it runs the kernel. Blocks do not nest."""
+    global _recorded
+    if _recorded is not None:
+        raise RuntimeError("dispatch.recording(): already recording")
+    calls: list[tuple[str, str, Kernel, Any]] = []
+    _recorded = calls
+    try:
+        yield calls
+    finally:
+        _recorded = None
+
+
 def call(primitive: str, args: Any) -> Any:
     """Validate, select (through the selection cache) and run: the one entry point ops use to
     reach a kernel. Validation runs on every call; so does the accounting in :func:`stats`."""
@@ -277,6 +297,8 @@ def call(primitive: str, args: Any) -> Any:
     with _stats_lock:
         _stats[(prim.name, selection.backend, selection.how)] += 1
     log.debug("turbo: %s -> %s (%s: %s)", prim.name, selection.backend, selection.how, selection.source)
+    if _recorded is not None:
+        _recorded.append((prim.name, selection.backend, kernel, args))
     if _profiler_state._is_profiler_enabled:  # a module attribute read while no profiler runs
         return _labels.run_labelled(prim.name, selection.backend, kernel, args)
     return kernel.run(args)

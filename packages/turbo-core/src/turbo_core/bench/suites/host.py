@@ -18,7 +18,14 @@ flash_attn_func   ``ops.flash_attn_func(q, k, v, causal=True)``  ``F.scaled_dot_
                                                                  ``[b, h, s, d]`` views, ``is_causal``
 grouped_gemm      ``ops.grouped_gemm(x, w, lens, offs)``         ``torch._grouped_mm(x, w, offs=ends)``
 rmsnorm           ``ops.rmsnorm(x, gamma)``                      ``F.rms_norm(x, (H,), gamma)``
+rmsnorm_residual  ``ops.rmsnorm_residual(x, r, gamma)``          ``s = x + r; F.rms_norm(s, (H,), gamma)``
 swiglu            ``ops.swiglu_with_probs(x, probs)``            ``silu(gate) * up * probs`` (eager ops)
+quantize_fp8      ``ops.quantize_fp8(x, e4m3, ROWWISE)``         amax per row, scale, cast (eager ops)
+moe_routing       ``fused_group_topk_routing_with_aux_score``    softmax, ``topk``, scatter into a map
+                  (softmax, top-2 of 8)
+moe_permute       ``moe_permute`` + ``moe_unpermute`` (top-2     ``argsort`` of the expert ids, gather,
+                  of 8 experts)                                  ``index_add_`` back
+linear            turbo ``Linear`` forward + backward            ``torch.nn.Linear`` forward + backward
 linear_fp8        ``Float8Linear`` forward + backward            ``torch.nn.Linear`` forward + backward
 ================  =============================================  ==============================================
 
@@ -27,6 +34,18 @@ user's call gets); the row's ``kernels`` names the ``primitive:backend`` pairs t
 Rows: the case fields, ``torch_call``, ``us_per_call`` (the median in microseconds), the usual
 ``median_ms``/``p10_ms``/``p90_ms``, ``ratio`` (torch's time / this time) and ``max_rel_err`` of
 turbo's output against torch's on the same inputs.
+
+Where a turbo call's microseconds go: one call is recorded (``turbo_core.dispatch.recording``), and
+its primitive calls are replayed in two more timed loops with the same arguments:
+
+* ``us_dispatch``: each ``dispatch.call(primitive, args)``: validation, the selection cache and the
+  backend's launcher;
+* ``us_kernels``: each selected ``kernel.run(args)`` alone: the backend's launcher (its output
+  allocations and kernel launches).
+
+So ``us_per_call - us_dispatch`` is the op layer (argument checks, reshapes, autograd), ``us_dispatch
+- us_kernels`` the dispatcher, and ``us_kernels`` the backends; ``primitive_calls`` counts the
+primitive calls of one op call.
 """
 
 from __future__ import annotations
@@ -36,13 +55,27 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from rich.table import Table
 
 from turbo_core import timing
 from turbo_core.bench.console import print_tables
-from turbo_core.dispatch import stats
-from turbo_core.low_precision import Float8QuantConfig
-from turbo_core.modules import Float8Linear
-from turbo_core.ops import flash_attn_func, gemm, gemm_fp8, grouped_gemm, rmsnorm, swiglu_with_probs
+from turbo_core.dispatch import call, stats
+from turbo_core.dispatch.dispatcher import recording
+from turbo_core.low_precision import Float8QuantConfig, ScalingGranularity
+from turbo_core.modules import Float8Linear, Linear
+from turbo_core.ops import (
+    flash_attn_func,
+    fused_group_topk_routing_with_aux_score,
+    gemm,
+    gemm_fp8,
+    grouped_gemm,
+    moe_permute,
+    moe_unpermute,
+    quantize_fp8,
+    rmsnorm,
+    rmsnorm_residual,
+    swiglu_with_probs,
+)
 
 __all__ = ["CALLS", "CASES", "HIDDEN", "TOKENS", "print_table", "run"]
 
@@ -55,6 +88,9 @@ CALLS = 100
 QUICK_CALLS = 10
 GROUPS = 4
 HEAD_DIM = 64
+#: Experts and top-k of the MoE cases.
+EXPERTS = 8
+TOPK = 2
 _E4M3_MAX = 448.0
 
 
@@ -120,6 +156,60 @@ def _rmsnorm(t: int, device: str, gen: torch.Generator):
     return (lambda: F.rms_norm(x, (HIDDEN,), g, 1e-6)), (lambda: rmsnorm(x, g, 1e-6))
 
 
+def _rmsnorm_residual(t: int, device: str, gen: torch.Generator):
+    x, r, g = _randn(gen, device, t, HIDDEN), _randn(gen, device, t, HIDDEN), _randn(gen, device, HIDDEN)
+    return (lambda: F.rms_norm(x + r, (HIDDEN,), g, 1e-6)), (lambda: rmsnorm_residual(x, r, g, 1e-6)[0])
+
+
+def _quantize(t: int, device: str, gen: torch.Generator):
+    x = _randn(gen, device, t, HIDDEN)
+
+    def torch_fn():
+        scale = _E4M3_MAX / x.abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12)
+        q = (x.float() * scale).clamp(-_E4M3_MAX, _E4M3_MAX).to(torch.float8_e4m3fn)
+        return q.float() / scale
+
+    def turbo_fn():
+        q, scale_inv = quantize_fp8(x, torch.float8_e4m3fn, ScalingGranularity.ROWWISE, axis=-1)
+        return q.float() * scale_inv.reshape(-1, 1)
+
+    return torch_fn, turbo_fn
+
+
+def _routing(t: int, device: str, gen: torch.Generator):
+    logits = torch.randn(t, EXPERTS, device=device, generator=gen)
+
+    def torch_fn():
+        scores = torch.softmax(logits, dim=-1)
+        top, idx = torch.topk(scores, TOPK, dim=-1)
+        return torch.zeros_like(scores).scatter(1, idx, top)
+
+    def turbo_fn():
+        return fused_group_topk_routing_with_aux_score(logits, TOPK, score_function="softmax")[1]
+
+    return torch_fn, turbo_fn
+
+
+def _permute(t: int, device: str, gen: torch.Generator):
+    x = _randn(gen, device, t, HIDDEN)
+    idx = torch.stack([torch.randperm(EXPERTS, device="cpu", generator=torch.Generator().manual_seed(i))[:TOPK]
+                       for i in range(t)]).to(device=device, dtype=torch.int32)
+
+    def torch_fn():
+        flat = idx.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        rows = x.index_select(0, order // TOPK)
+        return torch.zeros_like(x).index_add_(0, order // TOPK, rows)
+
+    def turbo_fn():
+        res = moe_permute(x, idx, num_local_experts=EXPERTS, num_topk=TOPK)
+        out = moe_unpermute(res.permuted_tokens, res.row_id_map, res.num_dispatched_tokens,
+                            restore_shape=(t, HIDDEN), num_local_experts=EXPERTS)
+        return out[0] if isinstance(out, tuple) else out
+
+    return torch_fn, turbo_fn
+
+
 def _swiglu(t: int, device: str, gen: torch.Generator):
     x = _randn(gen, device, t, 2 * HIDDEN)
     probs = torch.rand(t, device=device, generator=gen)
@@ -131,12 +221,16 @@ def _swiglu(t: int, device: str, gen: torch.Generator):
     return torch_fn, (lambda: swiglu_with_probs(x, probs))
 
 
-def _linear_step(t: int, device: str, gen: torch.Generator):
+def _linear_step(t: int, device: str, gen: torch.Generator, fp8: bool = True):
     ref = torch.nn.Linear(HIDDEN, HIDDEN, device=device, dtype=torch.bfloat16)
     with torch.no_grad():  # seeded weights (nn.Linear's own init draws from the global generator)
         ref.weight.copy_(_randn(gen, device, HIDDEN, HIDDEN) * HIDDEN**-0.5)
         ref.bias.copy_(_randn(gen, device, HIDDEN) * 0.1)
-    fp8 = Float8Linear.from_float(ref, Float8QuantConfig(), inplace=False)
+    if fp8:
+        mod = Float8Linear.from_float(ref, Float8QuantConfig(), inplace=False)
+    else:
+        mod = Linear(HIDDEN, HIDDEN, device=device, dtype=torch.bfloat16)
+        mod.load_state_dict(ref.state_dict())
     x = _randn(gen, device, t, HIDDEN).requires_grad_(True)
     dy = _randn(gen, device, t, HIDDEN)
 
@@ -149,7 +243,7 @@ def _linear_step(t: int, device: str, gen: torch.Generator):
 
         return once
 
-    return step(ref), step(fp8)
+    return step(ref), step(mod)
 
 
 #: Every case, in table order.
@@ -159,7 +253,12 @@ CASES = (
     HostCase("flash_attn_func", "call", "F.scaled_dot_product_attention", _attention),
     HostCase("grouped_gemm", "call", "torch._grouped_mm", _grouped),
     HostCase("rmsnorm", "call", "F.rms_norm", _rmsnorm),
+    HostCase("rmsnorm_residual", "call", "x + r, F.rms_norm", _rmsnorm_residual),
     HostCase("swiglu", "call", "silu(gate) * up * probs", _swiglu),
+    HostCase("quantize_fp8", "call", "rowwise amax, scale, cast", _quantize),
+    HostCase("moe_routing", "call", "softmax, topk, scatter", _routing),
+    HostCase("moe_permute", "call", "argsort, index_select, index_add_", _permute),
+    HostCase("linear", "fwd+bwd", "torch.nn.Linear fwd+bwd", lambda t, d, g: _linear_step(t, d, g, fp8=False)),
     HostCase("linear_fp8", "fwd+bwd", "torch.nn.Linear fwd+bwd", _linear_step),
 )
 
@@ -169,14 +268,36 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return (out.double() - ref.double()).abs().max().item() / scale
 
 
-def _kernels(fn: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, str]:
-    """One call of ``fn``: its output and the ``primitive:backend`` pairs the dispatcher served."""
+def _kernels(fn: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, str, list]:
+    """One call of ``fn``: its output, the ``primitive:backend`` pairs the dispatcher served, and
+    the recorded primitive calls ``(primitive, backend, kernel, args)``."""
     before = stats()
-    out = fn()
+    with recording() as calls:
+        out = fn()
     after = stats()
     served = sorted({f"{prim}:{backend}" for (prim, backend, how), n in after.items()
                      if n > before.get((prim, backend, how), 0)})
-    return out, ", ".join(served)
+    return out, ", ".join(served), calls
+
+
+def _layers(calls: list, *, device: str, warmup: int, iters: int, n: int) -> dict:
+    """``us_dispatch`` and ``us_kernels`` of the recorded primitive calls (see the module doc)."""
+    if not calls:
+        return {"primitive_calls": 0}
+
+    def dispatch():
+        for prim, _backend, _kernel, args in calls:
+            call(prim, args)
+
+    def kernels():
+        for _prim, _backend, kernel, args in calls:
+            kernel.run(args)
+
+    out = {"primitive_calls": len(calls)}
+    for name, fn in (("us_dispatch", dispatch), ("us_kernels", kernels)):
+        t = timing.measure_batched(fn, device=device, warmup=warmup, iters=iters, calls=n, clock="wall")
+        out[name] = t.median_ms * 1e3
+    return out
 
 
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
@@ -205,8 +326,10 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
                 continue
             row = {**base, "provider": name, "role": "baseline" if name == "torch" else "turbo"}
             try:
-                out, served = _kernels(fn)
+                out, served, recorded = _kernels(fn)
                 t = timing.measure_batched(fn, device=device, warmup=warmup, iters=iters, calls=calls, clock="wall")
+                if name != "torch":
+                    row.update(_layers(recorded, device=device, warmup=warmup, iters=iters, n=calls))
             except Exception as exc:  # noqa: BLE001 - one failing provider is reported, the suite goes on
                 rows.append({**row, "status": f"error: {type(exc).__name__}: {str(exc)[:300]}"})
                 continue
@@ -227,6 +350,27 @@ def _cell(r: dict, provider: str) -> str:
     return f"{r['us_per_call']:.1f} us{ratio}"
 
 
+def split(r: dict) -> dict[str, float] | None:
+    """A turbo row's microseconds per layer: ``op`` (checks, reshapes, autograd), ``dispatcher``
+    (validation and selection) and ``backend`` (the launchers), or ``None`` without the figures."""
+    if r.get("us_kernels") is None or r.get("us_dispatch") is None:
+        return None
+    return {"op": r["us_per_call"] - r["us_dispatch"], "dispatcher": r["us_dispatch"] - r["us_kernels"],
+            "backend": r["us_kernels"]}
+
+
 def print_table(rows: list[dict], console) -> None:
-    """Per case: microseconds per call, the ratio to torch (above 1: turbo costs the host less)."""
+    """Per case: microseconds per call, the ratio to torch (above 1: turbo costs the host less);
+    then where each turbo call's microseconds go."""
     print_tables(rows, console, title="turbo bench host: us per eager call (ratio to torch)", cell=_cell)
+    table = Table(title="turbo bench host: where a turbo call's us go (op layer / dispatcher / backends)")
+    for col in ("case", "provider", "us/call", "op", "dispatcher", "backend", "primitive calls", "kernels"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        parts = split(r) if r.get("status") == "ok" else None
+        if parts is None:
+            continue
+        table.add_row(r["case"], r["provider"], f"{r['us_per_call']:.1f}", *(f"{v:.1f}" for v in parts.values()),
+                      str(r["primitive_calls"]), r.get("kernels", ""))
+    if table.row_count:
+        console.print(table)
