@@ -73,16 +73,37 @@ def stream_handle(index: int) -> int:
 
 def workspace(index: int, stream: int) -> tuple[int, int]:
     """``(pointer, bytes)`` of the workspace of (device, stream), allocated on first use and kept
-    (each stream gets its own, so concurrent calls on two streams never share one)."""
+    (each stream gets its own, so concurrent calls on two streams never share one).
+
+    A documented cache that outlives the call: it is allocated on a stream of its own
+    (:func:`_allocation_stream`), never on the caller's, so that it never lands in a CUDA-graph memory
+    pool. ``torch.compile``'s CUDA-graph trees run a graph's first calls eagerly with the calling
+    stream's allocations routed to the graph's pool, and reject a pool that holds a tensor which is not
+    an output; a hand-captured graph routes them the same way. Allocated on first use, which must come
+    before a capture (the usual warm-up call does it): a first call inside a capture may need a
+    ``cudaMalloc``, which CUDA refuses during a global-mode capture."""
     ws = _workspaces.get((index, stream))
     if ws is None:
         size = workspace_bytes()
         with _lock:
             ws = _workspaces.get((index, stream))
             if ws is None:
-                ws = torch.empty(max(size, 1), dtype=torch.uint8, device=torch.device("cuda", index))
+                with torch.cuda.stream(_allocation_stream(index)):
+                    ws = torch.empty(max(size, 1), dtype=torch.uint8, device=torch.device("cuda", index))
                 _workspaces[(index, stream)] = ws
     return ws.data_ptr(), ws.numel() if ws.numel() > 1 else 0
+
+
+_alloc_streams: dict[int, torch.cuda.Stream] = {}
+
+
+def _allocation_stream(index: int) -> torch.cuda.Stream:
+    """The stream the workspaces of device ``index`` are allocated on (no work ever runs on it; the
+    caching allocator keys blocks by stream, and graph pools take only the capturing stream's)."""
+    s = _alloc_streams.get(index)
+    if s is None:
+        s = _alloc_streams.setdefault(index, torch.cuda.Stream(device=index))
+    return s
 
 
 def tf32() -> int:
@@ -176,8 +197,11 @@ def fp8_fp32_out_allowed() -> bool:
 
 
 def reset() -> None:
-    """Free the workspaces and forget the extension's cached descriptors and algorithms."""
+    """Free the workspaces and forget the extension's cached descriptors and algorithms (after the
+    device's queued work, which may still use a workspace)."""
     with _lock:
+        if _workspaces and torch.cuda.is_available():
+            torch.cuda.synchronize()
         _workspaces.clear()
     capabilities.cache_clear()
     module = EXTENSION.loaded()
