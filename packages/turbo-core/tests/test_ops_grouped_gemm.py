@@ -440,8 +440,8 @@ def test_gpu_matches_float64(dtype):
 @pytest.mark.gpu
 @_needs_gpu
 def test_gpu_bad_group_lens_fail_asynchronously():
-    """On a GPU the value check is a device-side assert: no host sync in the op, and the failure
-    is reported by a later CUDA call (which one depends on timing)."""
+    """On a GPU, with TURBO_DEVICE_ASSERTS=1, the value check is a device-side assert: no host sync
+    in the op, and the failure is reported by a later CUDA call (which one depends on timing)."""
     # A device-side assert poisons the CUDA context: run it in a child process.
     code = textwrap.dedent("""
         import torch
@@ -452,7 +452,7 @@ def test_gpu_bad_group_lens_fail_asynchronously():
         print("no error")
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ))
+                          env={**os.environ, "TURBO_DEVICE_ASSERTS": "1"})
     assert proc.returncode != 0 and "no error" not in proc.stdout, proc.stdout + proc.stderr
     assert "group_lens/group_offs: expected non-negative lengths" in proc.stderr, proc.stderr
 
@@ -492,3 +492,22 @@ def test_gpu_compile_fullgraph():
     want.square().sum().backward()
     for got, exp in ((out, want), (a.grad, a2.grad), (b.grad, b2.grad)):
         torch.testing.assert_close(got.cpu().double(), exp, rtol=1e-4, atol=1e-4)
+
+
+def test_device_value_asserts_are_opt_in(monkeypatch):
+    """Off (the default) the GPU value check enqueues nothing; with TURBO_DEVICE_ASSERTS=1 it
+    asserts the right verdict (``torch._assert_async`` is recorded instead of run)."""
+    from turbo_core.dispatch.specs import validate
+
+    lens, offs = torch.tensor([2, 3]), torch.tensor([0, 2, 5])
+    seen = []
+    monkeypatch.setattr(torch, "_assert_async", lambda ok, msg: seen.append((bool(ok), msg)))
+    monkeypatch.delenv(validate.DEVICE_ASSERTS_ENV, raising=False)
+    validate.assert_group_values_async(lens, offs, 5)
+    assert seen == [] and not validate.device_asserts()
+    monkeypatch.setenv(validate.DEVICE_ASSERTS_ENV, "1")
+    validate.assert_group_values_async(lens, offs, 5)
+    validate.assert_group_values_async(lens, torch.tensor([0, 1, 5]), 5)  # offs not the prefix sum
+    validate.assert_group_values_async(lens, None, 4)  # lengths past the rows
+    assert [ok for ok, _ in seen] == [True, False, False]
+    assert "group_lens/group_offs" in seen[0][1]

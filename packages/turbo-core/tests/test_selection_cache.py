@@ -493,3 +493,51 @@ def test_recording_lists_each_primitive_call_with_its_kernel_and_arguments():
         with pytest.raises(RuntimeError, match="already recording"):
             with recording():
                 pass
+
+
+# -- the validator's verdict on a hit ----------------------------------------------------------------
+
+def test_verdict_is_keyed_only_without_cpu_tensors():
+    from turbo_core.dispatch.selection_cache import verdict_keyed
+    from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs
+
+    meta = torch.empty(4, 8, device="meta")
+    assert verdict_keyed(GemmArgs(meta, meta.t()))
+    assert not verdict_keyed(GemmArgs(torch.randn(4, 8), torch.randn(8, 4)))
+    assert not verdict_keyed(GemmArgs(meta, torch.randn(8, 4)))  # one CPU tensor is enough
+    lens = torch.tensor([2, 2])
+    grouped = GroupedGemmArgs(torch.empty(4, 8, device="meta"), torch.empty(2, 8, 8, device="meta"), lens, None)
+    assert not verdict_keyed(grouped)  # the CPU group lengths' values are read by the validator
+
+
+def test_a_hit_skips_the_validator_only_when_its_verdict_is_keyed(picky, monkeypatch):
+    from turbo_core.dispatch import selection_cache
+    from turbo_core.dispatch.catalog import get_primitive
+
+    prim = get_primitive("gemm")
+    runs = []
+    real = prim.validate
+    object.__setattr__(prim, "validate", lambda args: (runs.append(1), real(args)))  # a frozen dataclass
+    try:
+        args = gemm()
+        for _ in range(3):  # CPU tensors: validated on every call
+            check_result(call("gemm", args), args)
+        assert len(runs) == 3
+        dispatcher.clear_selection_cache()
+        runs.clear()
+        monkeypatch.setattr(dispatcher, "verdict_keyed", lambda a: True)
+        for _ in range(3):  # a keyed verdict: validated once, on the miss that stored it
+            check_result(call("gemm", args), args)
+        assert len(runs) == 1 and info().hits == 2
+        bad = GemmArgs(args.a, torch.randn(5, 6))  # another signature misses, so it is validated and rejected
+        with pytest.raises(ValueError, match="inner dimension"):
+            call("gemm", bad)
+        assert len(runs) == 2
+        # an entry stored by cached_select (no validation) never vouches for a call
+        dispatcher.clear_selection_cache()
+        runs.clear()
+        dispatcher.cached_select("gemm", args)
+        call("gemm", args)
+        assert len(runs) == 1 and selection_cache.verdict_keyed is not dispatcher.verdict_keyed
+    finally:
+        object.__setattr__(prim, "validate", real)

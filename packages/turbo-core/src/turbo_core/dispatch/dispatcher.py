@@ -14,9 +14,12 @@ Selection order (as Primus-Turbo's, made per key):
 
 A backend chosen in 0-2 that cannot serve the call raises :class:`BackendError` with its reason.
 
-``call()`` (the eager entry point) validates every call, then looks the answer up in a selection
-cache (``turbo_core.dispatch.selection_cache``) keyed by the call signature, the pin, the settings
-generation and the environment variables that matter: a repeated call skips the walk above.
+``call()`` (the eager entry point) looks the answer up in a selection cache
+(``turbo_core.dispatch.selection_cache``) keyed by the call signature, the pin, the settings
+generation and the environment variables that matter: a repeated call skips the walk above. It
+validates every call before any kernel runs, except where the cache holds the verdict: an entry that
+``call()`` stored after validating arguments whose verdict is a function of the key
+(``selection_cache.verdict_keyed``: no tensor on the CPU, where validators read values).
 Auto-tune picks and errors are never cached (a tuning-database answer is: loading a database empties
 the cache); ``select()`` itself always walks the whole order.
 While a torch profiler is active, ``call()`` runs the kernel inside a ``turbo::<primitive>[<backend>]``
@@ -46,6 +49,7 @@ from turbo_core.dispatch.selection_cache import (
     SelectionCache,
     selection_key,
     settings_unchanged,
+    verdict_keyed,
 )
 from turbo_core.platform import Platform, platform_of
 from turbo_core.plugins.host import get_host
@@ -53,8 +57,8 @@ from turbo_core.plugins.types import Kernel
 from turbo_core.profiling import labels as _labels
 from turbo_core.tuning import active as _tuning
 
-__all__ = ["BackendError", "Selection", "cache_info", "cached_select", "call", "clear_selection_cache",
-           "clear_warnings", "decline_reason", "recording", "select", "stats"]
+__all__ = ["BackendError", "Selection", "cache_info", "cached_select", "call", "call_with_backend", "checked_select",
+           "clear_selection_cache", "clear_warnings", "decline_reason", "recording", "select", "stats"]
 
 log = logging.getLogger("turbo")
 
@@ -241,18 +245,36 @@ def _default_backend(prim: Primitive, args: Any, platform: Platform) -> str | No
     return None
 
 
+def _lookup(prim: Primitive, key: tuple | None, registry: Any) -> CachedSelection | None:
+    """The cache's entry for ``key`` when it is there and still holds: resolved for this primitive,
+    its backend still available and (for a default, fallback or tuned answer) the same defaults."""
+    if key is None:
+        return None
+    hit = _cache.get(key, registry)
+    if hit is None:
+        return None
+    if (hit.prim is prim and hit.record.unavailable_reason() is None
+            and (hit.defaults is None or default_order(prim.name, hit.platform) is hit.defaults)):
+        return hit
+    _cache.drop(key)
+    return None
+
+
 def _select_for_call(prim: Primitive, args: Any) -> tuple[Selection, Kernel]:
     """The selection and kernel of a call: from the cache when an answer for this key is there and
     its backend is still available, else from :func:`_resolve` (stored when deterministic)."""
     registry = get_host().registry
     key = selection_key(prim, args)
-    if key is not None:
-        hit = _cache.get(key, registry)
-        if hit is not None:
-            if (hit.prim is prim and hit.record.unavailable_reason() is None
-                    and (hit.defaults is None or default_order(prim.name, hit.platform) is hit.defaults)):
-                return hit.selection, hit.kernel
-            _cache.drop(key)
+    hit = _lookup(prim, key, registry)
+    if hit is not None:
+        return hit.selection, hit.kernel
+    return _resolve_and_store(prim, args, key, registry, validated=False)
+
+
+def _resolve_and_store(prim: Primitive, args: Any, key: tuple | None, registry: Any, *,
+                       validated: bool) -> tuple[Selection, Kernel]:
+    """:func:`_resolve`, its answer stored under ``key`` when deterministic (``validated``: the
+    arguments passed the primitive's validator just now)."""
     epoch = _cache.epoch
     selection, platform, cacheable = _resolve(prim, args)
     kernel = registry.kernel(prim.name, selection.backend)
@@ -260,7 +282,9 @@ def _select_for_call(prim: Primitive, args: Any) -> tuple[Selection, Kernel]:
         # a default, fallback or tuned answer also rests on the defaults table (re-read on each hit)
         defaults = default_order(prim.name, platform) if selection.how in ("default", "fallback", "tuned") else None
         record = registry.backend(selection.backend)
-        _cache.put(key, CachedSelection(prim, selection, kernel, record, platform, defaults), registry, epoch)
+        entry = CachedSelection(prim, selection, kernel, record, platform, defaults,
+                                validated and verdict_keyed(args))
+        _cache.put(key, entry, registry, epoch)
     return selection, kernel
 
 
@@ -286,19 +310,41 @@ def recording() -> Iterator[list[tuple[str, str, Kernel, Any]]]:
         _recorded = None
 
 
+def checked_select(prim: Primitive | str, args: Any) -> tuple[Selection, Kernel]:
+    """Validate and select as :func:`call` does, without running: ``(selection, kernel)``. The
+    validator runs unless the selection cache holds a verdict for this key (see the module doc);
+    invalid arguments raise before anything is selected."""
+    if isinstance(prim, str):
+        found = _PRIMITIVES.get(prim)  # the fast path; get_primitive explains a miss
+        prim = found if found is not None else get_primitive(prim)
+    registry = get_host().registry
+    key = selection_key(prim, args)
+    hit = _lookup(prim, key, registry)
+    if hit is None:
+        prim.check_args(args)
+        return _resolve_and_store(prim, args, key, registry, validated=True)
+    if not hit.validated:
+        prim.check_args(args)
+    return hit.selection, hit.kernel
+
+
 def call(primitive: str, args: Any) -> Any:
     """Validate, select (through the selection cache) and run: the one entry point ops use to
-    reach a kernel. Validation runs on every call; so does the accounting in :func:`stats`."""
-    prim = _PRIMITIVES.get(primitive)  # the fast path; get_primitive explains a miss
-    if prim is None:
-        prim = get_primitive(primitive)
-    prim.check_args(args)
-    selection, kernel = _select_for_call(prim, args)
+    reach a kernel. Validation runs on every call unless the cache holds its verdict (see the module
+    doc); the accounting in :func:`stats` runs on every call."""
+    return call_with_backend(primitive, args)[0]
+
+
+def call_with_backend(primitive: str, args: Any) -> tuple[Any, str]:
+    """:func:`call`, also returning the name of the backend that ran (an op whose backward must run
+    on its forward's backend keeps it)."""
+    selection, kernel = checked_select(primitive, args)
+    name = selection.primitive
     with _stats_lock:
-        _stats[(prim.name, selection.backend, selection.how)] += 1
-    log.debug("turbo: %s -> %s (%s: %s)", prim.name, selection.backend, selection.how, selection.source)
+        _stats[(name, selection.backend, selection.how)] += 1
+    log.debug("turbo: %s -> %s (%s: %s)", name, selection.backend, selection.how, selection.source)
     if _recorded is not None:
-        _recorded.append((prim.name, selection.backend, kernel, args))
+        _recorded.append((name, selection.backend, kernel, args))
     if _profiler_state._is_profiler_enabled:  # a module attribute read while no profiler runs
-        return _labels.run_labelled(prim.name, selection.backend, kernel, args)
-    return kernel.run(args)
+        return _labels.run_labelled(name, selection.backend, kernel, args), selection.backend
+    return kernel.run(args), selection.backend

@@ -44,7 +44,7 @@ from turbo_core.dispatch.env import backend_env_names
 from turbo_core.dispatch.manager import GlobalBackendManager, pinned_backend
 
 __all__ = ["CacheInfo", "CachedSelection", "SelectionCache", "call_signature", "env_names", "env_values",
-           "selection_key", "settings_unchanged"]
+           "selection_key", "settings_unchanged", "verdict_keyed"]
 
 #: Entries kept before the oldest stored one is evicted (a few hundred bytes each).
 DEFAULT_CAPACITY = 4096
@@ -178,7 +178,10 @@ class CachedSelection(NamedTuple):
     """What a hit hands back: the primitive it was resolved for, the ``Selection``, the kernel to
     run, the backend's registry record (its availability is re-read on every hit), the call's
     platform, and for a default, fallback or tuned answer the defaults-table entry it was resolved with
-    (the very tuple: a hit requires ``default_order`` to still return it), else ``None``."""
+    (the very tuple: a hit requires ``default_order`` to still return it), else ``None``.
+
+    ``validated``: the primitive's validator passed for arguments of this key, and its verdict is a
+    function of the key (:func:`verdict_keyed`), so ``call()`` need not run it again on a hit."""
 
     prim: Any
     selection: Any
@@ -186,6 +189,22 @@ class CachedSelection(NamedTuple):
     record: Any
     platform: Any
     defaults: tuple | None
+    validated: bool = False
+
+
+def verdict_keyed(args: Any) -> bool:
+    """Whether a validator's verdict on ``args`` is a function of their :func:`call_signature`.
+
+    Validators read metadata (dtypes, shapes, strides, devices, flags: all in the signature) and
+    read tensor *values* only where that is free: CPU tensors (``validate.values_readable``; group
+    lengths, cumulative sequence lengths, expert ids). So the verdict is keyed unless some tensor
+    field lives on the CPU."""
+    for v in _fields_getter(type(args))(args):
+        if isinstance(v, _TENSOR) and v.device.type == "cpu":
+            return False
+        if isinstance(v, (tuple, list)) and any(isinstance(t, _TENSOR) and t.device.type == "cpu" for t in v):
+            return False
+    return True
 
 
 class CacheInfo(NamedTuple):

@@ -45,8 +45,11 @@ class _FlashAttnFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, sink, cu_q, cu_k, max_q, max_k, scale, causal, window, dropout_p, deterministic):
         args = AttentionFwdArgs(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, window, sink, dropout_p,
                                 deterministic)
-        backend = None if torch.compiler.is_compiling() else launch.resolve_backend("attention_fwd", args)
-        out, lse = launch.attention_fwd(args, backend=backend)
+        if torch.compiler.is_compiling():
+            backend = None
+            out, lse = launch.attention_fwd(args)
+        else:
+            out, lse, backend = launch.attention_fwd_eager(args)
         ctx.save_for_backward(q, k, v, out, lse, sink, cu_q, cu_k)
         ctx.backend = backend
         ctx.attrs = (max_q, max_k, scale, causal, window, dropout_p, deterministic)
@@ -69,8 +72,11 @@ class _FlashAttnFp8Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, scale, causal, window, dropout_p, deterministic):
         args = AttentionFp8FwdArgs(q, k, v, scale, causal, window, dropout_p, deterministic)
-        backend = None if torch.compiler.is_compiling() else launch.resolve_backend("attention_fp8_fwd", args)
-        out, lse = launch.attention_fp8_fwd(args, backend=backend)
+        if torch.compiler.is_compiling():
+            backend = None
+            out, lse = launch.attention_fp8_fwd(args)
+        else:
+            out, lse, backend = launch.attention_fp8_fwd_eager(args)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.backend = backend
         ctx.attrs = (scale, causal, window, dropout_p, deterministic)

@@ -87,10 +87,11 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, group_lens: torch.Tensor, gro
         ValueError / TypeError naming the argument, before any kernel runs: ranks, dtypes, devices,
         the K match, the length of group_lens/group_offs, ``num_cu``, ``schedule``. The *values*
         of ``group_lens`` (negative lengths, a sum past ``M_total``) and of a given ``group_offs``
-        (not their prefix sum) are checked eagerly when they live on the CPU; on a GPU they are
-        checked by a device-side assert (``torch._assert_async``), without a host sync, so that
-        error is **asynchronous**: it surfaces at a later synchronizing call as a device-side
-        assertion failure (``CUDA_LAUNCH_BLOCKING=1`` pins it to this op).
+        (not their prefix sum) are checked eagerly when they live on the CPU. On a GPU, reading them
+        would cost a host sync, so they are checked only with ``TURBO_DEVICE_ASSERTS=1``, by a
+        device-side assert (``torch._assert_async``): that error is **asynchronous**, it surfaces at
+        a later synchronizing call as a device-side assertion failure (``CUDA_LAUNCH_BLOCKING=1``
+        pins it to this op).
     """
     check_group_lens(group_lens)
     offs_given = group_offs is not None
@@ -99,7 +100,8 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, group_lens: torch.Tensor, gro
     GROUPED_GEMM.check_args(GroupedGemmArgs(a, b, group_lens, group_offs, trans_b, num_cu, schedule))
     fused = check_pattern(fuse_bgrad_accum_pattern, b)
     if group_lens.device.type != "cpu":
-        # (CPU values were checked eagerly by check_args, or are checked when a compiled graph runs.)
+        # (CPU values were checked eagerly by check_args, or are checked when a compiled graph runs;
+        # GPU values only with TURBO_DEVICE_ASSERTS=1.)
         assert_group_values_async(group_lens, group_offs if offs_given else None, a.shape[0])
     if fused:
         b.grad_added_to_main_grad = True

@@ -249,8 +249,8 @@ def grouped_gemm_fp8(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tenso
         ``[M_total, N]`` in ``out_dtype``; rows past ``sum(group_lens)`` are zero (and get a zero
         dgrad). The dgrad is a ``grouped_gemm_fp8`` primitive, the wgrad a variable-K one (in b's
         layout); a zero-length group gets a zero weight gradient. No host sync: group values are
-        checked eagerly on the CPU and by a device-side assert on a GPU (asynchronous, as in
-        ``grouped_gemm``).
+        checked eagerly on the CPU, and on a GPU by a device-side assert with
+        ``TURBO_DEVICE_ASSERTS=1`` (asynchronous, as in ``grouped_gemm``).
     """
     config = fp8_config(config)
     first = unpair("a", a)[0]

@@ -1,9 +1,9 @@
 """``turbo::attention_fwd``/``attention_bwd``/``attention_fp8_fwd``/``attention_fp8_bwd`` custom ops
 and their launchers.
 
-Backward pinning: the backward of an attention call runs on the backend its forward ran on. The
-launchers take ``backend=``: the autograd layer resolves the forward's backend once with
-:func:`resolve_backend` (eager mode), runs the forward on it and hands the same name to the backward.
+Backward pinning: the backward of an attention call runs on the backend its forward ran on. In
+eager mode the autograd layer runs the forward through :func:`attention_fwd_eager`, which returns the
+backend that ran, and hands that name to the backward launcher (``backend=``).
 Without a name (and always inside a compiled graph, where the choice is made at run time inside the
 custom op), the backward resolves the *forward* primitive's selection for the forward's arguments
 and runs the backward primitive pinned to it; with unchanged settings that is the backend the
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.catalog import get_primitive
-from turbo_core.dispatch.dispatcher import BackendError, call, select
+from turbo_core.dispatch.dispatcher import BackendError, call, call_with_backend, checked_select
 from turbo_core.dispatch.manager import use_backend
 from turbo_core.dispatch.specs.attention import (
     AttentionBwdArgs,
@@ -27,16 +27,16 @@ from turbo_core.dispatch.specs.attention import (
     out_shape,
 )
 
-__all__ = ["attention_bwd", "attention_fp8_bwd", "attention_fp8_fwd", "attention_fwd", "resolve_backend"]
+__all__ = ["attention_bwd", "attention_fp8_bwd", "attention_fp8_fwd", "attention_fp8_fwd_eager", "attention_fwd",
+           "attention_fwd_eager", "resolve_backend"]
 
 Tensor = torch.Tensor
 
 
 def resolve_backend(primitive: str, args) -> str:
-    """Validate ``args`` and return the backend name that ``primitive`` selects for them."""
-    prim = get_primitive(primitive)
-    prim.check_args(args)
-    return select(prim, args).backend
+    """Validate ``args`` and return the backend name that ``primitive`` selects for them (through
+    the selection cache, as ``call`` selects)."""
+    return checked_select(get_primitive(primitive), args)[0].backend
 
 
 def _pinned(primitive: str, args, backend: str):
@@ -110,6 +110,13 @@ def attention_fwd(args: AttentionFwdArgs, *, backend: str | None = None) -> tupl
     return _pinned("attention_fwd", args, backend)
 
 
+def attention_fwd_eager(args: AttentionFwdArgs) -> tuple[Tensor, Tensor, str]:
+    """Run ``attention_fwd`` eagerly on the backend selected for ``args``: ``(out, lse, backend)``;
+    the backward is pinned to ``backend``."""
+    (out, lse), backend = call_with_backend("attention_fwd", args)
+    return out, lse, backend
+
+
 def attention_bwd(args: AttentionBwdArgs, *, backend: str | None = None):
     """Run ``attention_bwd`` on ``backend`` (default: the forward's selection for these arguments):
     ``(dq, dk, dv, dsink | None)``."""
@@ -153,6 +160,12 @@ def _attention_fp8_bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, wind
 def _fp8_op_args(a: AttentionFp8FwdArgs) -> tuple:
     left, right = a.window_size
     return (a.scale, a.causal, int(left), int(right), float(a.dropout_p), a.deterministic)
+
+
+def attention_fp8_fwd_eager(args: AttentionFp8FwdArgs) -> tuple[Tensor, Tensor, str]:
+    """Run ``attention_fp8_fwd`` eagerly on the backend selected for ``args``: ``(out, lse, backend)``."""
+    (out, lse), backend = call_with_backend("attention_fp8_fwd", args)
+    return out, lse, backend
 
 
 def attention_fp8_fwd(args: AttentionFp8FwdArgs, *, backend: str | None = None) -> tuple[Tensor, Tensor]:

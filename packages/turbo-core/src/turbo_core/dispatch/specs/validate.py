@@ -10,6 +10,7 @@ metadata only (shape, dtype, device, strides), except where a name says otherwis
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -29,6 +30,7 @@ __all__ = [
     "INDEX_DTYPES",
     "OCP_FP8_DTYPES",
     "SCHEDULES",
+    "DEVICE_ASSERTS_ENV",
     "assert_group_values_async",
     "blockwise_layout",
     "cdiv",
@@ -65,6 +67,7 @@ __all__ = [
     "require_shape",
     "require_tensor",
     "values_readable",
+    "device_asserts",
 ]
 
 G = ScalingGranularity
@@ -310,10 +313,25 @@ def check_group_values(group_lens: torch.Tensor, group_offs: torch.Tensor | None
             )
 
 
+#: Opt-in to the device-side value checks of :func:`assert_group_values_async` (``1``).
+DEVICE_ASSERTS_ENV = "TURBO_DEVICE_ASSERTS"
+
+
+def device_asserts() -> bool:
+    """Whether ``$TURBO_DEVICE_ASSERTS`` is ``1``: check the values of GPU index tensors (group
+    lengths and offsets) with device-side asserts. Off by default: the check is about ten small
+    kernel launches a call, several times the host cost of the op itself, and a failed device-side
+    assert ends the process's CUDA context rather than raising an error the caller can handle."""
+    return os.environ.get(DEVICE_ASSERTS_ENV) == "1"
+
+
 def assert_group_values_async(group_lens: torch.Tensor, group_offs: torch.Tensor | None, m_total: int) -> None:
-    """The checks of :func:`check_group_values` as a device-side assert (``torch._assert_async``):
-    no host sync, so a violation surfaces **asynchronously**, as a device-side assertion failure
-    reported by a later CUDA/HIP call (run with ``CUDA_LAUNCH_BLOCKING=1`` to pinpoint it)."""
+    """With :func:`device_asserts` on, the checks of :func:`check_group_values` as a device-side
+    assert (``torch._assert_async``): no host sync, so a violation surfaces **asynchronously**, as a
+    device-side assertion failure reported by a later CUDA/HIP call (run with
+    ``CUDA_LAUNCH_BLOCKING=1`` to pinpoint it). Off, nothing."""
+    if not device_asserts():
+        return
     ok = (group_lens >= 0).all() & (group_lens.sum() <= m_total)
     if group_offs is not None:
         ok = ok & (group_offs[0] == 0) & (group_offs[1:] == torch.cumsum(group_lens, 0)).all()
