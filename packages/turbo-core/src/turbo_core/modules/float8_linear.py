@@ -6,6 +6,7 @@ import torch
 
 from turbo_core.low_precision import Float8QuantConfig
 from turbo_core.ops.gemm_fp8 import fp8_config, gemm_fp8
+from turbo_core.ops.weight_cache import WeightQuantCache
 
 __all__ = ["Float8Linear"]
 
@@ -19,6 +20,20 @@ class Float8Linear(torch.nn.Linear):
     the bias is added in high precision afterwards. A weight carrying ``main_grad`` gets
     Megatron's fused wgrad accumulation.
 
+    The weight is quantized once per update, not once per call: ``weight_cache`` (a
+    :class:`~turbo_core.ops.weight_cache.WeightQuantCache`, not state) keeps its FP8 copies (the
+    forward one and, when gradients are on, the dgrad's column copy) and every later forward reuses
+    them while the weight is unchanged: the other micro-batches of a gradient-accumulation step, the
+    recomputed forward of activation checkpointing, eval forwards. An in-place write to the
+    Parameter (``optimizer.step()``, ``copy_``, ``load_state_dict``), any ``torch.optim`` step,
+    moving or casting the module, or a change of ``config`` makes it quantize again. Results and
+    gradients are bit for bit those without the cache; the cost is the copies' memory between
+    forwards (about the weight's size for a bf16 weight in training). Writes through
+    ``weight.data`` outside an optimizer step are not seen: call ``weight_cache.clear()`` or
+    :func:`~turbo_core.ops.weight_cache.invalidate_weight_caches` after them. ``weight_cache =
+    None`` turns the cache off for this module (``weight_cache_disabled()`` for every module in a
+    block); under ``torch.compile`` and during CUDA-graph capture it is not used.
+
     Args:
         in_features, out_features, bias, device, dtype: as ``torch.nn.Linear``.
         config: :class:`Float8QuantConfig`; ``None`` means TENSORWISE E4M3.
@@ -29,6 +44,7 @@ class Float8Linear(torch.nn.Linear):
         config = fp8_config(config)
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.config = config
+        self.weight_cache: WeightQuantCache | None = WeightQuantCache()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
@@ -36,7 +52,7 @@ class Float8Linear(torch.nn.Linear):
         x2d = x.reshape(-1, self.in_features)
         pattern = "megatron" if hasattr(self.weight, "main_grad") else None
         y = gemm_fp8(x2d, self.weight, trans_a=False, trans_b=True, out_dtype=x.dtype, config=self.config,
-                     fuse_bgrad_accum_pattern=pattern)
+                     fuse_bgrad_accum_pattern=pattern, weight_cache=getattr(self, "weight_cache", None))
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
@@ -59,6 +75,7 @@ class Float8Linear(torch.nn.Linear):
         if inplace:
             mod.__class__ = cls
             mod.config = config
+            mod.weight_cache = WeightQuantCache()
             return mod
         new = cls(mod.in_features, mod.out_features, bias=mod.bias is not None, config=config,
                   device=mod.weight.device, dtype=mod.weight.dtype)

@@ -1,4 +1,5 @@
-"""``GroupedLinear``: one bias-free linear layer per group (MoE experts) over turbo's ``grouped_gemm``."""
+"""``GroupedLinear``: one bias-free linear layer per group (MoE experts) over turbo's ``grouped_gemm``,
+or ``grouped_gemm_fp8`` with an FP8 config."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ import math
 
 import torch
 
+from turbo_core.low_precision import Float8QuantConfig
+from turbo_core.ops.gemm_fp8 import fp8_config
 from turbo_core.ops.grouped_gemm import grouped_gemm
+from turbo_core.ops.grouped_gemm_fp8 import grouped_gemm_fp8
+from turbo_core.ops.weight_cache import WeightQuantCache
 
 __all__ = ["GroupedLinear"]
 
@@ -24,12 +29,19 @@ class GroupedLinear(torch.nn.Module):
         group_num: ``G``, the number of groups (experts), >= 1.
         in_features, out_features: sizes of each group's linear map.
         device, dtype: of the weight (fp16/bf16/fp32 for the forward).
+        config: ``None`` (the high-precision ``grouped_gemm``) or a :class:`Float8QuantConfig`: the
+            forward is ``grouped_gemm_fp8(x, W, group_lens, group_offs, trans_b=True,
+            out_dtype=x.dtype, config=config)`` (the recipe of ``turbo_core.ops.grouped_gemm_fp8``).
 
     Attributes:
         weight: ``[G, out_features, in_features]`` (each ``W[g]`` laid out like ``nn.Linear.weight``),
             each group initialised like ``nn.Linear`` (kaiming-uniform with ``a=sqrt(5)``, i.e.
             uniform in ``±1/sqrt(in_features)``). No bias. A weight carrying ``main_grad`` gets
             Megatron's fused wgrad accumulation.
+        weight_cache: with an FP8 config, the weight's FP8 copies, made once per weight update and
+            reused by later forwards while the weight is unchanged (micro-batches, recomputation);
+            the rules, the ``.data`` caveat and how to turn it off are those of ``Float8Linear``
+            (``turbo_core.ops.weight_cache``). ``None`` turns it off.
 
     ``forward(x, group_lens, group_offs=None)``: ``x`` is ``[M_total, in_features]`` in the weight's
     dtype, tokens packed by group; ``group_lens`` int64 ``[G]`` and optional ``group_offs`` int64
@@ -37,8 +49,11 @@ class GroupedLinear(torch.nn.Module):
     ``[M_total, out_features]`` in x's dtype; rows past ``sum(group_lens)`` are zero.
     """
 
-    def __init__(self, group_num: int, in_features: int, out_features: int, device=None, dtype=None) -> None:
+    def __init__(self, group_num: int, in_features: int, out_features: int, device=None, dtype=None,
+                 config: Float8QuantConfig | None = None) -> None:
         super().__init__()
+        self.config = None if config is None else fp8_config(config)
+        self.weight_cache: WeightQuantCache | None = WeightQuantCache()
         self.group_num = _check_size("group_num", group_num, 1)
         self.in_features = _check_size("in_features", in_features, 0)
         self.out_features = _check_size("out_features", out_features, 0)
@@ -54,7 +69,16 @@ class GroupedLinear(torch.nn.Module):
         if x.dim() != 2 or x.shape[-1] != self.in_features:
             raise ValueError(f"x: expected shape [M_total, {self.in_features}], got {tuple(x.shape)}")
         pattern = "megatron" if hasattr(self.weight, "main_grad") else None
+        if self.config is not None:
+            return grouped_gemm_fp8(x, self.weight, group_lens, group_offs, trans_b=True, out_dtype=x.dtype,
+                                    config=self.config, fuse_bgrad_accum_pattern=pattern,
+                                    weight_cache=self.weight_cache)
         return grouped_gemm(x, self.weight, group_lens, group_offs, trans_b=True, fuse_bgrad_accum_pattern=pattern)
 
     def extra_repr(self) -> str:
-        return f"group_num={self.group_num}, in_features={self.in_features}, out_features={self.out_features}"
+        fp8 = ""
+        if self.config is not None:
+            cfg = self.config
+            block = f", block_size={cfg.block_size}" if cfg.block_size is not None else ""
+            fp8 = f", format={cfg.format.value}, granularity={cfg.granularity.value}{block}"
+        return f"group_num={self.group_num}, in_features={self.in_features}, out_features={self.out_features}{fp8}"

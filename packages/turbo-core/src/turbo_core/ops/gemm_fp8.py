@@ -34,6 +34,8 @@ K-major operands re-lays those for the dgrad/wgrad.
 Pre-quantized operands (:class:`QuantizedTensor`) are used as given; their second copy is the
 ``data_t`` of a :class:`QuantizedTensorPair`, else the tensor itself (TENSORWISE and 2-D tiles serve
 both directions) or its dequantize + requantize along the other dim (what ``t()`` does).
+With ``weight_cache=`` (what ``Float8Linear`` and ``GroupedLinear`` pass), b's copies are made once
+per weight update and reused by later calls (``turbo_core.ops.weight_cache`` gives the rule).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from turbo_core.low_precision import (
 )
 from turbo_core.ops import quantization as quant
 from turbo_core.ops._grad_accum import check_pattern, dummy_grad
+from turbo_core.ops.weight_cache import WeightQuantCache, check_cache, quantize_weight
 from turbo_core.quantized_tensor import QuantizedTensor, QuantizedTensorPair
 
 __all__ = ["gemm_fp4", "gemm_fp8"]
@@ -303,20 +306,21 @@ def _mm(scheme: Scheme, x: Operand, y: Operand, *, out_dtype: torch.dtype | None
 
 
 def _operand_dirs(x: Tensor, x_t: QuantizedTensor | None, scheme: Scheme, fwd_dim: int, need: set[int],
-                  role: str) -> dict:
+                  role: str, cache: WeightQuantCache | None = None) -> dict:
     if isinstance(x, QuantizedTensor):
         return from_quantized(x, x_t, fwd_dim, need)
-    return quantize(scheme, x, need, role, k_major=True)
+    return quantize_weight(cache, x, (scheme, "dense"), need,
+                           lambda dims: quantize(scheme, x, dims, role, k_major=True))
 
 
 class _LowpGemmFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, fused, needs):
+    def forward(ctx, a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, fused, needs, cache):
         need_da, need_db = needs
         a_k = 0 if trans_a else 1  # the stored dims the forward contracts along
         b_k = 1 if trans_b else 0
         qa = _operand_dirs(a, a_t, scheme, a_k, {a_k} | ({1 - a_k} if need_db else set()), "input")
-        qb = _operand_dirs(b, b_t, scheme, b_k, {b_k} | ({1 - b_k} if need_da else set()), "weight")
+        qb = _operand_dirs(b, b_t, scheme, b_k, {b_k} | ({1 - b_k} if need_da else set()), "weight", cache)
         c = _mm(scheme, operand(qa, a_k, trans_a), operand(qb, b_k, trans_b), out_dtype=out_dtype)
         saved = []
         if need_da:  # dgrad's b-operand: op(B).T, contracting along N
@@ -357,7 +361,7 @@ class _LowpGemmFunction(torch.autograd.Function):
                 grad_b = fused_dummy_grad(b)
             else:
                 grad_b = _mm(scheme, xw, operand(qg, 0, False), out_dtype=ctx.b_dtype, trans_c=ctx.trans_b)
-        return grad_a, grad_b, None, None, None, None, None, None, None, None
+        return grad_a, grad_b, None, None, None, None, None, None, None, None, None
 
 
 def fused_dummy_grad(b: Tensor) -> Tensor:
@@ -366,6 +370,13 @@ def fused_dummy_grad(b: Tensor) -> Tensor:
     if torch.compiler.is_compiling():
         return torch.zeros_like(b)
     return dummy_grad(b)
+
+
+def op_cache(weight_cache: object) -> WeightQuantCache | None:
+    """The checked ``weight_cache`` argument; ``None`` while torch.compile traces (the compiled graph
+    quantizes the weight itself, and a cache object would not be traced)."""
+    cache = check_cache(weight_cache)
+    return None if torch.compiler.is_compiling() else cache
 
 
 def needs_grads(a: Tensor, b: Tensor, fused: bool) -> tuple[bool, bool]:
@@ -396,7 +407,8 @@ def _prepare(a, b, trans_a, trans_b, out_dtype, scheme, fuse_bgrad_accum_pattern
 
 def gemm_fp8(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tensor | QuantizedTensor | QuantizedTensorPair,
              trans_a: bool = False, trans_b: bool = False, out_dtype: torch.dtype | None = None,
-             config: Float8QuantConfig | None = None, fuse_bgrad_accum_pattern: str | None = None) -> Tensor:
+             config: Float8QuantConfig | None = None, fuse_bgrad_accum_pattern: str | None = None, *,
+             weight_cache: WeightQuantCache | None = None) -> Tensor:
     """FP8 GEMM with autograd: ``C = dequant(q(op(A))) @ dequant(q(op(B)))``.
 
     Args:
@@ -413,6 +425,10 @@ def gemm_fp8(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tensor | Quan
         fuse_bgrad_accum_pattern: ``None`` or ``"megatron"``: b's gradient is accumulated into
             ``b.main_grad`` by the wgrad GEMM (beta=1, any granularity) and a cached dummy is
             returned as b's grad (see ``turbo_core.ops._grad_accum``).
+        weight_cache: ``None`` or a :class:`~turbo_core.ops.weight_cache.WeightQuantCache`: when b is
+            a plain ``nn.Parameter``, its quantized copies (forward and, for the dgrad, column) are
+            reused from the cache while the weight is unchanged (``_version``, storage, config,
+            optimizer steps; the rule is in ``turbo_core.ops.weight_cache``). Same results, bit for bit.
 
     Returns:
         ``[M, N]`` in ``out_dtype``: the ``gemm_fp8`` primitive on the quantized operands (products
@@ -423,21 +439,24 @@ def gemm_fp8(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tensor | Quan
     Raises:
         TypeError / ValueError naming the argument before any kernel: config type, ranks, dtypes,
         the K match, devices, out_dtype, pre-quantized operands that do not match the config
-        (granularity, block size, quantized axis), ``fuse_bgrad_accum_pattern`` and ``main_grad``.
+        (granularity, block size, quantized axis), ``fuse_bgrad_accum_pattern``, ``main_grad`` and
+        ``weight_cache``.
     """
     config = fp8_config(config)
+    cache = op_cache(weight_cache)
     first = unpair("a", a)[0]
     scheme = fp8_scheme(config, first.device if isinstance(first, Tensor) else None)
     a, a_t, b, b_t, out_dtype, fused = _prepare(a, b, trans_a, trans_b, out_dtype, scheme, fuse_bgrad_accum_pattern)
     if fused:
         b.grad_added_to_main_grad = True
     return _LowpGemmFunction.apply(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, fused,
-                                   needs_grads(a, b, fused))
+                                   needs_grads(a, b, fused), cache)
 
 
 def gemm_fp4(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tensor | QuantizedTensor | QuantizedTensorPair,
              trans_a: bool = False, trans_b: bool = False, out_dtype: torch.dtype | None = None,
-             config: Float4QuantConfig | None = None, fuse_bgrad_accum_pattern: str | None = None) -> Tensor:
+             config: Float4QuantConfig | None = None, fuse_bgrad_accum_pattern: str | None = None, *,
+             weight_cache: WeightQuantCache | None = None) -> Tensor:
     """MXFP4 GEMM with autograd: ``C = dequant(q(op(A))) @ dequant(q(op(B)))``, E2M1 values in 1x32
     blocks with E8M0 scales (a: 1x32 blocks along K; b: 32x32 tiles; ``grad_out``: 1x32 blocks,
     stochastically rounded when ``config.use_gradient_sr``). Each pass is one NT ``gemm_fp4``
@@ -449,12 +468,14 @@ def gemm_fp4(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tensor | Quan
     backend's business), and no random Hadamard transform is applied to the wgrad operands.
 
     Returns ``[M, N]`` in ``out_dtype`` (default ``promote_types(a.dtype, b.dtype)``); gradients in
-    a's and b's dtype and layout; ``fuse_bgrad_accum_pattern="megatron"`` as in :func:`gemm_fp8`.
+    a's and b's dtype and layout; ``fuse_bgrad_accum_pattern="megatron"`` and ``weight_cache`` as in
+    :func:`gemm_fp8`.
     """
     config = fp4_config(config)
+    cache = op_cache(weight_cache)
     scheme = fp4_scheme(config)
     a, a_t, b, b_t, out_dtype, fused = _prepare(a, b, trans_a, trans_b, out_dtype, scheme, fuse_bgrad_accum_pattern)
     if fused:
         b.grad_added_to_main_grad = True
     return _LowpGemmFunction.apply(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, fused,
-                                   needs_grads(a, b, fused))
+                                   needs_grads(a, b, fused), cache)

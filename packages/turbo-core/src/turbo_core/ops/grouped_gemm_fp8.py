@@ -55,12 +55,14 @@ from turbo_core.ops.gemm_fp8 import (
     from_quantized,
     fused_dummy_grad,
     needs_grads,
+    op_cache,
     operand,
     quantize,
     resolve_out_dtype,
     unpair,
 )
 from turbo_core.ops.grouped_gemm import grouped_gemm_compute_offs
+from turbo_core.ops.weight_cache import WeightQuantCache, quantize_weight
 from turbo_core.quantized_tensor import QuantizedTensor, QuantizedTensorPair
 
 __all__ = ["grouped_gemm_fp4", "grouped_gemm_fp8"]
@@ -123,12 +125,15 @@ def _variable_k(scheme: Scheme, a: tuple, g: tuple, group_lens: Tensor, group_of
 
 class _LowpGroupedGemmFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, a, b, b_t, a_t, group_lens, group_offs, trans_b, out_dtype, scheme, num_cu, fused, needs):
+    def forward(ctx, a, b, b_t, a_t, group_lens, group_offs, trans_b, out_dtype, scheme, num_cu, fused, needs, cache):
         need_da, need_db = needs
         b_k = 1 if trans_b else 0
-        qb = from_quantized(b, b_t, b_k, {b_k, 1 - b_k} if need_da else {b_k}) \
-            if isinstance(b, QuantizedTensor) else quantize(scheme, b, {b_k} | ({1 - b_k} if need_da else set()),
-                                                            "weight")
+        need_b = {b_k, 1 - b_k} if need_da else {b_k}
+        if isinstance(b, QuantizedTensor):
+            qb = from_quantized(b, b_t, b_k, need_b)
+        else:
+            qb = quantize_weight(cache, b, (scheme, "grouped"), need_b,
+                                 lambda dims: quantize(scheme, b, dims, "weight"))
         if _grouped_layout(scheme):
             x, col = _quantize_tokens(scheme, a, group_lens, group_offs, need_db, "input")
             wg = col
@@ -188,10 +193,12 @@ class _LowpGroupedGemmFunction(torch.autograd.Function):
             else:
                 grad_b = _variable_k(scheme, a_col, gcol, lens_w, offs_w, trans_c=ctx.trans_b, num_cu=num_cu,
                                      out_dtype=ctx.b_dtype)
-        return grad_a, grad_b, None, None, None, None, None, None, None, None, None, None
+        return grad_a, grad_b, None, None, None, None, None, None, None, None, None, None, None
 
 
-def _run(a, b, group_lens, group_offs, trans_b, out_dtype, scheme: Scheme, num_cu, fuse_bgrad_accum_pattern):
+def _run(a, b, group_lens, group_offs, trans_b, out_dtype, scheme: Scheme, num_cu, fuse_bgrad_accum_pattern,
+         weight_cache):
+    cache = op_cache(weight_cache)
     a, a_t = unpair("a", a)
     b, b_t = unpair("b", b)
     check_operand("a", a, 2, scheme, grouped_ok=True)
@@ -223,13 +230,14 @@ def _run(a, b, group_lens, group_offs, trans_b, out_dtype, scheme: Scheme, num_c
     if fused:
         b.grad_added_to_main_grad = True
     return _LowpGroupedGemmFunction.apply(a, b, b_t, a_t, group_lens, group_offs, trans_b, out_dtype, scheme,
-                                          num_cu, fused, needs_grads(a, b, fused))
+                                          num_cu, fused, needs_grads(a, b, fused), cache)
 
 
 def grouped_gemm_fp8(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tensor | QuantizedTensor | QuantizedTensorPair,
                      group_lens: Tensor, group_offs: Tensor | None = None, trans_b: bool = True,
                      out_dtype: torch.dtype | None = None, config: Float8QuantConfig | None = None,
-                     num_cu: int | None = None, fuse_bgrad_accum_pattern: str | None = None) -> Tensor:
+                     num_cu: int | None = None, fuse_bgrad_accum_pattern: str | None = None, *,
+                     weight_cache: WeightQuantCache | None = None) -> Tensor:
     """FP8 grouped GEMM with autograd: ``out_g = dequant(q(A_g)) @ dequant(q(op(B[g])))``.
 
     Args:
@@ -244,6 +252,8 @@ def grouped_gemm_fp8(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tenso
         num_cu: ``None`` or a positive cap on compute units (a hint).
         fuse_bgrad_accum_pattern: ``None`` or ``"megatron"`` (the wgrad accumulates into
             ``b.main_grad``, any granularity).
+        weight_cache: ``None`` or a :class:`~turbo_core.ops.weight_cache.WeightQuantCache`: b's
+            quantized copies reused while b is unchanged, as in :func:`turbo_core.ops.gemm_fp8`.
 
     Returns:
         ``[M_total, N]`` in ``out_dtype``; rows past ``sum(group_lens)`` are zero (and get a zero
@@ -255,17 +265,19 @@ def grouped_gemm_fp8(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tenso
     config = fp8_config(config)
     first = unpair("a", a)[0]
     scheme = fp8_scheme(config, first.device if isinstance(first, Tensor) else None)
-    return _run(a, b, group_lens, group_offs, trans_b, out_dtype, scheme, num_cu, fuse_bgrad_accum_pattern)
+    return _run(a, b, group_lens, group_offs, trans_b, out_dtype, scheme, num_cu, fuse_bgrad_accum_pattern,
+                weight_cache)
 
 
 def grouped_gemm_fp4(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tensor | QuantizedTensor | QuantizedTensorPair,
                      group_lens: Tensor, group_offs: Tensor | None = None, trans_b: bool = True,
                      out_dtype: torch.dtype | None = None, config: Float4QuantConfig | None = None,
-                     num_cu: int | None = None, fuse_bgrad_accum_pattern: str | None = None) -> Tensor:
+                     num_cu: int | None = None, fuse_bgrad_accum_pattern: str | None = None, *,
+                     weight_cache: WeightQuantCache | None = None) -> Tensor:
     """MXFP4 grouped GEMM with autograd (arguments as :func:`grouped_gemm_fp8` with a
     :class:`Float4QuantConfig`; ``a`` must be high precision). Recipe: the FP4 row of the module
     docstring; no random Hadamard transform; ``use_preshuffle=True`` is rejected. Both layouts of
     b are accepted (Primus-Turbo requires ``trans_b=True``)."""
     config = fp4_config(config)
     return _run(a, b, group_lens, group_offs, trans_b, out_dtype, fp4_scheme(config), num_cu,
-                fuse_bgrad_accum_pattern)
+                fuse_bgrad_accum_pattern, weight_cache)
