@@ -153,7 +153,7 @@ def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str, *, k_major: b
 
     ``fused_rowwise``: ROWWISE copies along both dims (without ``k_major``) from one
     ``quantize_fp8_with_trans`` call (x read twice, not three times), the same values and layouts as
-    two calls. No op asks for it yet.
+    two calls. The grouped op asks for it (tokens, weights and gradients).
 
     ``k_major`` (the dense op; 3-D ``x`` too, though the grouped op does not ask): a ROWWISE copy of
     ``x`` along its dim -2 is quantized from the transposed view (``quantize_fp8(x.transpose(-1, -2),

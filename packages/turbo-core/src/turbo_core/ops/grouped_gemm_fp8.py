@@ -9,7 +9,8 @@ granularity   a (tokens ``[M_total, K]``), b (``[G, K, N]`` / ``[G, N, K]``), dC
 ============  ==========================================================================================
 TENSORWISE    one scale each for a, b and dC (``quantize_fp8``)
 ROWWISE       a per row (forward) and per column over all of M (wgrad); b per column of op(b[g])
-              along K (forward) and along N (dgrad); dC per row (dgrad) and per column (wgrad)
+              along K (forward) and along N (dgrad); dC per row (dgrad) and per column (wgrad); each
+              pair of copies from one ``quantize_fp8_with_trans`` call (one pass fewer over x)
 BLOCKWISE     a and dC: ``grouped_quantize_fp8_with_trans``: a 1 x bs row copy (scales transposed)
               for the forward/dgrad and a bs x 1 column copy with each group padded to bs (and the
               padded group offsets) for the variable-K wgrad; b: bs x bs tiles (one quantization)
@@ -133,14 +134,14 @@ class _LowpGroupedGemmFunction(torch.autograd.Function):
             qb = from_quantized(b, b_t, b_k, need_b)
         else:
             qb = quantize_weight(cache, b, (scheme, "grouped"), need_b,
-                                 lambda dims: quantize(scheme, b, dims, "weight"))
+                                 lambda dims: quantize(scheme, b, dims, "weight", fused_rowwise=True))
         if _grouped_layout(scheme):
             x, col = _quantize_tokens(scheme, a, group_lens, group_offs, need_db, "input")
             wg = col
         else:
             need = {1} | ({0} if need_db else set())
             qa = from_quantized(a, a_t, 1, need) if isinstance(a, QuantizedTensor) else \
-                quantize(scheme, a, need, "input")
+                quantize(scheme, a, need, "input", fused_rowwise=True)
             x = operand(qa, 1, False)
             wg = None
             if need_db:
@@ -172,7 +173,8 @@ class _LowpGroupedGemmFunction(torch.autograd.Function):
         if _grouped_layout(scheme):
             xg, gcol = _quantize_tokens(scheme, grad_c, group_lens, group_offs, need_db, "grad")
         else:
-            qg = quantize(scheme, grad_c, ({1} if need_da else set()) | ({0} if need_db else set()), "grad")
+            qg = quantize(scheme, grad_c, ({1} if need_da else set()) | ({0} if need_db else set()), "grad",
+                          fused_rowwise=True)
             xg = operand(qg, 1, False) if need_da else None
             if need_db:
                 w = operand(qg, 0, False)
