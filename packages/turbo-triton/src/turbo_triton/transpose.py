@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from turbo_triton.launcher import fast_kernel
+
 __all__ = ["transpose_last2"]
 
 
@@ -37,5 +39,5 @@ def transpose_last2(x: torch.Tensor, *, row_align: int = 1) -> torch.Tensor:
         xs, ys = x3.view(torch.uint8), y3.view(torch.uint8)
         block = 64
         grid = (-(-r // block), -(-c // block), b)
-        transpose_kernel[grid](xs, ys, r, c, *xs.stride(), *ys.stride(), BLOCK_R=block, BLOCK_C=block, num_warps=4)
+        fast_kernel(transpose_kernel)[grid](xs, ys, r, c, *xs.stride(), *ys.stride(), BLOCK_R=block, BLOCK_C=block, num_warps=4)
     return y3 if x.dim() == 3 else y3.squeeze(0)

@@ -13,6 +13,7 @@ import triton
 
 from turbo_core.dispatch.specs.activation import GluBwdArgs, GluFwdArgs
 from turbo_triton import _runtime
+from turbo_triton.launcher import fast_kernel
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -72,7 +73,7 @@ def glu_fwd(kind: str, args: GluFwdArgs, config: GluConfig | None = None) -> tor
     cfg = config or pick(half, False, interp)
     mask = args.row_mask if args.row_mask is not None else args.probs
     grid = (triton.cdiv(tokens, cfg.block_m), triton.cdiv(half, cfg.block_n))
-    kernels.glu_fwd_kernel[grid](x, args.probs, mask, out, tokens, half, **_flags(kind, args, interp),
+    fast_kernel(kernels.glu_fwd_kernel)[grid](x, args.probs, mask, out, tokens, half, **_flags(kind, args, interp),
                                  BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     return out
 
@@ -90,7 +91,7 @@ def glu_bwd(kind: str, args: GluBwdArgs, config: GluConfig | None = None) -> tup
     interp = _runtime.interpreting()
     cfg = config or pick(half, True, interp)
     mask = args.row_mask if args.row_mask is not None else args.probs
-    kernels.glu_bwd_kernel[(triton.cdiv(tokens, cfg.block_m),)](
+    fast_kernel(kernels.glu_bwd_kernel)[(triton.cdiv(tokens, cfg.block_m),)](
         args.grad_out, x, args.probs, mask, grad_x, grad_probs, tokens, half, **_flags(kind, args, interp),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     return grad_x, grad_probs

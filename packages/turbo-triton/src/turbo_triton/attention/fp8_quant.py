@@ -28,6 +28,7 @@ import triton.language as tl
 
 from turbo_core.dispatch.specs.attention import FP8_BLOCK, FP8_MAX
 from turbo_triton import _runtime
+from turbo_triton.launcher import fast_kernel
 from turbo_triton.quantization.numerics import abs_bits, encode_fp8, load_f32, saturate
 
 #: Rows of the padded quantized tensors are a multiple of this (>= every attention tile's rows).
@@ -104,7 +105,7 @@ def quantize_blocks(x: torch.Tensor, *, rows: bool = True, trans: bool = False):
     dummy = scale
     grid = (rp // FP8_BLOCK, h, b)
     if b * h:
-        attn_fp8_quant_kernel[grid](
+        fast_kernel(attn_fp8_quant_kernel)[grid](
             src, x_q if rows else dummy, x_qt if trans else dummy, scale,
             x.stride(0), x.stride(1), x.stride(2), s, rp,
             D=d, BLOCK_D=dp, BLOCK_S=FP8_BLOCK, FMAX=FP8_MAX, X_BITS=bits, SOFT=_runtime.interpreting(),

@@ -26,6 +26,7 @@ from turbo_triton.attention.bwd_kernels import (
 )
 from turbo_triton.attention.configs import Tile
 from turbo_triton.attention.fwd_kernel import attn_fwd_kernel
+from turbo_triton.launcher import fast_kernel
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 #: Largest head dim (of q/k or v) the kernels keep in registers.
@@ -138,7 +139,7 @@ def launch_tiled(kernel, grid_of, tile: Tile, key: tuple, args_of, shrink=_shrin
         grid = grid_of(t)
         if min(grid) > 0:
             ws = {"WS": t.warp_specialize} if takes_ws else {}
-            kernel[grid](*args_of(t), BLOCK_M=t.block_m, BLOCK_N=t.block_n, num_warps=t.num_warps,
+            fast_kernel(kernel)[grid](*args_of(t), BLOCK_M=t.block_m, BLOCK_N=t.block_n, num_warps=t.num_warps,
                          num_stages=t.num_stages, **ws, **consts)
 
     _runtime.launch_fitted(run, tile, (kernel.fn.__name__, *key), shrink=shrink)
@@ -200,7 +201,7 @@ def _preprocess(args: AttentionBwdArgs, p: _Problem) -> tuple[torch.Tensor, torc
     part = torch.zeros((p.batch, p.h_q, tiles) if has_sink else (1,), dtype=torch.float32, device=lse.device)
     grid = (tiles, p.h_q, p.batch)
     if min(grid) > 0:
-        attn_bwd_preprocess_kernel[grid](
+        fast_kernel(attn_bwd_preprocess_kernel)[grid](
             args.out, args.dout, lse, delta, args.sink if has_sink else lse, part, p.cu_q,
             *_bsh(args.out, p.varlen), *_bsh(args.dout, p.varlen), *_lse_strides(lse, p.varlen), p.seq_q,
             BLOCK_M=block_m, BLOCK_DV=p.block_dv, D_V=p.d_v, VARLEN=p.varlen, HAS_SINK=has_sink, num_warps=4)

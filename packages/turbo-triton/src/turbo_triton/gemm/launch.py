@@ -8,6 +8,7 @@ import torch
 from turbo_core.dispatch.specs.gemm import GemmArgs, gemm_dims
 from turbo_triton import _runtime
 from turbo_triton.gemm import configs
+from turbo_triton.launcher import fast_kernel
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -83,7 +84,7 @@ def _launch_tma(cfg, args, a, b, c, m, n, k, programs, accumulate, precision):
     b_desc = TensorDescriptor.from_tensor(b, [bn, bk] if args.trans_b else [bk, bn])
     subtile = cfg.subtile and not args.trans_c
     c_desc = TensorDescriptor.from_tensor(c, [bn, bm] if args.trans_c else [bm, bn // 2 if subtile else bn])
-    kernels.gemm_tma_persistent_kernel[(programs,)](
+    fast_kernel(kernels.gemm_tma_persistent_kernel)[(programs,)](
         a_desc, b_desc, c_desc, m, n, k,
         TRANS_A=args.trans_a, TRANS_B=args.trans_b, TRANS_C=args.trans_c,
         ACCUMULATE=accumulate, PRECISION=precision,
@@ -100,7 +101,7 @@ def _launch_pointer(cfg, args, a, b, c, m, n, k, programs, accumulate, precision
     sam, sak = (a.stride(1), a.stride(0)) if args.trans_a else (a.stride(0), a.stride(1))
     sbk, sbn = (b.stride(1), b.stride(0)) if args.trans_b else (b.stride(0), b.stride(1))
     scm, scn = (c.stride(1), c.stride(0)) if args.trans_c else (c.stride(0), c.stride(1))
-    kernels.gemm_persistent_kernel[(programs,)](
+    fast_kernel(kernels.gemm_persistent_kernel)[(programs,)](
         a, b, c, m, n, k, sam, sak, sbk, sbn, scm, scn,
         ACCUMULATE=accumulate, UPCAST=interp and a.dtype == torch.bfloat16, PRECISION=precision,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,

@@ -25,6 +25,7 @@ from turbo_triton import _runtime
 from turbo_triton.gemm import configs as gemm_configs
 from turbo_triton.gemm.launch import _tma_eligible, _tma_ok
 from turbo_triton.gemm_fp8 import configs
+from turbo_triton.launcher import fast_kernel
 from turbo_triton.transpose import transpose_last2
 
 __all__ = ["can_handle", "gemm_fp8", "gluon_reason", "kernel_path", "transposed"]
@@ -295,7 +296,7 @@ def _launch_tma(cfg, args, c, m, n, k, sms, gran, scales, tma_store):
         c_arg = c
     scm, scn = (c.stride(1), c.stride(0)) if args.trans_c else (c.stride(0), c.stride(1))
     common = _common(cfg, args, m, n, sms, gran, scales)
-    kernels.gemm_fp8_tma_persistent_kernel[(common["NUM_PROGRAMS"],)](
+    fast_kernel(kernels.gemm_fp8_tma_persistent_kernel)[(common["NUM_PROGRAMS"],)](
         a_desc, b_desc, c_arg, _scale_arg(args.a_scale_inv), _scale_arg(args.b_scale_inv), m, n, k, scm, scn,
         TRANS_A=args.trans_a, TRANS_B=args.trans_b, TRANS_C=args.trans_c, C_DESC=tma_store,
         FLATTEN=cfg.flatten, SUBTILE=subtile, WARP_SPECIALIZE=cfg.warp_specialize,
@@ -311,7 +312,7 @@ def _launch_pointer(cfg, args, c, m, n, k, sms, gran, scales, tma_store):
     sbk, sbn = (b.stride(1), b.stride(0)) if args.trans_b else (b.stride(0), b.stride(1))
     scm, scn = (c.stride(1), c.stride(0)) if args.trans_c else (c.stride(0), c.stride(1))
     common = _common(cfg, args, m, n, sms, gran, scales)
-    kernels.gemm_fp8_persistent_kernel[(common["NUM_PROGRAMS"],)](
+    fast_kernel(kernels.gemm_fp8_persistent_kernel)[(common["NUM_PROGRAMS"],)](
         a, b, c, _scale_arg(args.a_scale_inv), _scale_arg(args.b_scale_inv), m, n, k,
         sam, sak, sbk, sbn, scm, scn, UPCAST=_runtime.interpreting(),
         IMPRECISE_ACC=None if _runtime.interpreting() else cfg.imprecise_acc, **common,

@@ -21,6 +21,7 @@ from turbo_triton import _runtime
 from turbo_triton._runtime import device_facts as _device_facts
 from turbo_triton._runtime import tma_arch as _tma_arch
 from turbo_triton.grouped_gemm import configs
+from turbo_triton.launcher import fast_kernel
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _INT32 = 2**31 - 1
@@ -148,7 +149,7 @@ def _launch_fwd_pointer(cfg, args, c, offs, g, m, n, k, programs):
 
     a, b = args.a, args.b
     sbk, sbn = (b.stride(2), b.stride(1)) if args.trans_b else (b.stride(1), b.stride(2))
-    kernels.grouped_gemm_kernel[(programs,)](
+    fast_kernel(kernels.grouped_gemm_kernel)[(programs,)](
         a, b, c, offs, g, m, n, k,
         a.stride(0), a.stride(1), b.stride(0), sbk, sbn, c.stride(0), c.stride(1),
         UPCAST=_upcast(a), PRECISION=_precision(a),
@@ -175,7 +176,7 @@ def _launch_fwd_tma(cfg, args, c, offs, g, m, n, k, programs):
     c_tma = _aligned(c)
     subtile = cfg.subtile and c_tma
     c_desc = TensorDescriptor.from_tensor(c, [bm, bn // 2 if subtile else bn]) if c_tma else None
-    kernels.grouped_gemm_tma_kernel[(programs,)](
+    fast_kernel(kernels.grouped_gemm_tma_kernel)[(programs,)](
         a_desc, b_desc, c_desc, c, offs, g, m, n, k, c.stride(0),
         TRANS_B=args.trans_b, C_TMA=c_tma, UPCAST=_upcast(a), PRECISION=_precision(a),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.group_m, BLOCK_G=_block_g(g),
@@ -248,7 +249,7 @@ def _launch_variable_k_pointer(cfg, args, c, offs, g, m, k, n, programs):
     from turbo_triton.grouped_gemm import kernels
 
     a, b = args.a, args.b
-    kernels.grouped_gemm_variable_k_kernel[(programs,)](
+    fast_kernel(kernels.grouped_gemm_variable_k_kernel)[(programs,)](
         a, b, c, offs, g, m, k, n,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), *_c_strides(c, args.trans_c),
         ACCUMULATE=args.out is not None, UPCAST=_upcast(a), PRECISION=_precision(a),
@@ -272,7 +273,7 @@ def _launch_variable_k_tma(cfg, args, c, offs, g, m, k, n, programs):
     if c_tma:
         c_desc = (TensorDescriptor.from_tensor(c.view(g * n, k), [bn, bm // 2 if subtile else bm]) if args.trans_c
                   else TensorDescriptor.from_tensor(c.view(g * k, n), [bm, bn // 2 if subtile else bn]))
-    kernels.grouped_gemm_variable_k_tma_kernel[(programs,)](
+    fast_kernel(kernels.grouped_gemm_variable_k_tma_kernel)[(programs,)](
         a_desc, b_desc, c_desc, c, offs, g, m, k, n, *_c_strides(c, args.trans_c),
         TRANS_C=args.trans_c, C_TMA=c_tma, ACCUMULATE=args.out is not None, UPCAST=_upcast(a),
         PRECISION=_precision(a),

@@ -48,6 +48,7 @@ from turbo_triton.grouped_gemm.launch import (
     _programs,
 )
 from turbo_triton.grouped_gemm_fp8 import configs
+from turbo_triton.launcher import fast_kernel
 from turbo_triton.transpose import transpose_last2
 
 __all__ = ["can_handle", "can_handle_variable_k", "gluon_reason", "gluon_variable_k_reason", "grouped_gemm_fp8",
@@ -356,7 +357,7 @@ def _launch_fp8_fwd_pointer(cfg, args, c, offs, g, m, n, k, programs, arch, up):
     a, b = args.a, args.b
     s = _fwd_scales(args)
     sbk, sbn = (b.stride(2), b.stride(1)) if args.trans_b else (b.stride(1), b.stride(2))
-    kernels.grouped_gemm_fp8_kernel[(programs,)](
+    fast_kernel(kernels.grouped_gemm_fp8_kernel)[(programs,)](
         a, b, c, args.a_scale_inv, args.b_scale_inv, offs, g, m, n, k,
         a.stride(0), a.stride(1), b.stride(0), sbk, sbn, c.stride(0), c.stride(1),
         s.s_am, s.s_ak, s.s_bg, s.s_bk, s.s_bn, B_DIV=s.b_div,
@@ -382,7 +383,7 @@ def _launch_fp8_fwd_tma(cfg, args, c, offs, g, m, n, k, programs, arch, up):
     subtile = cfg.subtile and c_tma
     c_desc = TensorDescriptor.from_tensor(c, [bm, bn // 2 if subtile else bn]) if c_tma else None
     s = _fwd_scales(args)
-    kernels.grouped_gemm_fp8_tma_kernel[(programs,)](
+    fast_kernel(kernels.grouped_gemm_fp8_tma_kernel)[(programs,)](
         a_desc, b_desc, c_desc, c, args.a_scale_inv, args.b_scale_inv, offs, g, m, n, k,
         c.stride(0), s.s_am, s.s_ak, s.s_bg, s.s_bk, s.s_bn,
         TRANS_B=args.trans_b, C_TMA=c_tma, B_DIV=s.b_div, BLOCK_G=_block_g(g), NUM_PROGRAMS=programs,
@@ -545,7 +546,7 @@ def _launch_fp8_variable_k_pointer(cfg, args, c, offs, g, m, k, n, programs, up)
     from turbo_triton.grouped_gemm_fp8 import kernels
 
     a, b = args.a, args.b
-    kernels.grouped_gemm_fp8_variable_k_kernel[(programs,)](
+    fast_kernel(kernels.grouped_gemm_fp8_variable_k_kernel)[(programs,)](
         a, b, c, args.a_scale_inv, args.b_scale_inv, offs, g, m, k, n,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), *_c_strides(c, args.trans_c),
         *_variable_k_scales(args), NUM_PROGRAMS=programs, **_variable_k_constexprs(args, cfg, up),
@@ -577,7 +578,7 @@ def _launch_fp8_variable_k_tma(cfg, args, c, offs, g, m, k, n, programs, up, kma
     if c_tma:
         c_desc = (TensorDescriptor.from_tensor(c.view(g * n, k), [bn, bm // 2 if subtile else bm]) if args.trans_c
                   else TensorDescriptor.from_tensor(c.view(g * k, n), [bm, bn // 2 if subtile else bn]))
-    kernels.grouped_gemm_fp8_variable_k_tma_kernel[(programs,)](
+    fast_kernel(kernels.grouped_gemm_fp8_variable_k_tma_kernel)[(programs,)](
         a_desc, b_desc, c_desc, c, args.a_scale_inv, args.b_scale_inv, offs, g, m, k, n,
         *_c_strides(c, args.trans_c), *_variable_k_scales(args),
         TRANS_C=args.trans_c, C_TMA=c_tma, NUM_PROGRAMS=programs, SUBTILE=subtile,

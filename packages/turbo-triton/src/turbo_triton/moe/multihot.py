@@ -7,6 +7,7 @@ import torch
 import triton
 
 from turbo_core.dispatch.specs.moe import IndicesToMultihotArgs, IndicesToMultihotBwdArgs, TokensPerExpertToMaskArgs
+from turbo_triton.launcher import fast_kernel
 from turbo_triton.moe import common
 
 __all__ = ["can_handle", "can_handle_tpe_mask", "indices_to_multihot", "indices_to_multihot_bwd",
@@ -45,7 +46,7 @@ def indices_to_multihot(args: IndicesToMultihotArgs):
     if t:
         bt = _block_t(e)
         be = triton.next_power_of_2(e)
-        kern.multihot_kernel[(triton.cdiv(t, bt),)](
+        fast_kernel(kern.multihot_kernel)[(triton.cdiv(t, bt),)](
             idx, common.bits(probs) if k else common.bits(dense), rmap.view(torch.uint8), common.bits(dense),
             t, e, K=k, BLOCK_T=bt, BLOCK_E=be,
             num_warps=common.warps(bt * be))
@@ -60,7 +61,7 @@ def indices_to_multihot_bwd(args: IndicesToMultihotBwdArgs):
     t, k = idx.shape
     out = torch.empty((t, k), dtype=gd.dtype, device=gd.device)
     if t and k:  # one slot a lane, 128 a program on 4 warps (tuned on sm90: multihot_bwd_kernel)
-        kern.multihot_bwd_kernel[(triton.cdiv(t * k, _BWD_BLOCK),)](
+        fast_kernel(kern.multihot_bwd_kernel)[(triton.cdiv(t * k, _BWD_BLOCK),)](
             idx, common.bits(gd), common.bits(out), t * k, gd.shape[1], K=k, BLOCK=_BWD_BLOCK, num_warps=4)
     return out
 
@@ -74,6 +75,6 @@ def tokens_per_expert_to_mask(args: TokensPerExpertToMaskArgs):
     if n:
         block = min(4096, triton.next_power_of_2(n))
         be = min(1024, triton.next_power_of_2(max(tpe.shape[0], 1)))
-        kern.tpe_mask_kernel[(triton.cdiv(n, block),)](tpe if tpe.numel() else out, out, tpe.shape[0], n,
+        fast_kernel(kern.tpe_mask_kernel)[(triton.cdiv(n, block),)](tpe if tpe.numel() else out, out, tpe.shape[0], n,
                                                        BLOCK_E=be, BLOCK=block, num_warps=common.warps(block))
     return out

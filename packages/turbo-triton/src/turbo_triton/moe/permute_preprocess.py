@@ -9,6 +9,7 @@ import torch
 import triton
 
 from turbo_core.dispatch.specs.moe import MoePermutePreprocessArgs
+from turbo_triton.launcher import fast_kernel
 from turbo_triton.moe import common
 
 __all__ = ["can_handle", "moe_permute_preprocess"]
@@ -61,7 +62,7 @@ def moe_permute_preprocess(args: MoePermutePreprocessArgs, *, block_t: int | Non
     has_cap = args.num_permuted_tokens >= 0
     if single:  # the tile shrinks to the tokens there are (one compiled variant per power of two)
         bt = block_t if explicit_t else triton.next_power_of_2(max(t, 1))
-        kern.single_block_kernel[(1,)](
+        fast_kernel(kern.single_block_kernel)[(1,)](
             emap, row_id_map, offsets, tpe, overflow, dispatched, t, k, e, max(args.pad_multiple, 1),
             max(args.expert_capacity, 0), max(args.num_permuted_tokens, 0), IS_MASK=is_mask,
             TOPK_LAYOUT=args.probs_layout == "topk", HAS_PAD=args.pad_multiple > 0, HAS_CAPACITY=has_capacity,
@@ -71,14 +72,14 @@ def moe_permute_preprocess(args: MoePermutePreprocessArgs, *, block_t: int | Non
     counts = torch.empty((max(blocks, 1), e + 1), dtype=torch.int32, device=dev)
     prefix = torch.empty((max(blocks, 1), e), dtype=torch.int32, device=dev)
     if blocks:
-        kern.block_counts_kernel[(blocks,)](emap, counts, t, k, e, IS_MASK=is_mask,
+        fast_kernel(kern.block_counts_kernel)[(blocks,)](emap, counts, t, k, e, IS_MASK=is_mask,
                                             BLOCK_T=block_t, BLOCK_E=block_e, num_warps=nw)
-    kern.scan_kernel[(1,)](counts, prefix, offsets, tpe, overflow, dispatched, blocks, e,
+    fast_kernel(kern.scan_kernel)[(1,)](counts, prefix, offsets, tpe, overflow, dispatched, blocks, e,
                            max(args.pad_multiple, 1), max(args.expert_capacity, 0), max(args.num_permuted_tokens, 0),
                            HAS_PAD=args.pad_multiple > 0, HAS_CAPACITY=has_capacity, HAS_CAP=has_cap,
                            BLOCK_B=block_b, BLOCK_E=block_e, num_warps=common.warps(block_e * block_b))
     if blocks:
-        kern.row_map_kernel[(blocks,)](emap, prefix, offsets, row_id_map, t, k, e,
+        fast_kernel(kern.row_map_kernel)[(blocks,)](emap, prefix, offsets, row_id_map, t, k, e,
                                        max(args.expert_capacity, 0), max(args.num_permuted_tokens, 0),
                                        IS_MASK=is_mask, TOPK_LAYOUT=args.probs_layout == "topk",
                                        HAS_CAPACITY=has_capacity, HAS_CAP=has_cap,

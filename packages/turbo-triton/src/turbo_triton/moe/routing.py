@@ -14,6 +14,7 @@ import triton
 
 from turbo_core.dispatch.specs.moe import MoeRoutingBwdArgs, MoeRoutingFwdArgs
 from turbo_triton import _runtime
+from turbo_triton.launcher import fast_kernel
 from turbo_triton.moe import common
 
 __all__ = ["can_handle", "can_handle_bwd", "moe_routing_bwd", "moe_routing_fwd"]
@@ -80,7 +81,7 @@ def moe_routing_fwd(args: MoeRoutingFwdArgs, *, wide: bool | None = None, block_
     bt, nw = _tile(bg * bp, block_t)
     interp = _runtime.interpreting()
     scale, scale_ptr = _scale_args(x, args.scaling_factor, wide)
-    kern.routing_fwd_kernel[(triton.cdiv(t, bt),)](
+    fast_kernel(kern.routing_fwd_kernel)[(triton.cdiv(t, bt),)](
         x, scores, probs, rmap.view(torch.uint8), t, e, per_group, groups, args.topk,
         args.topk // args.selected_groups, args.selected_groups, scale, scale_ptr,
         SOFTMAX=args.score_function == "softmax", GROUPED=groups > 1,
@@ -114,7 +115,7 @@ def moe_routing_bwd(args: MoeRoutingBwdArgs, *, wide: bool | None = None, block_
     nw = num_warps or nw
     scale, scale_ptr = _scale_args(x, args.scaling_factor, wide)
     gs, gp = args.grad_scores, args.grad_probs
-    kern.routing_bwd_kernel[(triton.cdiv(t, bt),)](
+    fast_kernel(kern.routing_bwd_kernel)[(triton.cdiv(t, bt),)](
         x, x if gs is None else gs, x if gp is None else gp, args.routing_map.view(torch.uint8), out, t, e,
         scale, scale_ptr, SOFTMAX=args.score_function == "softmax", HAS_GS=gs is not None,
         HAS_GP=gp is not None, CT=kern.tl.float64 if wide else kern.tl.float32, WIDE=wide,

@@ -15,6 +15,7 @@ import triton
 
 from turbo_core.dispatch.specs.moe import MoeUnpermuteArgs, MoeUnpermuteBwdArgs
 from turbo_triton import _runtime
+from turbo_triton.launcher import fast_kernel
 from turbo_triton.moe import common
 from turbo_triton.moe.permute import row_sources
 
@@ -63,7 +64,7 @@ def moe_unpermute(args: MoeUnpermuteArgs, *, block_h: int | None = None, unroll:
         pw = args.probs_width if has_pp else 0
         # Zero-width merging probs, no permuted probs, N = 0: the pointer stands in, never dereferenced.
         pp_bits = common.bits(pp) if has_pp and n else x
-        kern.unpermute_kernel[(t, max(1, triton.cdiv(h, bh)))](
+        fast_kernel(kern.unpermute_kernel)[(t, max(1, triton.cdiv(h, bh)))](
             x, rmap, merge if width else x, out, pp_bits, common.bits(probs) if has_pp else x, h, e, n, width, pw,
             HAS_MERGE=merge is not None, HAS_PP=has_pp, ROUND_BF16=_round_bf16(x), UNROLL=unroll or _UNROLL,
             BLOCK_H=bh, BLOCK_PW=max(2, triton.next_power_of_2(max(pw, 1))),
@@ -87,7 +88,7 @@ def moe_unpermute_bwd(args: MoeUnpermuteBwdArgs, *, block_h: int | None = None, 
     src, col = row_sources(rmap, n, zero_rows_of=gm)
     bh = block_h or common.block_h(h)
     # Zero-width merging probs: no column is valid (w = 0); the pointers are never dereferenced.
-    kern.unpermute_bwd_kernel[(n,)](
+    fast_kernel(kern.unpermute_bwd_kernel)[(n,)](
         g if t else gx, x, src, col, merge if width else gx, gx, gm if width else gx, h, width,
         ROUND_BF16=_round_bf16(g), ROUND_BF16_M=_round_bf16(merge), BLOCK_H=bh,
         num_warps=num_warps or common.warps(bh), **common.no_fusion())

@@ -13,6 +13,7 @@ import triton
 
 from turbo_core.dispatch.specs.normalization import RmsNormBwdArgs, RmsNormFwdArgs
 from turbo_triton import _runtime
+from turbo_triton.launcher import fast_kernel
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -117,10 +118,10 @@ def rmsnorm_fwd(args: RmsNormFwdArgs, config: RowConfig | None = None):
     ptrs = (x, residual if residual is not None else x, gamma if gamma is not None else x, y,
             s if s is not None else x, rstd, tokens, hidden, float(args.eps))
     if cfg.block_n >= hidden:
-        kernels.rmsnorm_fwd_kernel[(triton.cdiv(tokens, cfg.block_m),)](
+        fast_kernel(kernels.rmsnorm_fwd_kernel)[(triton.cdiv(tokens, cfg.block_m),)](
             *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     else:
-        kernels.rmsnorm_fwd_chunked_kernel[(tokens,)](
+        fast_kernel(kernels.rmsnorm_fwd_chunked_kernel)[(tokens,)](
             *ptrs, **flags, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     return y, rstd, s
 
@@ -150,14 +151,14 @@ def rmsnorm_bwd(args: RmsNormBwdArgs, config: RowConfig | None = None):
     ptrs = (dy, x, gamma if gamma is not None else x, rstd, dx, dres if dres is not None else x, partials, tokens,
             hidden, programs)
     if split:
-        kernels.rmsnorm_bwd_split_kernel[(programs,)](
+        fast_kernel(kernels.rmsnorm_bwd_split_kernel)[(programs,)](
             *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CHUNKS=cfg.chunks, STAGES=cfg.stages,
             num_warps=cfg.num_warps)
     elif chunked:
-        kernels.rmsnorm_bwd_chunked_kernel[(programs,)](
+        fast_kernel(kernels.rmsnorm_bwd_chunked_kernel)[(programs,)](
             *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     else:
-        kernels.rmsnorm_bwd_kernel[(programs,)](
+        fast_kernel(kernels.rmsnorm_bwd_kernel)[(programs,)](
             *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, num_warps=cfg.num_warps)
     if gamma is None:
         return dx, None

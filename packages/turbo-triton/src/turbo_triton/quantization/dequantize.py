@@ -14,6 +14,7 @@ import torch
 
 from turbo_core.dispatch.specs.quantization import DequantizeFp8Args, mx_is_rowwise, normalize_axis
 from turbo_core.low_precision import ScalingGranularity
+from turbo_triton.launcher import fast_kernel
 from turbo_triton.quantization import common
 from turbo_triton.quantization.common import Tile
 
@@ -75,7 +76,7 @@ def _fp32_scaled(args: DequantizeFp8Args, tile: Tile | None) -> torch.Tensor:
     b3, m3, n3 = x3.shape
     tile = tile or common.pick(m3, n3, 1, 1, cap_n=4096 if m3 == 1 else 1024)
     fmt = common.fmt_constexprs(x.dtype)
-    kernels.dequant_kernel[common.grid(b3, m3, n3, tile)](
+    fast_kernel(kernels.dequant_kernel)[common.grid(b3, m3, n3, tile)](
         common.data_arg(x3), s3, _out_arg(out), m3, n3, *x3.stride(), *ss, BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn,
         MB=fmt["MB"], BIAS=fmt["BIAS"], FNUZ=fmt["FNUZ"], SOFT=fmt["SOFT"], ROUND_BF16=_soft_bf16(args.out_dtype),
         num_warps=tile.num_warps)
@@ -100,7 +101,7 @@ def _mx(args: DequantizeFp8Args, tile: Tile | None) -> torch.Tensor:
     # bytes (a row-direction 8 x 1024 tile writes 16-byte runs, several times slower)
     tile = tile or (common.pick(r, c, 1, 1) if row else common.pick(r, c, 1, 1, cap_n=64, warps=8))
     fmt = common.fmt_constexprs(x.dtype)
-    kernels.mx_dequant_kernel[common.grid(b, r, c, tile)](
+    fast_kernel(kernels.mx_dequant_kernel)[common.grid(b, r, c, tile)](
         common.data_arg(x3), s3, _out_arg(out), r, c, *x3.stride(), *s3.stride(), *so, BM=tile.block_m, BN=tile.block_n,
         MB=fmt["MB"], BIAS=fmt["BIAS"], SOFT=fmt["SOFT"], ROUND_BF16=_soft_bf16(args.out_dtype), TRANS=not row,
         num_warps=tile.num_warps)

@@ -25,6 +25,7 @@ from turbo_core.dispatch.specs.quantization import (
 )
 from turbo_core.low_precision import E8M0_DTYPE, MXFP4_BLOCK_SIZE, MXFP4_PADDING_ALIGN_SIZE
 from turbo_triton import _runtime
+from turbo_triton.launcher import fast_kernel
 from turbo_triton.quantization import common
 from turbo_triton.quantization.common import Tile
 
@@ -154,7 +155,7 @@ def quantize_fp4(args: QuantizeFp4Args, tile: Tile | None = None):
     common.check_tile(tile, gm, gn)
     rows_out = data_shape[-2]
     xa, x_bits = (x3.view(torch.int16), True) if pairs else common.x_arg(x3)
-    kern.quant_fp4_kernel[common.grid(b, m_ext, n_ext, tile)](
+    fast_kernel(kern.quant_fp4_kernel)[common.grid(b, m_ext, n_ext, tile)](
         xa, q.view(torch.uint8), s.view(torch.uint8), m, n, m_ext, n_ext, *x3.stride(),
         rows_out * (pad // 2), pad // 2, rows_out * (pad // BS), pad // BS,
         BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, ROW=row, X_BITS=x_bits, FAST=fast, F32MUL=F32MUL,
@@ -182,7 +183,7 @@ def quantize_fp4_with_trans(args: QuantizeFp4WithTransArgs, tile: Tile | None = 
     tile = tile or (_pairs_tile(m_pad, n_pad, BS, TRANS_TILE) if pairs else common.pick_mx(m_pad, n_pad, BS, BS))
     common.check_tile(tile, BS, BS)
     xa, x_bits = (x3.view(torch.int16), True) if pairs else common.x_arg(x3)
-    kern.fp4_with_trans_kernel[common.grid(b, m_pad, n_pad, tile)](
+    fast_kernel(kern.fp4_with_trans_kernel)[common.grid(b, m_pad, n_pad, tile)](
         xa, q_row.view(torch.uint8), s_row.view(torch.uint8), q_col.view(torch.uint8), s_col.view(torch.uint8),
         m, n, m_pad, n_pad, *x3.stride(), BM=tile.block_m, BN=tile.block_n,
         R_GM=BS if args.recipe.use_2d_block else 1, C_GN=BS if args.recipe_for_trans.use_2d_block else 1,
@@ -224,7 +225,7 @@ def dequantize_fp4(args: DequantizeFp4Args, tile: Tile | None = None) -> torch.T
     common.check_tile(tile, 1, BS // 2)
     bf16_bits = common.soft() and args.out_dtype == torch.bfloat16
     asm = asm and tile.block_n >= BS // 2
-    kern.fp4_dequant_kernel[common.grid(b, r, h, tile)](
+    fast_kernel(kern.fp4_dequant_kernel)[common.grid(b, r, h, tile)](
         x3, s3, out.view(torch.int16) if bf16_bits or (asm and args.out_dtype == torch.bfloat16) else out, r, h, x3.stride(0), x3.stride(1), s3.stride(0),
         s3.stride(1), *so, BM=tile.block_m, BH=tile.block_n, ROUND_BF16=bf16_bits, TRANS=not row, ASM=asm,
         num_warps=tile.num_warps)

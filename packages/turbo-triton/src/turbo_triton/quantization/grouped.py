@@ -56,6 +56,7 @@ from turbo_core.dispatch.specs.quantization import (
 )
 from turbo_core.low_precision import E8M0_DTYPE, FLOAT4_E2M1FN_X2, ScalingGranularity
 from turbo_triton import _runtime
+from turbo_triton.launcher import fast_kernel
 from turbo_triton.quantization import common
 from turbo_triton.quantization.common import Tile
 
@@ -158,7 +159,7 @@ def _pad_map(x: torch.Tensor, lens: torch.Tensor, offs: torch.Tensor, align: int
     else:
         lens_r, offs_r = lens_pad, offs_pad  # unused by the kernel
     dst = torch.empty(m_pad if with_row else 1, dtype=torch.int32, device=dev)
-    kern.pad_map_kernel[(max(1, triton.cdiv(m_pad, _MAP_ROWS)),)](
+    fast_kernel(kern.pad_map_kernel)[(max(1, triton.cdiv(m_pad, _MAP_ROWS)),)](
         lens, offs, lens_pad, offs_pad, src, lens_r, offs_r, dst, groups, x.shape[0], m_pad, m_row,
         ALIGN=align, R_ALIGN=row_align or 1, WITH_ROW=with_row, BR=_MAP_ROWS, BG=_group_block(groups))
     if with_row:
@@ -176,7 +177,7 @@ def _unpad_map(offs: torch.Tensor, offs_pad: torch.Tensor, total: int, limit: in
     inv = torch.empty(limit if inverse else 1, dtype=torch.int32, device=offs.device)
     span = max(total, limit) if inverse else total
     if span:
-        kern.unpad_map_kernel[(triton.cdiv(span, _MAP_ROWS),)](offs, offs_pad, out, inv, groups, total, limit,
+        fast_kernel(kern.unpad_map_kernel)[(triton.cdiv(span, _MAP_ROWS),)](offs, offs_pad, out, inv, groups, total, limit,
                                                                BR=_MAP_ROWS, BG=_group_block(groups), WITH_INV=inverse)
     return (out, inv) if inverse else out
 
@@ -200,7 +201,7 @@ def _blockwise_rowwise(x, dtype, bs, tile):
         return q, s
     tile = _tile(tile, m, n, 1, bs)
     xa, x_bits = common.x_arg(x)
-    kernels.quant_groups_kernel[common.grid(1, m, n, tile)](
+    fast_kernel(kernels.quant_groups_kernel)[common.grid(1, m, n, tile)](
         xa, common.data_arg(q), s, m, n, 0, *x.stride(), 0, 1, m, common.eps(), n, 1,
         BM=tile.block_m, BN=tile.block_n, GM=1, GN=bs, **common.fmt_constexprs(dtype), X_BITS=x_bits,
         num_warps=tile.num_warps)
@@ -259,7 +260,7 @@ def _quantize_padded(x, dtype, gran, lens, offs, ax, bs, tile, fp4=False, fast=N
     xa, x_bits = common.x_arg(x)
     if gran == G.BLOCKWISE:
         tile = _tile(tile, m_pad, n, bs, 1)
-        kern.grouped_quant_groups_kernel[common.grid(1, m_pad, n, tile)](
+        fast_kernel(kern.grouped_quant_groups_kernel)[common.grid(1, m_pad, n, tile)](
             xa, src, common.data_arg(q), s, m_pad, n, *x.stride(), common.eps(),
             BM=tile.block_m, BN=tile.block_n, BS=bs, **common.fmt_constexprs(dtype), X_BITS=x_bits,
             HW_SAT=_fast(fast) and common.hw_sat()["HW_SAT"], num_warps=tile.num_warps)
@@ -279,7 +280,7 @@ def _quantize_padded(x, dtype, gran, lens, offs, ax, bs, tile, fp4=False, fast=N
     # FP4 ignores the FP8 format constexprs (placeholders); E2M1 has its own emax.
     fmt = dict(FMAX=1.0, MB=1, BIAS=1, FNUZ=False, SOFT=False) if fp4 else common.fmt_constexprs(dtype)
     q_row_len = data_shape[1]  # the data's row stride (bytes for FP4)
-    kern.grouped_quant_mx_kernel[common.grid(1, m_pad, n_ext, tile)](
+    fast_kernel(kern.grouped_quant_mx_kernel)[common.grid(1, m_pad, n_ext, tile)](
         xa, src, q.view(torch.uint8) if fp4 else common.data_arg(q), s.view(torch.uint8), m_pad, n, n_ext,
         *x.stride(), q_row_len, scale_shape[1], BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, ROW=row,
         FP4=fp4, **fmt, EMAX=0 if fp4 else common.mx_emax_of(dtype), X_BITS=x_bits, FAST=fast8,
@@ -296,7 +297,7 @@ def _fp4_pairs_col(x, src, q, s, m_pad, tile):
     # The dense col-wise pair tile (fp4.COL_TILE: 64 x 128 x 2 on the GPU) over the padded extent.
     tile = tile or fp4._pairs_tile(m_pad, n, 1, fp4.COL_TILE)
     common.check_tile(tile, 32, 1)
-    kern4.grouped_fp4_pairs_col_kernel[common.grid(1, m_pad, n, tile)](
+    fast_kernel(kern4.grouped_fp4_pairs_col_kernel)[common.grid(1, m_pad, n, tile)](
         x.view(torch.int16), src, q.view(torch.uint8), s.view(torch.uint8), m_pad, n, *x.stride(),
         BM=tile.block_m, BN=tile.block_n, ASM=not common.soft(), F32MUL=fp4.F32MUL, num_warps=tile.num_warps)
 
@@ -360,7 +361,7 @@ def _with_trans(x, dtype, gran, lens, offs, bs, tile, fp4=False, fast=None):
     hw = fast8 and common.hw_sat()["HW_SAT"]
     if not mx:
         tile = _tile(tile, m_c, n, bs, bs)
-        kern.grouped_blockwise_with_trans_kernel[common.grid(1, m_c, n, tile)](
+        fast_kernel(kern.grouped_blockwise_with_trans_kernel)[common.grid(1, m_c, n, tile)](
             xa, src, dst, o_col, groups, common.data_arg(q_row), s_row, common.data_arg(q_col), s_col,
             m, m_c, n, *x.stride(), common.eps(), BM=tile.block_m, BN=tile.block_n, BS=bs,
             **common.fmt_constexprs(dtype), X_BITS=x_bits, FAST=fast8, HW_SAT=hw, num_warps=tile.num_warps)
@@ -368,7 +369,7 @@ def _with_trans(x, dtype, gran, lens, offs, bs, tile, fp4=False, fast=None):
         tile = _tile(tile, m_c, n_ext, 32, 32, mx=True)
         fmt = dict(FMAX=1.0, MB=1, BIAS=1, FNUZ=False, SOFT=False) if fp4 else common.fmt_constexprs(dtype)
         data = (lambda t: t) if fp4 else common.data_arg
-        kern.grouped_mx_with_trans_kernel[common.grid(1, m_c, n_ext, tile)](
+        fast_kernel(kern.grouped_mx_with_trans_kernel)[common.grid(1, m_c, n_ext, tile)](
             xa, src, dst, o_col, groups, data(q_row), s_row.view(torch.uint8), data(q_col), s_col.view(torch.uint8),
             m_c, m_r, n, n_ext, *x.stride(), BM=tile.block_m, BN=tile.block_n, FP4=fp4, **fmt,
             EMAX=0 if fp4 else common.mx_emax_of(dtype), X_BITS=x_bits, FAST=fast8, HW_SAT=hw,
@@ -386,7 +387,7 @@ def _fp4_pairs_with_trans(x, src, dst, o_col, q_row, s_row, q_col, s_col, m_c, n
     # The dense with_trans pair tile (fp4.TRANS_TILE: 32 x 128 x 2 on the GPU).
     tile = tile or fp4._pairs_tile(m_c, n_pad, 32, fp4.TRANS_TILE)
     common.check_tile(tile, 32, 32)
-    kern4.grouped_fp4_pairs_with_trans_kernel[common.grid(1, m_c, n_pad, tile)](
+    fast_kernel(kern4.grouped_fp4_pairs_with_trans_kernel)[common.grid(1, m_c, n_pad, tile)](
         x.view(torch.int16), src, dst, o_col, o_col.shape[0] - 1, q_row, s_row.view(torch.uint8), q_col,
         s_col.view(torch.uint8), m_c, m, n, n_pad, *x.stride(), BM=tile.block_m, BN=tile.block_n,
         ASM=not common.soft(), F32MUL=fp4.F32MUL, num_warps=tile.num_warps)
@@ -453,7 +454,7 @@ def _launch_dequant(data, s, idx, out, c, strides, pdiv, cdiv, kind, fp8_dtype, 
     block_scales = block_scales and tile.block_n % 32 == 0
     fmt = common.fmt_constexprs(fp8_dtype) if fp8_dtype is not None else dict(MB=1, BIAS=1, FNUZ=False, SOFT=False)
     bf16_bits = common.soft() and out.dtype == torch.bfloat16
-    kern.grouped_dequant_kernel[common.grid(1, total, c, tile)](
+    fast_kernel(kern.grouped_dequant_kernel)[common.grid(1, total, c, tile)](
         data, s, idx, out.view(torch.int16) if bf16_bits else out, total, c, *strides,
         BM=tile.block_m, BN=tile.block_n, PDIV=pdiv, CDIV=cdiv, KIND=kind, MB=fmt["MB"], BIAS=fmt["BIAS"],
         FNUZ=fmt["FNUZ"], SOFT=fmt["SOFT"], ROUND_BF16=bf16_bits, BLOCK_SCALES=block_scales,
@@ -480,7 +481,7 @@ def _mx_col_dequant(x, sb, offs, offs_pad, out, tile):
     data = common.data_arg(x)
     # Large tiles: the usual tile has nothing to write and only reads its map entries.
     fix = common.pick(total, c, 1, 1, cap_n=1024, target=65536, warps=8)
-    kern.grouped_mx_dequant_fix_kernel[common.grid(1, total, c, fix)](
+    fast_kernel(kern.grouped_mx_dequant_fix_kernel)[common.grid(1, total, c, fix)](
         data, sb, idx, inv, o, total, c, *x.stride(), *sb.stride(), BR=fix.block_m, BC=fix.block_n,
         GC=min(64, fix.block_n), **consts, num_warps=fix.num_warps)
     # The dense MX col-wise dequantize's tile (128 x 64 on 8 warps: 128 data rows, so each output row
@@ -489,7 +490,7 @@ def _mx_col_dequant(x, sb, offs, offs_pad, out, tile):
     common.check_tile(tile, 1, 1)
     if p == 0:  # no padded rows: every output row is a zero row, written above
         return out
-    kern.grouped_mx_dequant_trans_kernel[common.grid(1, c, p, tile)](
+    fast_kernel(kern.grouped_mx_dequant_trans_kernel)[common.grid(1, c, p, tile)](
         data, sb, idx, inv, o, c, p, *x.stride(), *sb.stride(), BM=tile.block_m, BN=tile.block_n, **consts,
         num_warps=tile.num_warps)
     return out
@@ -520,7 +521,7 @@ def grouped_dequantize_fp8(args: GroupedDequantizeFp8Args, tile: Tile | None = N
         tile = _tile(tile, m, n, 1, 1)
         fmt = common.fmt_constexprs(x.dtype)
         bf16_bits = common.soft() and out.dtype == torch.bfloat16
-        kernels.dequant_kernel[common.grid(1, m, n, tile)](
+        fast_kernel(kernels.dequant_kernel)[common.grid(1, m, n, tile)](
             data, s, out.view(torch.int16) if bf16_bits else out, m, n, 0, *x.stride(), 0, s.stride(1), s.stride(0),
             BM=tile.block_m, BN=tile.block_n, GM=1, GN=args.block_size, MB=fmt["MB"], BIAS=fmt["BIAS"],
             FNUZ=fmt["FNUZ"], SOFT=fmt["SOFT"], ROUND_BF16=bf16_bits, num_warps=tile.num_warps)

@@ -27,6 +27,7 @@ import triton
 
 from turbo_core.dispatch.specs.quantization import QuantizeFp8Args, mx_is_rowwise, mx_shapes, normalize_axis
 from turbo_core.low_precision import E8M0_DTYPE, MXFP8_BLOCK_SIZE, ScalingGranularity
+from turbo_triton.launcher import fast_kernel
 from turbo_triton.quantization import common
 from turbo_triton.quantization.common import Tile
 
@@ -56,7 +57,7 @@ def _launch_groups(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, gm: int,
     tile = tile or common.pick(m, n, gm, gn, cap_n=max(gn, 1024))
     common.check_tile(tile, gm, gn)
     xa, x_bits = common.x_arg(x3)
-    kernels.quant_groups_kernel[common.grid(b, m, n, tile)](
+    fast_kernel(kernels.quant_groups_kernel)[common.grid(b, m, n, tile)](
         xa, common.data_arg(q), s3, m, n, *x3.stride(), *s3.stride(), common.eps(), *_q_strides(m, n, q_transposed),
         BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, **common.fmt_constexprs(dtype), X_BITS=x_bits,
         **common.hw_sat(), num_warps=tile.num_warps)
@@ -85,7 +86,7 @@ def _launch_amax_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, red_m
     xa, x_bits = common.x_arg(x3)
     flags = dict(RED_M=red_m, RED_N=red_n, X_BITS=x_bits)
     a_grid = (b * triton.cdiv(m, a_tile.block_m * iters) * triton.cdiv(n, a_tile.block_n),)
-    kernels.amax_kernel[a_grid](xa, amax, m, n, *x3.stride(), *sa, BM=a_tile.block_m, BN=a_tile.block_n,
+    fast_kernel(kernels.amax_kernel)[a_grid](xa, amax, m, n, *x3.stride(), *sa, BM=a_tile.block_m, BN=a_tile.block_n,
                                 ITERS=iters, **flags, num_warps=a_tile.num_warps)
     scale_cast(x3, q, s3, amax, red_m, red_n, dtype, c_tile, q_transposed)
 
@@ -107,9 +108,9 @@ def scale_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, amax: torch.
     a_arg = scales if scales is not None else amax
     if scaled and scales is None:
         a_arg = torch.empty(amax.shape, dtype=torch.float32, device=x3.device)
-        kernels.scale_kernel[(triton.cdiv(amax.numel(), 1024),)](amax, a_arg, s3, amax.numel(), common.eps(),
+        fast_kernel(kernels.scale_kernel)[(triton.cdiv(amax.numel(), 1024),)](amax, a_arg, s3, amax.numel(), common.eps(),
                                                                 FMAX=fmt["FMAX"], BLOCK=1024, num_warps=4)
-    kernels.cast_kernel[common.grid(b, m, n, c_tile)](
+    fast_kernel(kernels.cast_kernel)[common.grid(b, m, n, c_tile)](
         xa, a_arg, common.data_arg(q), s3, m, n, *x3.stride(), *sa, common.eps(), *_q_strides(m, n, q_transposed),
         BM=c_tile.block_m,
         BN=c_tile.block_n, **flags, **fmt, **common.hw_sat(), SCALED=scaled, num_warps=c_tile.num_warps)
@@ -227,7 +228,7 @@ def _mx(x: torch.Tensor, dtype: torch.dtype, axis: int, use_2d: bool, tile: Tile
     common.check_tile(tile, gm, gn)
     rows_out = data_shape[-2]
     xa, x_bits = common.x_arg(x3)
-    kernels.quant_mx_kernel[common.grid(b, m_ext, n_ext, tile)](
+    fast_kernel(kernels.quant_mx_kernel)[common.grid(b, m_ext, n_ext, tile)](
         xa, common.data_arg(q), s.view(torch.uint8), m, n, m_ext, n_ext, *x3.stride(),
         rows_out * pad, pad, rows_out * (pad // MXFP8_BLOCK_SIZE), pad // MXFP8_BLOCK_SIZE,
         BM=tile.block_m, BN=tile.block_n, GM=gm, GN=gn, ROW=row, **common.fmt_constexprs(dtype),

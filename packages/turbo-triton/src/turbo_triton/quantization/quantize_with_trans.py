@@ -18,6 +18,7 @@ import triton
 
 from turbo_core.dispatch.specs.quantization import QuantizeFp8WithTransArgs, mx_shapes
 from turbo_core.low_precision import E8M0_DTYPE, MXFP8_BLOCK_SIZE, ScalingGranularity
+from turbo_triton.launcher import fast_kernel
 from turbo_triton.quantization import common
 from turbo_triton.quantization.common import Tile
 
@@ -54,7 +55,7 @@ def _blockwise(x: torch.Tensor, dtype: torch.dtype, bs: int, tile: Tile | None):
     tile = tile or common.pick(m, n, bs, bs, warps=8 if bs >= 128 else None)
     common.check_tile(tile, bs, bs)
     xa, x_bits = common.x_arg(x)
-    kernels.blockwise_with_trans_kernel[common.grid(1, m, n, tile)](
+    fast_kernel(kernels.blockwise_with_trans_kernel)[common.grid(1, m, n, tile)](
         xa, common.data_arg(q_row), s_row, common.data_arg(q_col), s_col, m, n, *x.stride(), common.eps(),
         BM=tile.block_m, BN=tile.block_n, BS=bs, **common.fmt_constexprs(dtype), X_BITS=x_bits,
         num_warps=tile.num_warps)
@@ -80,7 +81,7 @@ def _mx(x: torch.Tensor, dtype: torch.dtype, row_2d: bool, col_2d: bool, tile: T
     tile = tile or common.pick_mx(m_pad, n_pad, MXFP8_BLOCK_SIZE, MXFP8_BLOCK_SIZE)
     common.check_tile(tile, MXFP8_BLOCK_SIZE, MXFP8_BLOCK_SIZE)
     xa, x_bits = common.x_arg(x3)
-    kernels.mx_with_trans_kernel[common.grid(b, m_pad, n_pad, tile)](
+    fast_kernel(kernels.mx_with_trans_kernel)[common.grid(b, m_pad, n_pad, tile)](
         xa, common.data_arg(q_row), s_row.view(torch.uint8), common.data_arg(q_col), s_col.view(torch.uint8),
         m, n, m_pad, n_pad, *x3.stride(), BM=tile.block_m, BN=tile.block_n, R_GM=32 if row_2d else 1,
         C_GN=32 if col_2d else 1, **common.fmt_constexprs(dtype), EMAX=common.mx_emax_of(dtype),
@@ -122,7 +123,7 @@ def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None, row_tile: T
             else torch.zeros((b, 1, n), dtype=torch.int32, device=dev))
     xa, x_bits = common.x_arg(x3)
     fmt = common.fmt_constexprs(dtype)
-    kernels.rowwise_with_trans_kernel[(b * programs,)](
+    fast_kernel(kernels.rowwise_with_trans_kernel)[(b * programs,)](
         xa, common.data_arg(q_row), s_row, amax, m, n, *x3.stride(), m, 1, amax.stride(0), amax.stride(2),
         common.eps(), BM=r_tile.block_m, BN=r_tile.block_n, **fmt, X_BITS=x_bits,
         **common.hw_sat(), ITERS=iters, STAGES=stages, PARTIAL=partial, num_warps=r_tile.num_warps)
@@ -131,7 +132,7 @@ def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None, row_tile: T
     scales = None
     if partial:
         scales = torch.empty((b, 1, n), dtype=torch.float32, device=dev)
-        kernels.partial_scale_kernel[(b * triton.cdiv(n, _PARTIAL_BN),)](
+        fast_kernel(kernels.partial_scale_kernel)[(b * triton.cdiv(n, _PARTIAL_BN),)](
             amax, scales, s_col, programs, n, common.eps(), FMAX=fmt["FMAX"], BP=_PARTIAL_BP, BN=_PARTIAL_BN,
             num_warps=4)
     quantize.scale_cast(x3, q_col.view(b, m, n), s_col.view(b, 1, n), None if partial else amax, True, False,
