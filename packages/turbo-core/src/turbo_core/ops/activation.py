@@ -10,6 +10,7 @@ import torch
 from turbo_core.dispatch.launch import activation as launch
 from turbo_core.dispatch.specs.activation import GluFwdArgs, glu_primitive
 from turbo_core.dispatch.specs.validate import FLOAT_DTYPES, require_even_last_dim, require_tensor
+from turbo_core.ops._autograd import grad_needed
 
 __all__ = ["geglu_with_probs", "swiglu_with_probs"]
 
@@ -47,8 +48,9 @@ def _glu(kind: str, x: object, probs: object, row_mask: object) -> torch.Tensor:
     if isinstance(row_mask, torch.Tensor) and row_mask.dim() == 1:
         row_mask = row_mask.contiguous()
     glu_primitive(kind, "fwd").check_args(GluFwdArgs(x2d, p1d, row_mask))
-    out = _GluFunction.apply(x2d, p1d, row_mask, kind)
-    return out
+    if not grad_needed(x2d, p1d):
+        return launch.glu_fwd(kind, x2d, p1d, row_mask)
+    return _GluFunction.apply(x2d, p1d, row_mask, kind)
 
 
 def swiglu_with_probs(x: torch.Tensor, probs: torch.Tensor, row_mask: torch.Tensor | None = None) -> torch.Tensor:

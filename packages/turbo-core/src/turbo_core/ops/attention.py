@@ -36,6 +36,7 @@ from turbo_core.dispatch.specs.attention import (
     check_window_size,
 )
 from turbo_core.dispatch.specs.validate import require_tensor
+from turbo_core.ops._autograd import grad_needed
 
 __all__ = ["flash_attn_fp8_func", "flash_attn_func", "flash_attn_varlen_func"]
 
@@ -184,6 +185,10 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     scale = _scale(softmax_scale, qc)
     ATTENTION_FWD.check_args(AttentionFwdArgs(qc, kc, vc, None, None, 0, 0, scale, causal, window, sink,
                                               dropout_p, deterministic))
+    if not grad_needed(qc, kc, vc, sink):
+        out, lse = launch.attention_fwd(AttentionFwdArgs(qc, kc, vc, None, None, 0, 0, scale, causal, window, sink,
+                                                         dropout_p, deterministic))
+        return _finish(out, lse, q, return_lse)
     qc, kc, vc = _distinct(qc, kc, vc)
     out, lse = _FlashAttnFunction.apply(qc, kc, vc, sink, None, None, 0, 0, scale, causal, window,
                                         dropout_p, deterministic)

@@ -6,6 +6,7 @@ import torch
 
 from turbo_core.dispatch.launch import gemm as launch
 from turbo_core.dispatch.specs.gemm import GEMM, GemmArgs
+from turbo_core.ops._autograd import grad_needed
 from turbo_core.ops._grad_accum import check_pattern, dummy_grad
 
 __all__ = ["gemm"]
@@ -57,4 +58,6 @@ def gemm(a: torch.Tensor, b: torch.Tensor, trans_a: bool = False, trans_b: bool 
     fused = check_pattern(fuse_bgrad_accum_pattern, b)
     if fused:
         b.grad_added_to_main_grad = True
+    elif not grad_needed(a, b):
+        return launch.gemm(a, b, trans_a=trans_a, trans_b=trans_b, out_dtype=out_dtype)
     return _GemmFunction.apply(a, b, trans_a, trans_b, out_dtype, fused)

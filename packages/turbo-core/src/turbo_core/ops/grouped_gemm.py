@@ -8,6 +8,7 @@ import torch
 from turbo_core.dispatch.launch import grouped_gemm as launch
 from turbo_core.dispatch.specs.grouped_gemm import GROUPED_GEMM, GroupedGemmArgs
 from turbo_core.dispatch.specs.validate import assert_group_values_async, check_group_lens
+from turbo_core.ops._autograd import grad_needed
 from turbo_core.ops._grad_accum import check_pattern, dummy_grad
 
 __all__ = ["grouped_gemm", "grouped_gemm_compute_offs"]
@@ -105,4 +106,7 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, group_lens: torch.Tensor, gro
         assert_group_values_async(group_lens, group_offs if offs_given else None, a.shape[0])
     if fused:
         b.grad_added_to_main_grad = True
+    elif not grad_needed(a, b):
+        return launch.grouped_gemm(a.contiguous(), b.contiguous(), group_lens, group_offs, trans_b=trans_b,
+                                   num_cu=num_cu, schedule=schedule)
     return _GroupedGemmFunction.apply(a, b, group_lens, group_offs, trans_b, num_cu, schedule, fused)

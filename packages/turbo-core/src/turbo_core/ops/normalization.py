@@ -7,6 +7,7 @@ import torch
 from turbo_core.dispatch.launch import normalization as launch
 from turbo_core.dispatch.specs.normalization import RMSNORM_FWD, RmsNormFwdArgs
 from turbo_core.dispatch.specs.validate import FLOAT_DTYPES, require_nonempty_last_dim, require_shape, require_tensor
+from turbo_core.ops._autograd import grad_needed
 
 __all__ = ["rmsnorm", "rmsnorm_residual"]
 
@@ -81,7 +82,10 @@ def rmsnorm(x: torch.Tensor, gamma: torch.Tensor | None, eps: float = 1e-6,
         gamma's dtype.
     """
     x2d, _, gamma = _flatten(x, gamma, eps, zero_centered)
-    y = _RmsNormFunction.apply(x2d, gamma, float(eps), zero_centered)
+    if grad_needed(x2d, gamma):
+        y = _RmsNormFunction.apply(x2d, gamma, float(eps), zero_centered)
+    else:
+        y = launch.rmsnorm_fwd(x2d, gamma, eps=float(eps), zero_centered=zero_centered)[0]
     return y.reshape(x.shape)
 
 
@@ -102,5 +106,8 @@ def rmsnorm_residual(x: torch.Tensor, residual: torch.Tensor, gamma: torch.Tenso
         rounded once.
     """
     x2d, r2d, gamma = _flatten(x, gamma, eps, zero_centered, fused=True, residual=residual)
-    y, x_plus_r = _RmsNormResidualFunction.apply(x2d, r2d, gamma, float(eps), zero_centered)
+    if grad_needed(x2d, r2d, gamma):
+        y, x_plus_r = _RmsNormResidualFunction.apply(x2d, r2d, gamma, float(eps), zero_centered)
+    else:
+        y, _, x_plus_r = launch.rmsnorm_fwd(x2d, gamma, eps=float(eps), zero_centered=zero_centered, residual=r2d)
     return y.reshape(x.shape), x_plus_r.reshape(x.shape)
