@@ -17,6 +17,7 @@ from turbo_core.dispatch.specs import (  # noqa: F401
     grouped_gemm_fp8,
     moe,
     normalization,
+    normalization_fp8,
     quantization,
 )
 from turbo_core.plugins.host import set_primitive_names

@@ -41,6 +41,8 @@ DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
 
 # Norms and GLUs: TRITON (the `norm` and `activation` suites measure it); AITER also serves the RMSNorm forward on ROCm.
 DEFAULTS.update({name: {"rocm": (B.TRITON, B.AITER), "cuda": (B.TRITON,), **_CPU} for name in ("rmsnorm_fwd",)})
+# The FP8-output RMSNorm: TRITON's fused kernel, then TORCH (the composition, for rows TRITON declines).
+DEFAULTS["rmsnorm_fwd_fp8"] = {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU}
 DEFAULTS.update({name: {"rocm": (B.TRITON,), "cuda": (B.TRITON,), **_CPU}
                  for name in ("rmsnorm_bwd", "swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd")})
 

@@ -7,6 +7,7 @@ import torch
 from turbo_core.low_precision import Float8QuantConfig
 from turbo_core.ops.gemm_fp8 import fp8_config, gemm_fp8
 from turbo_core.ops.weight_cache import WeightQuantCache
+from turbo_core.quantized_tensor import QuantizedTensor, QuantizedTensorPair
 
 __all__ = ["Float8Linear"]
 
@@ -34,6 +35,11 @@ class Float8Linear(torch.nn.Linear):
     None`` turns the cache off for this module (``weight_cache_disabled()`` for every module in a
     block); under ``torch.compile`` and during CUDA-graph capture it is not used.
 
+    ``x`` may also come pre-quantized, as a 2-D ``[T, in_features]`` :class:`QuantizedTensor` or
+    :class:`QuantizedTensorPair` quantized with this layer's recipe (e.g. from
+    :func:`turbo_core.ops.rmsnorm_fp8`, ``with_trans=True`` in training): the GEMM uses it as given
+    and the output is ``[T, out_features]`` in its (logical) dtype.
+
     Args:
         in_features, out_features, bias, device, dtype: as ``torch.nn.Linear``.
         config: :class:`Float8QuantConfig`; ``None`` means TENSORWISE E4M3.
@@ -46,16 +52,19 @@ class Float8Linear(torch.nn.Linear):
         self.config = config
         self.weight_cache: WeightQuantCache | None = WeightQuantCache()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.in_features:
-            raise ValueError(f"x: expected last dim {self.in_features}, got shape {tuple(x.shape)}")
-        x2d = x.reshape(-1, self.in_features)
+    def forward(self, x: torch.Tensor | QuantizedTensor | QuantizedTensorPair) -> torch.Tensor:
+        pre = x.data if isinstance(x, QuantizedTensorPair) else x
+        if isinstance(pre, QuantizedTensor) and pre.dim() != 2:
+            raise ValueError(f"x: a pre-quantized x must be 2-D [T, {self.in_features}], got shape {tuple(pre.shape)}")
+        if pre.shape[-1] != self.in_features:
+            raise ValueError(f"x: expected last dim {self.in_features}, got shape {tuple(pre.shape)}")
+        x2d = x if isinstance(pre, QuantizedTensor) else x.reshape(-1, self.in_features)
         pattern = "megatron" if hasattr(self.weight, "main_grad") else None
-        y = gemm_fp8(x2d, self.weight, trans_a=False, trans_b=True, out_dtype=x.dtype, config=self.config,
+        y = gemm_fp8(x2d, self.weight, trans_a=False, trans_b=True, out_dtype=pre.dtype, config=self.config,
                      fuse_bgrad_accum_pattern=pattern, weight_cache=getattr(self, "weight_cache", None))
         if self.bias is not None:
             y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return y.reshape(*pre.shape[:-1], self.out_features)
 
     @classmethod
     def from_float(cls, mod: torch.nn.Linear, config: Float8QuantConfig | None = None,

@@ -12,9 +12,10 @@ from turbo_core.ops.grouped_gemm import *  # noqa: F401,F403
 from turbo_core.ops.grouped_gemm_fp8 import *  # noqa: F401,F403
 from turbo_core.ops.moe import *  # noqa: F401,F403
 from turbo_core.ops.normalization import *  # noqa: F401,F403
+from turbo_core.ops.normalization_fp8 import *  # noqa: F401,F403
 from turbo_core.ops.quantization import *  # noqa: F401,F403
 from turbo_core.ops.weight_cache import *  # noqa: F401,F403
 
 _FAMILIES = ("activation", "async_tp", "attention", "fp8_all_to_all", "gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "moe", "normalization",
-             "quantization", "weight_cache")
+             "normalization_fp8", "quantization", "weight_cache")
 __all__ = [name for fam in _FAMILIES for name in _sys.modules[f"{__name__}.{fam}"].__all__]

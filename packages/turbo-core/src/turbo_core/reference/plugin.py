@@ -12,7 +12,7 @@ from turbo_core._version import __version__
 from turbo_core.backend import BackendType
 from turbo_core.plugins import BackendInfo, hookimpl
 
-FAMILIES = ("gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "quantization", "attention", "normalization",
+FAMILIES = ("gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "quantization", "attention", "normalization", "normalization_fp8",
             "activation", "moe")
 
 

@@ -10,11 +10,13 @@ from turbo_core.testing.cases import (
     grouped_gemm,
     moe,
     normalization,
+    normalization_fp8,
     quantization,
 )
 
-FAMILIES = ("gemm", "gemm_fp8", "grouped_gemm", "quantization", "attention", "normalization", "activation", "moe")
-_MODULES = (gemm, gemm_fp8, grouped_gemm, quantization, attention, normalization, activation, moe)
+FAMILIES = ("gemm", "gemm_fp8", "grouped_gemm", "quantization", "attention", "normalization", "normalization_fp8",
+            "activation", "moe")
+_MODULES = (gemm, gemm_fp8, grouped_gemm, quantization, attention, normalization, normalization_fp8, activation, moe)
 
 
 def collect():
