@@ -95,8 +95,10 @@ def scale_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, amax: torch.
                red_n: bool, dtype: torch.dtype, c_tile: Tile, q_transposed: bool = False,
                scales: torch.Tensor | None = None) -> None:
     """The second pass of the two-pass path: the cast of ``x3`` from the amax bits in ``amax``
-    (shaped like ``s3``); reductions over M first turn the amax into scales once (``scale_kernel``),
-    unless ``scales`` (fp32, shaped like ``s3``, ``s3`` already written) are given."""
+    (shaped like ``s3``); reductions over M alone (one scale a column) first turn the amax into
+    scales once (``scale_kernel``), unless ``scales`` (fp32, shaped like ``s3``, ``s3`` already
+    written) are given. A reduction over both dims (one scale a batch, TENSORWISE) has the cast derive
+    its one scale itself: one launch fewer, the same bits (both use ``fp32_scale``)."""
     from turbo_triton.quantization import kernels
 
     b, m, n = x3.shape
@@ -104,7 +106,7 @@ def scale_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, amax: torch.
     xa, x_bits = common.x_arg(x3)
     flags = dict(RED_M=red_m, RED_N=red_n, X_BITS=x_bits)
     fmt = common.fmt_constexprs(dtype)
-    scaled = red_m
+    scaled = scales is not None or (red_m and not red_n)
     a_arg = scales if scales is not None else amax
     if scaled and scales is None:
         a_arg = torch.empty(amax.shape, dtype=torch.float32, device=x3.device)
