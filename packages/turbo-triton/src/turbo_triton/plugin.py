@@ -22,7 +22,7 @@ def turbo_backend_info():
         notes="dense gemm, FP8 gemm (tensorwise, rowwise, blockwise, emulated MX), grouped gemm and grouped FP8 "
               "gemm (tensorwise, rowwise, blockwise; forward/dgrad and the variable-K wgrad), flash attention "
               "(forward and backward: dense and varlen, causal, window, GQA, sink, head dims up to 256; FP8 E4M3 "
-              "with 64-row block scales, dense), rmsnorm "
+              "with 64-row block scales, dense), rmsnorm (and its FP8-output forward, ROWWISE/BLOCKWISE/MX) "
               "and swiglu/geglu (forward and backward), FP8 quantize/dequantize (every granularity, fused row+column "
               "with_trans), MXFP4 quantize/with_trans/dequantize, grouped FP8 (BLOCKWISE, MX) and MXFP4 "
               "quantize/with_trans/dequantize, the MoE router (group-limited top-k, forward and "
@@ -111,6 +111,9 @@ def turbo_register_kernels(register):
     for name in ("rmsnorm_fwd", "rmsnorm_bwd"):
         register(Kernel(name, "TRITON", f"turbo_triton.normalization.launch:{name}",
                         check="turbo_triton.normalization.launch:can_handle", variants=("bf16", "fp16", "fp32")))
+    register(Kernel("rmsnorm_fwd_fp8", "TRITON", "turbo_triton.normalization.fp8_launch:rmsnorm_fwd_fp8",
+                    check="turbo_triton.normalization.fp8_launch:can_handle",
+                    variants=("bf16", "fp16", "fp32", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE")))
     for name in ("swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd"):
         register(Kernel(name, "TRITON", f"turbo_triton.activation.launch:{name}",
                         check="turbo_triton.activation.launch:can_handle", variants=("bf16", "fp16", "fp32")))
