@@ -130,6 +130,9 @@ class ScalingRecipe(NamedTuple):
     shuffle_out: bool = False
 
 
+#: The recipe ``None`` stands for (one shared instance: a NamedTuple is immutable).
+_DEFAULT_RECIPE = ScalingRecipe()
+
 # Name -> member tables (plain dict lookups, which torch.compile traces; enum calls it may not).
 _FORMATS = {f.value: f for f in Format}
 _GRANULARITIES = {g.value: g for g in ScalingGranularity}
@@ -205,10 +208,12 @@ def as_granularity(value: object, name: str = "granularity") -> ScalingGranulari
 
 def as_recipe(value: object, name: str = "scaling_recipe") -> ScalingRecipe:
     """``None`` -> the default recipe; a :class:`ScalingRecipe` is checked to hold bools."""
-    if value is None:
-        return ScalingRecipe()
+    if value is None or value is _DEFAULT_RECIPE:
+        return _DEFAULT_RECIPE
     if not isinstance(value, ScalingRecipe):
         raise TypeError(f"{name}: expected a ScalingRecipe or None, got {type(value).__name__}")
+    if all(type(v) is bool for v in value):
+        return value
     for field_name, v in zip(ScalingRecipe._fields, value, strict=True):
         if not isinstance(v, bool):
             raise TypeError(f"{name}.{field_name}: expected a bool, got {v!r}")
