@@ -257,3 +257,40 @@ def test_quick_host_suite_times_every_op_beside_its_torch_call(tmp_path):
             assert sum(parts.values()) == pytest.approx(r["us_per_call"])
     step = next(r for r in rows if r["op"] == "linear_fp8" and r["provider"] == "turbo:auto")
     assert "gemm_fp8:TORCH" in step["kernels"] and step["pass"] == "fwd+bwd"
+
+
+def test_quick_linear_fp8_suite_times_a_training_step_per_recipe(tmp_path):
+    from turbo_core.bench.suites import linear_fp8
+
+    out = tmp_path / "l.json"
+    assert main(["bench", "linear-fp8", "--quick", "--iters", "2", "--warmup", "1",
+                 "--providers", "torch", "turbo:bf16", "turbo:fp8-tensorwise", "turbo:fp8-rowwise",
+                 "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["provider"] for r in rows] == ["torch", "turbo:bf16", "turbo:fp8-tensorwise", "turbo:fp8-rowwise"]
+    (t, k, n), = linear_fp8.QUICK_SHAPES
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert (r["m"], r["k"], r["n"], r["pass"], r["timing"]) == (t, k, n, "step", "wall clock")
+        assert r["tflops"] == pytest.approx(6 * t * k * n / (r["median_ms"] * 1e-3) / 1e12)
+        assert r["ratio"] == pytest.approx(rows[0]["median_ms"] / r["median_ms"])
+    # the same layer's forward: bf16 rounding for turbo's Linear, E4M3 quantization for FP8
+    assert rows[0]["max_rel_err"] == 0.0 and rows[1]["max_rel_err"] < 1e-2
+    assert all(0 < r["max_rel_err"] < 0.1 for r in rows[2:])
+
+
+def test_linear_fp8_step_updates_the_weight_every_step():
+    """A step is forward, backward and an SGD update: the weight changes each step (so FP8 layers
+    quantize a changed weight each step, as in training)."""
+    from turbo_core.bench.suites import linear_fp8
+
+    ref = torch.nn.Linear(16, 32, bias=False, dtype=torch.bfloat16)
+    mod = linear_fp8.PROVIDERS["turbo:fp8-tensorwise"][1](ref)
+    x, dy = torch.randn(8, 16, dtype=torch.bfloat16), torch.randn(8, 32, dtype=torch.bfloat16)
+    step, forward = linear_fp8._step(mod, x, dy)
+    before = mod.weight.detach().clone()
+    version = mod.weight._version
+    step()
+    assert mod.weight._version > version and mod.weight.grad is None
+    assert not torch.equal(before, mod.weight.detach()) or float(dy.abs().sum()) == 0.0
+    assert torch.equal(ref.weight, before)  # the reference layer itself is untouched

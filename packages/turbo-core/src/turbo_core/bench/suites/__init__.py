@@ -14,7 +14,8 @@ scores expert-parallel dispatch/combine in GB/s against a raw ``all_to_all_singl
 ``async-tp`` (module ``async_tp``) starts its processes the same way and scores the async
 tensor-parallel ops in TFLOP/s against the unfused collective + ``torch.matmul``. ``host`` times
 what the host pays per eager call (tiny shapes, wall clock) for turbo's ops beside the PyTorch call
-a user would write instead."""
+a user would write instead. ``linear-fp8`` (module ``linear_fp8``) times a linear layer's whole training step
+(forward, backward, SGD) per FP8 recipe beside bf16 ``nn.Linear`` and torchao's float8 training."""
 
 SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8", "attention",
-          "moe", "moe-dispatch", "async-tp", "host")
+          "moe", "moe-dispatch", "async-tp", "host", "linear-fp8")
