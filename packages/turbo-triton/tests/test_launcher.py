@@ -54,3 +54,18 @@ def test_interpreted_launches_take_tritons_path_and_compute_the_same(monkeypatch
     torch.testing.assert_close(y, x * x * 0.5, rtol=0, atol=0)
     assert launcher.stats() == {"fast": 0, "slow": 1, "entries": 0}
     assert launcher.fast_kernel(_scale_kernel) is launcher.fast_kernel(_scale_kernel)
+
+
+def test_launch_hooks_are_seen_whether_a_chain_or_a_callable(monkeypatch):
+    from triton import knobs
+
+    rt = knobs.runtime
+    monkeypatch.setattr(rt, "launch_enter_hook", type(rt.launch_enter_hook)() if hasattr(rt.launch_enter_hook, "calls")
+                        else None)
+    monkeypatch.setattr(rt, "launch_exit_hook", None)
+    assert not launcher._hooks()  # an empty chain (recent Triton's default) or None: no hook
+    if hasattr(rt.launch_enter_hook, "calls"):
+        rt.launch_enter_hook.add(print)
+        assert launcher._hooks()
+    monkeypatch.setattr(rt, "launch_enter_hook", lambda meta: None)  # a plain callable (older API)
+    assert launcher._hooks()

@@ -16,6 +16,10 @@ kernel:
   ``None``'s value; a host TMA ``TensorDescriptor``'s dtype, shape, strides, block shape and options;
 * the keyword arguments (constexprs and launch options such as ``num_warps``) by value.
 
+The table holds no tensor (``turbo_core.graph_pool``'s rule: nothing a call allocates outlives it
+unless it is an output): positional tensors enter the key as dtype and alignment only, and a launch
+with a tensor passed by keyword is never stored.
+
 Any other argument type, a callable grid, or launch hooks installed (``triton.knobs.runtime``
 ``launch_enter_hook``, which profilers such as proton set) take Triton's own path for that call. In the
 interpreter (``TRITON_INTERPRET=1``) every call takes Triton's path. The compiled kernels themselves
@@ -89,14 +93,33 @@ _lock = threading.Lock()
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
+try:
+    from triton import knobs as _knobs
+except ImportError:  # a Triton without knobs: every call takes Triton's path
+    _knobs = None
+
+
+def _hook_set(hook: Any) -> bool:
+    """Whether a launch hook slot holds a hook: a callable, or a non-empty ``HookChain`` (recent
+    Triton keeps an empty chain there rather than ``None``)."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return bool(calls) if calls is not None else True
+
+
+def _holds_tensor(kwargs: dict) -> bool:
+    """Whether a keyword argument is a tensor: the key (by identity) and the tail would keep it alive
+    past the call, so such a launch is not stored and always takes Triton's path."""
+    return any(isinstance(v, _TENSOR) for v in kwargs.values())
+
+
 def _hooks() -> bool:
     """Whether Triton launch hooks are installed (then every call takes Triton's path)."""
-    try:
-        from triton import knobs
-    except ImportError:  # a Triton without knobs: no fast path
+    if _knobs is None:
         return True
-    rt = knobs.runtime
-    return rt.launch_enter_hook is not None or rt.launch_exit_hook is not None
+    rt = _knobs.runtime
+    return _hook_set(rt.launch_enter_hook) or _hook_set(rt.launch_exit_hook)
 
 
 class FastKernel:
@@ -147,7 +170,7 @@ class FastKernel:
             return
         if entry is False:
             compiled = self.fn[grid](*args, **kwargs)
-            if len(self._entries) >= MAX_KEYS:
+            if len(self._entries) >= MAX_KEYS or _holds_tensor(kwargs):
                 _stats["slow"] += 1
                 return
             tail = self._tail(len(args), kwargs) if compiled is not None else None
