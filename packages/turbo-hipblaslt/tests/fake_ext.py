@@ -236,7 +236,7 @@ def simulate(monkeypatch, fake: FakeExt | None = None) -> FakeExt:
     monkeypatch.setattr(runtime, "ext", lambda: fake)
     monkeypatch.setattr(runtime, "device_index", lambda t: 0)
     monkeypatch.setattr(runtime, "stream_handle", lambda index: 0)
-    monkeypatch.setattr(runtime, "workspace", lambda index, stream: (0, 0))
+    monkeypatch.setattr(runtime, "workspace", lambda index, stream: (0, 0, None))
     monkeypatch.setattr(runtime, "run_on", lambda index, fn, *args: fn(*args))
     monkeypatch.setattr(runtime, "capabilities", lambda index: caps)
     monkeypatch.setattr(runtime, "fp8_needs_tn", lambda index: True)

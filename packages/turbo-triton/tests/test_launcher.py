@@ -69,3 +69,66 @@ def test_launch_hooks_are_seen_whether_a_chain_or_a_callable(monkeypatch):
         assert launcher._hooks()
     monkeypatch.setattr(rt, "launch_enter_hook", lambda meta: None)  # a plain callable (older API)
     assert launcher._hooks()
+
+
+class _FakeCompiled:
+    """What ``kernel[grid](...)`` returns on a GPU, reduced to what the fast path calls."""
+
+    function, packed_metadata = "function", "metadata"
+
+    def __init__(self, runs: list) -> None:
+        self.runs = runs
+
+    def run(self, *launch) -> None:
+        self.runs.append(launch)
+
+
+class _FakeJit:
+    """A ``@triton.jit`` stand-in: ``[grid](*args, **kwargs)`` records Triton's path and returns a
+    compiled kernel whose ``run`` records the fast path."""
+
+    def __init__(self) -> None:
+        self.slow: list = []
+        self.fast: list = []
+
+        def fn(x_ptr, n, BLOCK, SCALE=None):
+            pass
+
+        self.fn = fn
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.slow.append((grid, args, kwargs))
+            return _FakeCompiled(self.fast)
+
+        return launch
+
+
+@pytest.fixture
+def gpu_path(monkeypatch):
+    """The launcher's GPU path on the CPU: no interpreter, no hooks, device 0, stream 0."""
+    monkeypatch.setattr(launcher._runtime, "interpreting", lambda: False)
+    monkeypatch.setattr(launcher, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(launcher, "_hooks", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    launcher.clear()
+
+
+def test_the_table_keeps_no_tensor(gpu_path):
+    """Positional tensors are keyed by dtype and alignment only; a launch with a tensor passed by
+    keyword is never stored (its key and tail would keep the tensor alive past the call)."""
+    jit = _FakeJit()
+    k = launcher.FastKernel(jit)
+    x = torch.zeros(8)
+    for _ in range(2):
+        k[(1,)](x, 8, BLOCK=4)
+    assert len(jit.slow) == 1 and len(jit.fast) == 1  # stored after the first launch, then the fast path
+    assert jit.fast[0][-4:] == (x, 8, 4, None)  # the tensor of this call, the tail from the defaults
+    scale = torch.ones(1)
+    for _ in range(2):
+        k[(1,)](x, 8, BLOCK=4, SCALE=scale)
+    assert len(jit.slow) == 3 and len(jit.fast) == 1  # Triton's path both times: never stored
+    held = [v for key, entry in k._entries.items() for v in (*key[1], *key[2], *(entry.tail if entry else ()))]
+    assert not any(isinstance(v, torch.Tensor) or (isinstance(v, tuple) and any(
+        isinstance(u, torch.Tensor) for u in v)) for v in held)
+    assert launcher.stats() == {"fast": 1, "slow": 3, "entries": 1}

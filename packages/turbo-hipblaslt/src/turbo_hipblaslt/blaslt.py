@@ -19,7 +19,7 @@ from turbo_hipblaslt.codes import DTYPE_CODES, EPILOGUE_CODES
 from turbo_hipblaslt.layout import BlasPlan, plan_gemm
 from turbo_hipblaslt.matmul_args import Side, call_args, probe_args
 
-__all__ = ["algo_count", "args_for", "check", "launch", "launch_many", "meta", "plan"]
+__all__ = ["HeldArgs", "algo_count", "args_for", "check", "launch", "launch_many", "meta", "plan"]
 
 
 def meta(t: torch.Tensor) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -37,17 +37,32 @@ def plan(a: torch.Tensor, trans_a: bool, b: torch.Tensor, trans_b: bool, d: torc
     return _cached_plan(meta(a), bool(trans_a), meta(b), bool(trans_b), meta(d), bool(trans_c), need_tn, need_swapped)
 
 
+class HeldArgs(tuple):
+    """A call's argument tuple that also holds the workspace made for this call alone
+    (``runtime.workspace``'s ``held``): the workspace lives as long as the tuple, which the caller
+    keeps until the launch is queued."""
+
+    workspace: torch.Tensor
+
+
 def args_for(p: BlasPlan, a: Side, b: Side, d: torch.Tensor, *, beta: float = 0.0, epilogue: str | None = None,
              bias: torch.Tensor | None = None, algo: int = 0) -> tuple:
-    """The argument tuple of a call writing ``d`` (on d's device, current stream, its workspace)."""
+    """The argument tuple of a call writing ``d`` (on d's device, current stream, its workspace): a
+    plain tuple with the stream's kept workspace, or a :class:`HeldArgs` holding a workspace of its
+    own (inside CUDA-graph capture; see ``runtime.workspace``)."""
     index = runtime.device_index(d)
     stream = runtime.stream_handle(index)
-    ws, ws_size = runtime.workspace(index, stream)
+    ws, ws_size, held = runtime.workspace(index, stream)
     compute = runtime.tf32() if a.code == DTYPE_CODES[torch.float32] else 0
-    return call_args(p, a, b, d.data_ptr(), DTYPE_CODES[d.dtype], device=index, beta=beta, compute=compute,
+    args = call_args(p, a, b, d.data_ptr(), DTYPE_CODES[d.dtype], device=index, beta=beta, compute=compute,
                      epilogue=EPILOGUE_CODES[epilogue], bias_ptr=bias.data_ptr() if bias is not None else 0,
                      bias_code=DTYPE_CODES[bias.dtype] if bias is not None else -1, stream=stream, workspace=ws,
                      workspace_size=ws_size, algo=algo)
+    if held is None:
+        return args
+    args = HeldArgs(args)
+    args.workspace = held
+    return args
 
 
 def launch(args: tuple) -> None:

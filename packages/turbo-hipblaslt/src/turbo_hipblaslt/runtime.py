@@ -1,6 +1,7 @@
 """Where a BLASLt call runs: the device index, the current stream's handle, one workspace per
-(device, stream), torch's TF32 setting and the library's capabilities per device. Imported by the
-kernels on first use (never by the plugin module)."""
+(device, stream) (kept only when made outside CUDA-graph capture: ``turbo_core.graph_pool``), torch's
+TF32 setting and the library's capabilities per device. Imported by the kernels on first use (never by
+the plugin module)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import threading
 
 import torch
 
+from turbo_core.graph_pool import may_cache
 from turbo_core.platform import platform_of
 from turbo_hipblaslt._ext import EXTENSION
 from turbo_hipblaslt.codes import (
@@ -29,7 +31,9 @@ __all__ = ["FP8_FP32_OUT_ENV", "arch", "capabilities", "device_index", "ext", "f
 DEFAULT_WORKSPACE_MB = 32
 #: Opt-in: serve FP8 GEMMs with an fp32 result where the tensor cores accumulate FP8 at reduced precision.
 FP8_FP32_OUT_ENV = "TURBO_HIPBLASLT_FP8_FP32_OUT"
-_workspaces: dict[tuple[int, int], torch.Tensor] = {}
+#: (device, stream) -> (pointer, bytes, None) of the kept workspace (see :func:`workspace`); its tensor in _kept.
+_workspaces: dict[tuple[int, int], tuple[int, int, None]] = {}
+_kept: dict[tuple[int, int], torch.Tensor] = {}
 _lock = threading.Lock()
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
@@ -71,39 +75,38 @@ def stream_handle(index: int) -> int:
     return int(torch.cuda.current_stream(index).cuda_stream)
 
 
-def workspace(index: int, stream: int) -> tuple[int, int]:
-    """``(pointer, bytes)`` of the workspace of (device, stream), allocated on first use and kept
-    (each stream gets its own, so concurrent calls on two streams never share one).
+def workspace(index: int, stream: int) -> tuple[int, int, torch.Tensor | None]:
+    """``(pointer, bytes, held)`` of the workspace for a call on (device ``index``, ``stream``):
+    ``$TURBO_HIPBLASLT_WORKSPACE_MB`` bytes (0 bytes: no workspace).
 
-    A documented cache that outlives the call: it is allocated on a stream of its own
-    (:func:`_allocation_stream`), never on the caller's, so that it never lands in a CUDA-graph memory
-    pool. ``torch.compile``'s CUDA-graph trees run a graph's first calls eagerly with the calling
-    stream's allocations routed to the graph's pool, and reject a pool that holds a tensor which is not
-    an output; a hand-captured graph routes them the same way. Allocated on first use, which must come
-    before a capture (the usual warm-up call does it): a first call inside a capture may need a
-    ``cudaMalloc``, which CUDA refuses during a global-mode capture."""
-    ws = _workspaces.get((index, stream))
-    if ws is None:
-        size = workspace_bytes()
-        with _lock:
-            ws = _workspaces.get((index, stream))
-            if ws is None:
-                with torch.cuda.stream(_allocation_stream(index)):
-                    ws = torch.empty(max(size, 1), dtype=torch.uint8, device=torch.device("cuda", index))
-                _workspaces[(index, stream)] = ws
-    return ws.data_ptr(), ws.numel() if ws.numel() > 1 else 0
+    A documented cache (``turbo_core.graph_pool`` gives the rule): one workspace per (device, stream),
+    so concurrent calls on two streams never share one, allocated on that stream by the first call
+    outside CUDA-graph capture and kept until :func:`reset`; ``held`` is then ``None``. A call that
+    finds none while ``may_cache()`` is false (a capture, or a CUDA-graph trees warm-up, whose tree
+    manager runs on a stream of its own) gets a workspace of its own, ``held``: the caller keeps it
+    until the call is launched (:func:`turbo_hipblaslt.blaslt.args_for` does), then it is freed in
+    stream order like any temporary (inside a capture, by the graph's pool). A kept workspace
+    outlives graphs captured with it: :func:`reset` frees it, so reset only with no captured graph
+    left that launches on that stream."""
+    entry = _workspaces.get((index, stream))
+    if entry is not None:
+        return entry
+    size = workspace_bytes()
+    ws = _allocate(index, size)
+    if not may_cache():
+        return ws.data_ptr(), size, ws
+    with _lock:
+        entry = _workspaces.get((index, stream))
+        if entry is None:
+            entry = _workspaces[(index, stream)] = (ws.data_ptr(), size, None)
+            _kept[(index, stream)] = ws
+    return entry
 
 
-_alloc_streams: dict[int, torch.cuda.Stream] = {}
-
-
-def _allocation_stream(index: int) -> torch.cuda.Stream:
-    """The stream the workspaces of device ``index`` are allocated on (no work ever runs on it; the
-    caching allocator keys blocks by stream, and graph pools take only the capturing stream's)."""
-    s = _alloc_streams.get(index)
-    if s is None:
-        s = _alloc_streams.setdefault(index, torch.cuda.Stream(device=index))
-    return s
+def _allocate(index: int, nbytes: int) -> torch.Tensor:
+    """``max(nbytes, 1)`` bytes on device ``index``, from its current stream's share of the caching
+    allocator (a graph's pool while one captures or warms up there)."""
+    return torch.empty(max(nbytes, 1), dtype=torch.uint8, device=torch.device("cuda", index))
 
 
 def tf32() -> int:
@@ -203,6 +206,7 @@ def reset() -> None:
         if _workspaces and torch.cuda.is_available():
             torch.cuda.synchronize()
         _workspaces.clear()
+        _kept.clear()
     capabilities.cache_clear()
     module = EXTENSION.loaded()
     if module is not None:

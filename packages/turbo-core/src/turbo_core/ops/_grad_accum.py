@@ -2,8 +2,12 @@
 
 The weight ``b`` carries ``b.main_grad`` (a tensor of b's shape, usually fp32). The forward sets
 ``b.grad_added_to_main_grad = True``; the backward accumulates the weight gradient straight into
-``main_grad`` (a beta=1 GEMM) and returns a cached dummy tensor as b's grad, which Megatron never
-reads.
+``main_grad`` (a beta=1 GEMM) and returns a dummy tensor as b's grad, which Megatron never reads.
+
+The dummies are a documented cache (``turbo_core.graph_pool`` gives the rule): one zero tensor per
+(shape, dtype, device), made on the first fused backward outside CUDA-graph capture and reused by
+every later one. Inside a capture or a CUDA-graph trees warm-up a missing entry is not stored: that
+backward returns a fresh zero tensor of its own (in the graph's pool, an output of the graph).
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ import threading
 
 import torch
 
+from turbo_core.graph_pool import may_cache
+
 PATTERNS = (None, "megatron")
 
-_dummies: dict[tuple, torch.Tensor] = {}
+_dummies: dict[tuple, torch.Tensor] = {}  # (shape, dtype, device) -> zeros, filled only while may_cache()
 _lock = threading.Lock()
 
 
@@ -36,14 +42,18 @@ def check_pattern(pattern: object, b: torch.Tensor) -> bool:
 
 
 def dummy_grad(b: torch.Tensor) -> torch.Tensor:
-    """A cached tensor of b's shape/dtype/device to return as b's gradient (never read).
-    Inside a compiled graph a fresh one (the cache's lock cannot be traced)."""
+    """A zero tensor of b's shape/dtype/device to return as b's gradient (never read): the cached
+    one, else a new one, stored only while ``may_cache()`` (not during CUDA-graph capture or a
+    CUDA-graph trees warm-up, where it would stay in the graph's pool). While torch.compile traces,
+    a fresh one (traced into the graph; the cache's lock cannot be traced)."""
     if torch.compiler.is_compiling():
         return torch.zeros(b.shape, dtype=b.dtype, device=b.device)
     key = (tuple(b.shape), b.dtype, b.device)
-    with _lock:
-        t = _dummies.get(key)
-        if t is None:
-            t = torch.zeros(b.shape, dtype=b.dtype, device=b.device)
-            _dummies[key] = t
+    t = _dummies.get(key)
+    if t is not None:
         return t
+    t = torch.zeros(b.shape, dtype=b.dtype, device=b.device)
+    if not may_cache():
+        return t
+    with _lock:
+        return _dummies.setdefault(key, t)
