@@ -59,7 +59,10 @@ def _torchao(recipe: str, compiled: bool) -> Callable[[torch.nn.Linear], torch.n
                                                     device=ref.weight.device, dtype=ref.weight.dtype))
         model[0].load_state_dict(ref.state_dict())
         convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe))
-        return torch.compile(model) if compiled else model
+        if not compiled:
+            return model
+        torch._dynamo.reset()  # a fresh compile per shape: no recompile limit, no dynamic-shape graph
+        return torch.compile(model)
 
     return build
 
