@@ -280,10 +280,12 @@ def test_quick_linear_fp8_suite_times_a_training_step_per_recipe(tmp_path):
 
 
 def test_linear_fp8_step_updates_the_weight_every_step():
-    """A step is forward, backward and an SGD update: the weight changes each step (so FP8 layers
-    quantize a changed weight each step, as in training)."""
+    """A step is forward, backward and an SGD update, an in-place write of the weight each step (so
+    FP8 layers quantize a changed weight each step, as in training; at lr 1e-6 a bf16 weight's values
+    may round back to themselves, its version still moves)."""
     from turbo_core.bench.suites import linear_fp8
 
+    torch.manual_seed(0)
     ref = torch.nn.Linear(16, 32, bias=False, dtype=torch.bfloat16)
     mod = linear_fp8.PROVIDERS["turbo:fp8-tensorwise"][1](ref)
     x, dy = torch.randn(8, 16, dtype=torch.bfloat16), torch.randn(8, 32, dtype=torch.bfloat16)
@@ -292,5 +294,5 @@ def test_linear_fp8_step_updates_the_weight_every_step():
     version = mod.weight._version
     step()
     assert mod.weight._version > version and mod.weight.grad is None
-    assert not torch.equal(before, mod.weight.detach()) or float(dy.abs().sum()) == 0.0
     assert torch.equal(ref.weight, before)  # the reference layer itself is untouched
+    assert mod.weight is not ref.weight
