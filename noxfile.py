@@ -118,7 +118,7 @@ def main(session: nox.Session) -> None:
 
 #: The `turbo bench` suites one process runs (moe-dispatch and async-tp start their own ranks over several GPUs).
 GPU_SUITES = ("gemm", "grouped_gemm", "gemm-fp8", "grouped-gemm-fp8", "attention", "norm", "activation", "quant",
-              "moe", "host", "linear-fp8")
+              "moe", "host", "linear-fp8", "train")
 
 
 @nox.session(venv_backend="none")

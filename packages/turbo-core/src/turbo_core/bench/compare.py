@@ -17,7 +17,10 @@ baseline never flatters it.
 
 A turbo row may name another turbo provider in ``compare_to`` (the attention suite's deterministic
 backward names the default one): that pair is compared too, but is never a headline (it compares
-turbo with itself).
+turbo with itself). A turbo row may instead list in ``vs`` the providers (references or turbo
+providers) it is compared with, in place of every reference (the ``train`` suite compares each turbo
+provider with ``torch.compile``, ``turbo:bf16`` and torchao's FP8 recipe of the same name only);
+its headline is then the fastest reference of that list.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ TURBO_PREFIX = "turbo:"
 #: Row fields that split a pass into separate tables (each its own baselines and providers).
 VARIANT_FIELDS = ("granularity", "mode", "balance", "mask", "timing")
 #: metric field -> unit; fraction field -> what it is a fraction of.
-METRICS = {"tflops": "TFLOP/s", "gbps": "GB/s"}
+METRICS = {"tflops": "TFLOP/s", "gbps": "GB/s", "tokens_per_s": "tokens/s"}
 FRACTIONS = {"peak_fraction": "of the datasheet dense peak", "copy_fraction": "of the measured copy bandwidth"}
 _ROLE_RANK = {"bf16": 0, "baseline": 1}
 
@@ -112,11 +115,22 @@ class Group:
         ok = [r for r in self.rows if r["status"] == "ok"]
         return next((n for n in names if any(r.get(n) is not None for r in ok)), None)
 
+    def _listed(self, provider: str) -> list[str] | None:
+        """The providers ``provider``'s rows list in ``vs`` that this group has (None: no row lists any)."""
+        lists = [r["vs"] for r in self.rows if r["provider"] == provider and isinstance(r.get("vs"), list)]
+        if not lists:
+            return None
+        return [p for p in dict.fromkeys(v for vs in lists for v in vs) if p in self.providers and p != provider]
+
     @property
     def pairs(self) -> list[tuple[str, str]]:
         """``(turbo provider, reference)`` pairs compared: every turbo provider against every
-        reference, then each turbo provider against the providers its rows name in ``compare_to``."""
-        out = [(p, r) for p in self.turbo for r in self.references]
+        reference (or against the providers its rows list in ``vs``), then each turbo provider
+        against the providers its rows name in ``compare_to``."""
+        out = []
+        for p in self.turbo:
+            listed = self._listed(p)
+            out += [(p, r) for r in (self.references if listed is None else listed)]
         for row in self.rows:
             other = row.get("compare_to")
             if other and row["provider"].startswith(TURBO_PREFIX) and other in self.providers:

@@ -5,9 +5,10 @@ installed (:mod:`turbo_core.bench.plots`).
 The page holds, per suite and device, the newest measurement of every case
 (:func:`turbo_core.bench.dataset.current`: the latest run, then what earlier runs measured that it
 did not), run by run: the run's commit, date, device, driver, versions and command; per pass, the plot and one table per
-variant (:mod:`turbo_core.bench.compare`), one line per case with each provider's TFLOP/s or GB/s,
+variant (:mod:`turbo_core.bench.compare`), one line per case with each provider's TFLOP/s, GB/s or tokens/s,
 median time (rows timed by the wall clock, a ``timing`` variant with its own legend: also the device
-time) and fraction of peak, then the ratio of each turbo provider to each reference; and the
+time) and fraction of peak, then the ratio of each turbo provider to each reference (or to the
+providers its rows list in ``vs``); and the
 geomean of every comparison. The headline at the top: each turbo provider against its fastest
 reference, per suite, device, pass and variant.
 
@@ -55,7 +56,8 @@ def _provider_cell(row: dict | None, metric: str | None, frac: str | None) -> st
         return _esc(row["status"][:40])
     parts = []
     if metric:
-        parts.append(f"{row[metric]:.4g}" if row.get(metric) is not None else "-")
+        value = row.get(metric)
+        parts.append("-" if value is None else f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}")
     parts.append(f"{row['median_ms']:.3g} ms" if row.get("median_ms") is not None else "-")
     if row.get("device_ms") is not None:
         parts.append(f"device {row['device_ms']:.3g} ms")

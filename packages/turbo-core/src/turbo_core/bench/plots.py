@@ -1,7 +1,7 @@
 """Plots for ``turbo bench report`` (matplotlib, optional: ``pip install 'turbo-core[report]'``).
 
 Per suite, device and pass, one PNG: one panel per variant (granularity, mode, balance), grouped bars of
-each provider's TFLOP/s or GB/s per case (references grey, turbo providers in colour), a dashed
+each provider's TFLOP/s, GB/s or tokens/s per case (references grey, turbo providers in colour), a dashed
 line per peak the rows imply (``tflops / peak_fraction``: the datasheet dense peak; ``copy_gbps``:
 the measured copy bandwidth), and above each turbo bar its ratio to the fastest reference (see
 :func:`turbo_core.bench.compare.headline`). ``summary.png``: the geomean of each turbo provider

@@ -51,7 +51,8 @@ def add_parser(sub) -> None:
     _option(p, "--no-plots", action="store_true", help="report: markdown only")
     _option(p, "--tokens", type=int, nargs="+", default=None, metavar="N",
                help="tokens per micro-batch, one run of the suite per value (default: the suite's; 8192 for "
-                    "GEMMs, 16384 for norm/activation; moe: 4096 and 16384; attention: batch x seq, 16384)")
+                    "GEMMs, 16384 for norm/activation; moe: 4096 and 16384; attention: batch x seq, 16384; train: the "
+                    "sequence, batch 1)")
     _option(p, "--models", nargs="*", help="restrict to these models (default: all of the suite)")
     _option(p, "--providers", nargs="*",
                help="restrict to these providers, e.g. torch turbo:TRITON (FP8 suites: bf16:torch.matmul, "

@@ -15,7 +15,12 @@ scores expert-parallel dispatch/combine in GB/s against a raw ``all_to_all_singl
 tensor-parallel ops in TFLOP/s against the unfused collective + ``torch.matmul``. ``host`` times
 what the host pays per eager call (tiny shapes, wall clock) for turbo's ops beside the PyTorch call
 a user would write instead. ``linear-fp8`` (module ``linear_fp8``) times a linear layer's whole training step
-(forward, backward, SGD) per FP8 recipe beside bf16 ``nn.Linear`` and torchao's float8 training."""
+(forward, backward, SGD) per FP8 recipe beside bf16 ``nn.Linear`` and torchao's float8 training.
+``train`` times whole training steps (forward, loss, backward, AdamW) of real-width models
+(Llama-3.1-8B, Mixtral-8x7B and Qwen3-30B-A3B at 2 layers, one DeepSeek-V3 MoE layer of an
+expert-parallel rank): plain PyTorch eager and ``torch.compile``, turbo bf16 and its FP8 recipes,
+torchao's float8 training; wall clock per step, tokens/s, peak memory and the loss after a fixed
+number of steps beside plain PyTorch's."""
 
 SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8", "attention",
-          "moe", "moe-dispatch", "async-tp", "host", "linear-fp8")
+          "moe", "moe-dispatch", "async-tp", "host", "linear-fp8", "train")
