@@ -1,0 +1,197 @@
+"""Running a :class:`~turbo_core.testing.graph_cases.GraphCase` forward and backward in each way a
+training job runs turbo inside a graph, and comparing every output and gradient with the eager call
+on the same inputs (the eager results are checked against the reference by the conformance suite).
+
+* :func:`check_compiled`: ``torch.compile(fullgraph=True)`` in a mode ("default", "reduce-overhead",
+  "max-autotune"; the last two run CUDA-graph trees on a GPU, which refuse a call that leaves a
+  tensor in the graph's pool that is not an output), three calls on new data (warm-up, recording,
+  replay);
+* :func:`check_graphed`: ``torch.cuda.make_graphed_callables``, two calls on new data;
+* :func:`check_captured`: a hand-captured ``torch.cuda.CUDAGraph`` of the forward and the backward,
+  warmed up on a side stream outside the capture, replayed twice with new data copied into the
+  captured inputs.
+
+The backward is that of ``sum(mean(out.float() ** 2))`` over the float outputs that require a gradient.
+A mismatch names the case, the mode, the call and the output or gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from turbo_core.testing.graph_cases import GraphCase
+
+__all__ = ["COMPILE_MODES", "check_captured", "check_compiled", "check_compiled_together", "check_graphed",
+           "run_eager"]
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+Result = tuple[list[torch.Tensor], list[torch.Tensor]]
+
+
+def _flat(result: object) -> list[torch.Tensor]:
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, (tuple, list)):
+        return [t for r in result for t in _flat(r)]
+    if result is None:
+        return []
+    raise TypeError(f"a case returned {type(result).__name__}; expected tensors")
+
+
+def _params(target: Callable) -> list[torch.nn.Parameter]:
+    return list(target.parameters()) if isinstance(target, torch.nn.Module) else []
+
+
+def _leaves(case: GraphCase, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    return [t.detach().clone().requires_grad_(i in case.grads) for i, t in enumerate(inputs)]
+
+
+def _loss(outs: list[torch.Tensor]) -> torch.Tensor | None:
+    terms = [o.float().square().mean() for o in outs if o.requires_grad]
+    return torch.stack(terms).sum() if terms else None
+
+
+def _step(case: GraphCase, fn: Callable, target: Callable, leaves: list[torch.Tensor]) -> Result:
+    """One forward + backward of ``fn`` (``target`` or a compiled/graphed form of it) on ``leaves``;
+    copies of the outputs and of the input and parameter gradients."""
+    for p in _params(target):
+        p.grad = None
+    outs = _flat(fn(*leaves))
+    loss = _loss(outs)
+    if loss is not None:
+        loss.backward()
+    grads = [leaves[i].grad for i in case.grads] + [p.grad for p in _params(target)]
+    return [o.detach().clone() for o in outs], [g.detach().clone() if g is not None else None for g in grads]
+
+
+def run_eager(case: GraphCase, target: Callable, inputs: Sequence[torch.Tensor]) -> Result:
+    """Outputs and gradients of the eager call of ``target`` on copies of ``inputs``."""
+    return _step(case, target, target, _leaves(case, inputs))
+
+
+def _same(case: GraphCase, got: Result, want: Result, what: str) -> None:
+    for kind, g_list, w_list in (("output", got[0], want[0]), ("gradient", got[1], want[1])):
+        assert len(g_list) == len(w_list), f"{case.name} {what}: {len(g_list)} {kind}s, eager has {len(w_list)}"
+        for i, (g, w) in enumerate(zip(g_list, w_list, strict=True)):
+            label = f"{case.name} {what}: {kind} {i}"
+            if w is None or g is None:
+                assert g is None and w is None, f"{label}: one of the two is None"
+                continue
+            assert g.shape == w.shape and g.dtype == w.dtype, \
+                f"{label}: {tuple(g.shape)} {g.dtype}, eager {tuple(w.shape)} {w.dtype}"
+            if w.is_floating_point() and w.element_size() > 1:
+                torch.testing.assert_close(g.float(), w.float(), rtol=case.tol, atol=case.tol,
+                                           msg=lambda m, label=label: f"{label}: {m}")
+            else:  # integers, booleans, FP8/FP4 bits: exactly
+                assert torch.equal(g.view(torch.uint8) if w.element_size() == 1 else g,
+                                   w.view(torch.uint8) if w.element_size() == 1 else w), f"{label}: bits differ"
+
+
+def check_compiled(case: GraphCase, device: torch.device | str, mode: str, calls: int = 3) -> None:
+    """``torch.compile(target, mode=mode, fullgraph=True)`` equals the eager call, forward and
+    backward, on ``calls`` successive inputs."""
+    device = torch.device(device)
+    torch._dynamo.reset()
+    target = case.build(device)
+    compiled = torch.compile(target, mode=mode, fullgraph=True)
+    for seed in range(calls):
+        inputs = case.inputs(device, seed)
+        got = _step(case, compiled, target, _leaves(case, inputs))
+        _same(case, got, run_eager(case, target, inputs), f"under torch.compile(mode={mode!r}), call {seed}")
+    torch._dynamo.reset()
+
+
+def check_compiled_together(cases: Sequence[GraphCase], device: torch.device | str, mode: str,
+                            calls: int = 2) -> None:
+    """:func:`check_compiled` of several cases at once: one compiled function calls every case on its
+    own inputs (one trace and one compilation instead of one per case, where compiling dominates, as on
+    the CPU). Each case's outputs and gradients are compared with its own eager call; a mismatch names
+    the case, a failure to compile names every case of the set."""
+    device = torch.device(device)
+    cases = list(cases)
+    torch._dynamo.reset()
+    targets = [c.build(device) for c in cases]
+    sizes = [len(c.inputs(device, 0)) for c in cases]
+
+    def together(*flat):
+        outs, start = [], 0
+        for target, n in zip(targets, sizes, strict=True):
+            outs.append(tuple(_flat(target(*flat[start:start + n]))))
+            start += n
+        return tuple(outs)
+
+    compiled = torch.compile(together, mode=mode, fullgraph=True)
+    names = ", ".join(c.name for c in cases)
+    for seed in range(calls):
+        inputs = [c.inputs(device, seed) for c in cases]
+        leaves = [_leaves(c, inp) for c, inp in zip(cases, inputs, strict=True)]
+        for target in targets:
+            for p in _params(target):
+                p.grad = None
+        try:
+            outs = compiled(*[t for group in leaves for t in group])
+        except Exception as exc:
+            raise AssertionError(f"torch.compile(mode={mode!r}) of [{names}] failed: {type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
+        loss = _loss([o for group in outs for o in group])
+        if loss is not None:
+            loss.backward()
+        got = []
+        for c, target, group, case_leaves in zip(cases, targets, outs, leaves, strict=True):
+            grads = [case_leaves[i].grad for i in c.grads] + [p.grad for p in _params(target)]
+            got.append(([o.detach().clone() for o in group],
+                        [g.detach().clone() if g is not None else None for g in grads]))
+        for c, target, inp, result in zip(cases, targets, inputs, got, strict=True):
+            _same(c, result, run_eager(c, target, inp), f"under torch.compile(mode={mode!r}) with [{names}], call {seed}")
+    torch._dynamo.reset()
+
+
+def check_graphed(case: GraphCase, device: torch.device | str) -> None:
+    """``torch.cuda.make_graphed_callables`` of the case equals the eager call on new data."""
+    device = torch.device(device)
+    target = case.build(device)
+    graphed = torch.cuda.make_graphed_callables(target, tuple(_leaves(case, case.inputs(device, 0))))
+    for seed in (1, 2):
+        inputs = case.inputs(device, seed)
+        got = _step(case, graphed, target, _leaves(case, inputs))
+        _same(case, got, run_eager(case, target, inputs), f"under make_graphed_callables, call {seed}")
+
+
+def check_captured(case: GraphCase, device: torch.device | str) -> None:
+    """A hand-captured CUDA graph of the forward and backward, replayed on new data copied into its
+    inputs, equals the eager call on that data."""
+    device = torch.device(device)
+    target = case.build(device)
+    params = _params(target)
+    static = _leaves(case, case.inputs(device, 0))
+
+    def step() -> list[torch.Tensor]:
+        for t in (*static, *params):
+            t.grad = None
+        outs = _flat(target(*static))
+        loss = _loss(outs)
+        if loss is not None:
+            loss.backward()
+        return outs
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):  # outside the capture: selection, compilation, kept workspaces
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = step()
+    grads = [static[i].grad for i in case.grads] + [p.grad for p in params]  # written by every replay
+    for seed in (1, 2):
+        inputs = case.inputs(device, seed)
+        with torch.no_grad():
+            for s, new in zip(static, inputs, strict=True):
+                s.copy_(new)
+        graph.replay()
+        torch.cuda.synchronize(device)
+        got = ([o.detach().clone() for o in outs], [g.detach().clone() if g is not None else None for g in grads])
+        _same(case, got, run_eager(case, target, inputs), f"in a hand-captured CUDA graph, replay {seed}")
