@@ -50,3 +50,52 @@ def test_capture_and_replay_on_new_inputs():
     for what, got, want in zip(("gemm", "gemm_fp8"), captured, step(), strict=True):
         diff = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
         assert diff <= 1e-2, f"{what}: replay differs from eager by {diff:.3g} of max |eager|"
+
+
+@pytest.mark.parametrize("mode", ["captured", "reduce-overhead"])
+def test_no_workspace_is_kept_from_inside_a_graph(mode):
+    """A call inside a capture on a stream with no kept workspace, or inside CUDA-graph trees' warm-up
+    and recording (on the trees' own stream), gets a workspace of its own and keeps none
+    (``turbo_core.graph_pool``); the graph's results equal eager calls on new inputs."""
+    from turbo_hipblaslt.probe import probe
+
+    reason = probe()
+    if reason:
+        pytest.skip(f"HIPBLASLT unavailable: {reason}")
+    from turbo_hipblaslt import gemm as dense
+    from turbo_hipblaslt import runtime
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    a, b = (torch.randn(s, device="cuda", generator=g).bfloat16() for s in ((256, 512), (512, 384)))
+    dense.gemm(GemmArgs(a, b))  # handles and heuristics outside any graph (the current stream keeps one)
+    kept = set(runtime._workspaces)
+    if mode == "captured":
+        stream = torch.cuda.Stream()  # never used outside the capture: no workspace of its own
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            out = dense.gemm(GemmArgs(a, b))
+        outs = []
+        for _ in range(2):
+            a.copy_(torch.randn(a.shape, device="cuda", generator=g))
+            graph.replay()
+            torch.cuda.synchronize()
+            outs.append((out.clone(), dense.gemm(GemmArgs(a, b))))
+    else:
+        from turbo_core.dispatch import GlobalBackendManager
+        from turbo_core.ops import gemm
+
+        torch._dynamo.reset()
+        GlobalBackendManager.set_backend("gemm", "HIPBLASLT")  # the op's custom op runs this backend
+        try:
+            fn = torch.compile(lambda x, y: gemm(x, y), mode=mode)
+            outs = []
+            for _ in range(3):  # warm-up, recording, replay: the trees check their pool after each
+                x = torch.randn(a.shape, device="cuda", generator=g).bfloat16()
+                outs.append((fn(x, b).clone(), dense.gemm(GemmArgs(x, b))))
+        finally:
+            GlobalBackendManager.set_backend("gemm", None)
+            torch._dynamo.reset()
+    assert set(runtime._workspaces) == kept, "a workspace made inside a graph was kept"
+    for got, want in outs:
+        diff = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+        assert diff <= 1e-2, f"{mode}: the graph's gemm differs from eager by {diff:.3g} of max |eager|"
