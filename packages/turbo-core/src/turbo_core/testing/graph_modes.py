@@ -23,8 +23,7 @@ import torch
 
 from turbo_core.testing.graph_cases import GraphCase
 
-__all__ = ["COMPILE_MODES", "check_captured", "check_compiled", "check_compiled_together", "check_graphed",
-           "run_eager"]
+__all__ = ["COMPILE_MODES", "check_captured", "check_compiled", "check_graphed", "run_eager"]
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 Result = tuple[list[torch.Tensor], list[torch.Tensor]]
@@ -100,51 +99,6 @@ def check_compiled(case: GraphCase, device: torch.device | str, mode: str, calls
         inputs = case.inputs(device, seed)
         got = _step(case, compiled, target, _leaves(case, inputs))
         _same(case, got, run_eager(case, target, inputs), f"under torch.compile(mode={mode!r}), call {seed}")
-    torch._dynamo.reset()
-
-
-def check_compiled_together(cases: Sequence[GraphCase], device: torch.device | str, mode: str,
-                            calls: int = 2) -> None:
-    """:func:`check_compiled` of several cases at once: one compiled function calls every case on its
-    own inputs (one trace and one compilation instead of one per case, where compiling dominates, as on
-    the CPU). Each case's outputs and gradients are compared with its own eager call; a mismatch names
-    the case, a failure to compile names every case of the set."""
-    device = torch.device(device)
-    cases = list(cases)
-    torch._dynamo.reset()
-    targets = [c.build(device) for c in cases]
-    sizes = [len(c.inputs(device, 0)) for c in cases]
-
-    def together(*flat):
-        outs, start = [], 0
-        for target, n in zip(targets, sizes, strict=True):
-            outs.append(tuple(_flat(target(*flat[start:start + n]))))
-            start += n
-        return tuple(outs)
-
-    compiled = torch.compile(together, mode=mode, fullgraph=True)
-    names = ", ".join(c.name for c in cases)
-    for seed in range(calls):
-        inputs = [c.inputs(device, seed) for c in cases]
-        leaves = [_leaves(c, inp) for c, inp in zip(cases, inputs, strict=True)]
-        for target in targets:
-            for p in _params(target):
-                p.grad = None
-        try:
-            outs = compiled(*[t for group in leaves for t in group])
-        except Exception as exc:
-            raise AssertionError(f"torch.compile(mode={mode!r}) of [{names}] failed: {type(exc).__name__}: "
-                                 f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
-        loss = _loss([o for group in outs for o in group])
-        if loss is not None:
-            loss.backward()
-        got = []
-        for c, target, group, case_leaves in zip(cases, targets, outs, leaves, strict=True):
-            grads = [case_leaves[i].grad for i in c.grads] + [p.grad for p in _params(target)]
-            got.append(([o.detach().clone() for o in group],
-                        [g.detach().clone() if g is not None else None for g in grads]))
-        for c, target, inp, result in zip(cases, targets, inputs, got, strict=True):
-            _same(c, result, run_eager(c, target, inp), f"under torch.compile(mode={mode!r}) with [{names}], call {seed}")
     torch._dynamo.reset()
 
 
