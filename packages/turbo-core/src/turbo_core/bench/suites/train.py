@@ -188,8 +188,9 @@ def _measure(provider: str, model: TrainModel, state: dict, batches: list, *, ti
             torch.cuda.reset_peak_memory_stats()
         for inputs, targets in batches[:-1]:
             step(inputs, targets)
-        with torch.no_grad():
-            loss = float(_loss(net, *batches[-1]))
+        # the held-out loss with autograd on, as in the steps, so that a compiled model reuses its
+        # training graph (under no_grad it would compile another); nothing is backpropagated
+        loss = float(_loss(net, *batches[-1]).detach())
         out: dict = {"loss": loss}
         if timed:
             first = batches[0]
