@@ -159,3 +159,17 @@ def test_wrong_argument_object():
         call("gemm", (A, B))
     with pytest.raises(ValueError, match="^primitive: unknown primitive 'gemmm'"):
         call("gemmm", GemmArgs(A, B))
+
+
+@pytest.mark.skipif(getattr(torch, "float4_e2m1fn_x2", None) is None, reason="no float4_e2m1fn_x2 in this torch")
+def test_e2m1_decode_of_every_code_signed_zero_included():
+    """The FP4 operand decode (computed on the data's device, no host table): both nibbles of every
+    byte, each code ``s eem`` as the E2M1 value, -0.0 for code 8."""
+    from turbo_core.reference.gemm_fp8 import e2m1_values
+
+    values = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+    data = torch.arange(256, dtype=torch.uint8).view(torch.float4_e2m1fn_x2).reshape(8, 32)
+    want = torch.tensor([[values[b & 15], values[b >> 4]] for b in range(256)], dtype=torch.float64).reshape(8, 64)
+    for ct in (torch.float32, torch.float64):
+        got = e2m1_values(data, ct).double()
+        assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want)), ct

@@ -40,11 +40,15 @@ def e8m0_values(scale: torch.Tensor, ct: torch.dtype) -> torch.Tensor:
 
 
 def e2m1_values(data: torch.Tensor, ct: torch.dtype) -> torch.Tensor:
-    """Unpack ``float4_e2m1fn_x2`` ``[..., n]`` to values ``[..., 2n]`` (low nibble = even element)."""
+    """Unpack ``float4_e2m1fn_x2`` ``[..., n]`` to values ``[..., 2n]`` (low nibble = even element):
+    code ``s eem`` is ``(-1)^s * m / 2`` for ``ee = 0``, else ``(-1)^s * 2^(ee-1) * (1 + m / 2)``
+    (``_E2M1``), computed on the data's device (no table copied from the host, so a CUDA graph can
+    capture it)."""
     b = data.contiguous().view(torch.uint8)
-    codes = torch.stack((b & 15, b >> 4), dim=-1).reshape(*b.shape[:-1], 2 * b.shape[-1])
-    table = torch.tensor(_E2M1, dtype=ct, device=data.device)
-    return table[codes.to(torch.int64)]
+    codes = torch.stack((b & 15, b >> 4), dim=-1).reshape(*b.shape[:-1], 2 * b.shape[-1]).to(torch.int32)
+    exp, man = (codes >> 1) & 3, (codes & 1).to(ct)
+    mag = torch.where(exp == 0, man * 0.5, torch.exp2((exp - 1).to(ct)) * (1 + man * 0.5))
+    return torch.where(codes >= 8, -mag, mag)
 
 
 def dequant_mx(data: torch.Tensor, scale: torch.Tensor, ct: torch.dtype, *, packed: bool) -> torch.Tensor:
