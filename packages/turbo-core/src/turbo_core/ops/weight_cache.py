@@ -45,7 +45,9 @@ checkpointing) quantizes the weight as it is at recomputation, as it would witho
 
 **Memory**: an entry holds the weight's low-precision copies (for a bf16 weight with a column copy,
 about the weight's size) from one forward to the next miss. ``clear()`` frees them; deleting the
-module that owns the cache frees them too.
+module that owns the cache frees them too. Entries are made only in eager calls outside CUDA-graph
+capture (the rule of ``turbo_core.graph_pool``: no allocation made in a graph's memory pool is kept
+past its call), so no copy ever lives in a graph's pool.
 """
 
 from __future__ import annotations
