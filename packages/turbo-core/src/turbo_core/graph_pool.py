@@ -19,7 +19,8 @@ would be memory the graph's replays may hand to other tensors. Allocating on ano
 escape the trees' routing, which is by thread.
 
 Nothing here is read on a cache hit: a cache calls :func:`may_cache` only when it misses, so the
-eager fast path pays nothing for the rule.
+eager fast path pays nothing for the rule. Not seen: a pool the caller routes allocations to itself
+(``torch.cuda.use_mem_pool``); a cache missed inside such a block is filled from that pool.
 """
 
 from __future__ import annotations
