@@ -260,15 +260,20 @@ def _lookup(prim: Primitive, key: tuple | None, registry: Any) -> CachedSelectio
     return None
 
 
-def _select_for_call(prim: Primitive, args: Any) -> tuple[Selection, Kernel]:
+def _select_for_call(prim: Primitive, args: Any, *, validate: bool = False) -> tuple[Selection, Kernel]:
     """The selection and kernel of a call: from the cache when an answer for this key is there and
-    its backend is still available, else from :func:`_resolve` (stored when deterministic)."""
+    its backend is still available, else from :func:`_resolve` (stored when deterministic). With
+    ``validate`` the primitive's validator runs first, unless the cache holds its verdict."""
     registry = get_host().registry
     key = selection_key(prim, args)
     hit = _lookup(prim, key, registry)
-    if hit is not None:
-        return hit.selection, hit.kernel
-    return _resolve_and_store(prim, args, key, registry, validated=False)
+    if hit is None:
+        if validate:
+            prim.check_args(args)
+        return _resolve_and_store(prim, args, key, registry, validated=validate)
+    if validate and not hit.validated:
+        prim.check_args(args)
+    return hit.selection, hit.kernel
 
 
 def _resolve_and_store(prim: Primitive, args: Any, key: tuple | None, registry: Any, *,
@@ -317,15 +322,7 @@ def checked_select(prim: Primitive | str, args: Any) -> tuple[Selection, Kernel]
     if isinstance(prim, str):
         found = _PRIMITIVES.get(prim)  # the fast path; get_primitive explains a miss
         prim = found if found is not None else get_primitive(prim)
-    registry = get_host().registry
-    key = selection_key(prim, args)
-    hit = _lookup(prim, key, registry)
-    if hit is None:
-        prim.check_args(args)
-        return _resolve_and_store(prim, args, key, registry, validated=True)
-    if not hit.validated:
-        prim.check_args(args)
-    return hit.selection, hit.kernel
+    return _select_for_call(prim, args, validate=True)
 
 
 def call(primitive: str, args: Any) -> Any:

@@ -55,9 +55,7 @@ def _torchao(recipe: str, compiled: bool) -> Callable[[torch.nn.Linear], torch.n
     def build(ref: torch.nn.Linear) -> torch.nn.Module:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-        model = torch.nn.Sequential(torch.nn.Linear(ref.in_features, ref.out_features, bias=False,
-                                                    device=ref.weight.device, dtype=ref.weight.dtype))
-        model[0].load_state_dict(ref.state_dict())
+        model = torch.nn.Sequential(_copy(ref))
         convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe))
         if not compiled:
             return model
