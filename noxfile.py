@@ -25,7 +25,7 @@ EXAMPLE = "examples/turbo-flydsl-example"
 TORCH = os.environ.get("TURBO_TORCH_SPEC", "torch==2.13.0")
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["lint", "core", *[f"backend-{b}" for b in BACKENDS], "example", "wheels"]
+nox.options.sessions = ["lint", "core", *[f"backend-{b}" for b in BACKENDS], "example", "wheels", "integrations-hf"]
 nox.options.error_on_missing_interpreters = True
 
 
@@ -82,6 +82,16 @@ def example(session: nox.Session) -> None:
     _base(session)
     session.install(f"./{CORE}", f"./{EXAMPLE}[test]")
     session.run("pytest", "-q", f"{EXAMPLE}/tests", *session.posargs)
+
+
+@nox.session(name="integrations-hf")
+def integrations_hf(session: nox.Session) -> None:
+    """The Hugging Face Transformers integration (turbo-core[test,hf]) beside turbo-triton, for its
+    TRITON subset: apply_turbo on tiny models of every supported architecture, `turbo bench train --hf
+    --quick`. TURBO_HF_TESTS=1 makes a missing transformers an error there rather than a skip."""
+    _base(session)
+    session.install(f"./{CORE}[test,hf]", f"./{BACKENDS['triton']}[test]")
+    session.run("pytest", "-q", f"{CORE}/tests/integrations/hf", *session.posargs, env={"TURBO_HF_TESTS": "1"})
 
 
 @nox.session
