@@ -25,7 +25,8 @@ EXAMPLE = "examples/turbo-flydsl-example"
 TORCH = os.environ.get("TURBO_TORCH_SPEC", "torch==2.13.0")
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["lint", "core", *[f"backend-{b}" for b in BACKENDS], "example", "wheels", "integrations-hf"]
+nox.options.sessions = ["lint", "core", *[f"backend-{b}" for b in BACKENDS], "example", "wheels", "integrations-hf",
+                        "integrations-torchtitan"]
 nox.options.error_on_missing_interpreters = True
 
 
@@ -92,6 +93,19 @@ def integrations_hf(session: nox.Session) -> None:
     _base(session)
     session.install(f"./{CORE}[test,hf]", f"./{BACKENDS['triton']}[test]")
     session.run("pytest", "-q", f"{CORE}/tests/integrations/hf", *session.posargs, env={"TURBO_HF_TESTS": "1"})
+
+
+@nox.session(name="integrations-torchtitan")
+def integrations_torchtitan(session: nox.Session) -> None:
+    """The TorchTitan converter (turbo-core[test,torchtitan]) beside turbo-triton, for its TRITON
+    subset: tiny Llama-3, Qwen3 and DeepSeek-V3 models converted against TorchTitan's own, selection
+    through TorchTitan's converters and --override.imports. TURBO_TORCHTITAN_TESTS=1 makes a missing
+    torchtitan or turbo-triton an error there rather than a skip; TRITON_INTERPRET=1 is set before
+    torchtitan (which imports triton) is imported."""
+    _base(session)
+    session.install(f"./{CORE}[test,torchtitan]", f"./{BACKENDS['triton']}[test]")
+    session.run("pytest", "-q", f"{CORE}/tests/integrations/torchtitan", *session.posargs,
+                env={"TURBO_TORCHTITAN_TESTS": "1", "TRITON_INTERPRET": "1"})
 
 
 @nox.session
