@@ -92,7 +92,8 @@ def integrations_hf(session: nox.Session) -> None:
     --quick`. TURBO_HF_TESTS=1 makes a missing transformers an error there rather than a skip."""
     _base(session)
     session.install(f"./{CORE}[test,hf]", f"./{BACKENDS['triton']}[test]")
-    session.run("pytest", "-q", f"{CORE}/tests/integrations/hf", *session.posargs, env={"TURBO_HF_TESTS": "1"})
+    session.run("pytest", "-q", f"{CORE}/tests/integrations/hf", *session.posargs,
+                env={"TURBO_HF_TESTS": "1", "TRITON_INTERPRET": "1"})
 
 
 @nox.session(name="integrations-torchtitan")
