@@ -16,8 +16,20 @@ __all__ = ["arch_of", "device_facts", "device_reason", "gluon_failed", "has_tens
            "launch_fitted", "num_sms", "tma_arch"]
 
 
+# ``interpreting()`` runs several times a launch. ``os.environ.get`` of an unset variable raises and
+# catches a KeyError inside (about a microsecond); ``os.environ._data`` (encoded names -> encoded
+# values, kept current by every assignment) answers with one dict lookup while ``os.environ`` is the
+# mapping seen at import.
+_ENVIRON = os.environ
+_ENV_DATA = getattr(_ENVIRON, "_data", None)
+_INTERPRET_KEY = _ENVIRON.encodekey("TRITON_INTERPRET") if hasattr(_ENVIRON, "encodekey") else None
+_ONE = _ENVIRON.encodevalue("1") if hasattr(_ENVIRON, "encodevalue") else None
+
+
 def interpreting() -> bool:
     """``TRITON_INTERPRET=1``: kernels run on the CPU interpreter, on CPU tensors."""
+    if type(_ENV_DATA) is dict and _INTERPRET_KEY is not None and os.environ is _ENVIRON:
+        return _ENV_DATA.get(_INTERPRET_KEY) == _ONE
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from turbo_core.dispatch.specs.activation import GluBwdArgs, GluFwdArgs
 from turbo_triton import _runtime
+from turbo_triton.intmath import cdiv, next_power_of_2
 from turbo_triton.launcher import fast_kernel
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -30,7 +30,7 @@ class GluConfig:
 def pick(half: int, backward: bool, interp: bool) -> GluConfig:
     """Tile heuristic for a half width of ``half`` elements (about 4096 elements a tile on a GPU:
     16 per thread at 8 warps, two 16-byte vectors of bf16 per operand)."""
-    width = triton.next_power_of_2(max(1, half))
+    width = next_power_of_2(max(1, half))
     if interp:
         block_n = min(width, 1024)
         return GluConfig(max(1, min(64, 8192 // block_n)), block_n, 4)
@@ -72,7 +72,7 @@ def glu_fwd(kind: str, args: GluFwdArgs, config: GluConfig | None = None) -> tor
     interp = _runtime.interpreting()
     cfg = config or pick(half, False, interp)
     mask = args.row_mask if args.row_mask is not None else args.probs
-    grid = (triton.cdiv(tokens, cfg.block_m), triton.cdiv(half, cfg.block_n))
+    grid = (cdiv(tokens, cfg.block_m), cdiv(half, cfg.block_n))
     fast_kernel(kernels.glu_fwd_kernel)[grid](x, args.probs, mask, out, tokens, half, **_flags(kind, args, interp),
                                  BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     return out
@@ -91,7 +91,7 @@ def glu_bwd(kind: str, args: GluBwdArgs, config: GluConfig | None = None) -> tup
     interp = _runtime.interpreting()
     cfg = config or pick(half, True, interp)
     mask = args.row_mask if args.row_mask is not None else args.probs
-    fast_kernel(kernels.glu_bwd_kernel)[(triton.cdiv(tokens, cfg.block_m),)](
+    fast_kernel(kernels.glu_bwd_kernel)[(cdiv(tokens, cfg.block_m),)](
         args.grad_out, x, args.probs, mask, grad_x, grad_probs, tokens, half, **_flags(kind, args, interp),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     return grad_x, grad_probs

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-import triton
+from turbo_triton.intmath import next_power_of_2
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def pick(kernel: str, arch: str, head_dim: int, elem_bytes: int, walk: int | Non
 
 def block_d(head_dim: int) -> int:
     """Head-dim tile: the next power of two, at least 16 (the smallest dot)."""
-    return max(16, triton.next_power_of_2(head_dim))
+    return max(16, next_power_of_2(head_dim))
 
 
 def atomic_dq(arch: str, head_dim: int, causal: bool) -> bool:

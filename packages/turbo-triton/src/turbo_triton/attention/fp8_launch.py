@@ -17,13 +17,13 @@ a GPU). ``TURBO_TRITON_ATTN_FP8_TILES="fwd=128,64,8,3;dq=128,64,8,2;dkdv=64,128,
 from __future__ import annotations
 
 import torch
-import triton
 
 from turbo_core.dispatch.specs.attention import AttentionFp8BwdArgs, AttentionFp8FwdArgs, lse_shape, out_shape
 from turbo_triton import _runtime
 from turbo_triton.attention.configs import Tile, override
 from turbo_triton.attention.fp8_quant import ROW_PAD, block_d, quantize_blocks
 from turbo_triton.attention.launch import input_reason, launch_tiled, window_bounds
+from turbo_triton.intmath import cdiv
 
 # sm90, d=128: tuned at B4 H16 S4096, causal and not, each kernel alone (the `attention` suite measures them).
 _SM90 = {
@@ -137,7 +137,7 @@ def attention_fp8_fwd(args: AttentionFp8FwdArgs) -> tuple[torch.Tensor, torch.Te
     q_q, _, s_q = quantize_blocks(q)
     k_q, _, s_k = quantize_blocks(k)
     _, v_qt, s_v = quantize_blocks(v, rows=False, trans=True)
-    _launch(attn_fp8_fwd_kernel, "fwd", lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch), p.tile("fwd"),
+    _launch(attn_fp8_fwd_kernel, "fwd", lambda t: (cdiv(p.seq_q, t.block_m), p.h_q, p.batch), p.tile("fwd"),
             ("fwd", q.dtype, p.d_qk, p.d_v),
             q_q, k_q, v_qt, s_q, s_k, s_v, out, lse, out.stride(0), out.stride(1), out.stride(2),
             p.seq_q, p.seq_k, q_q.shape[2], k_q.shape[2], *p.window(), D_V=p.d_v, **p.consts())
@@ -166,11 +166,11 @@ def attention_fp8_bwd(args: AttentionFp8BwdArgs) -> tuple[torch.Tensor, torch.Te
     delta = torch.empty_like(lse)
     rows_q, rows_k = q_q.shape[2], k_q.shape[2]
     key = (q.dtype, p.d_qk, p.d_v)
-    _launch(attn_fp8_bwd_dq_kernel, "dq", lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch),
+    _launch(attn_fp8_bwd_dq_kernel, "dq", lambda t: (cdiv(p.seq_q, t.block_m), p.h_q, p.batch),
             p.tile("dq"), ("dq", *key),
             q_q, k_q, v_q, do_q, s_q, s_k, s_v, s_do, lse, delta, dq, dq.stride(0), dq.stride(1), dq.stride(2),
             p.seq_q, p.seq_k, rows_q, rows_k, *p.window(), D_QK=p.d_qk, **p.consts())
-    _launch(attn_fp8_bwd_dkdv_kernel, "dkdv", lambda t: (triton.cdiv(p.seq_k, t.block_n), p.h_kv, p.batch),
+    _launch(attn_fp8_bwd_dkdv_kernel, "dkdv", lambda t: (cdiv(p.seq_k, t.block_n), p.h_kv, p.batch),
             p.tile("dkdv"), ("dkdv", *key),
             q_q, k_q, v_q, do_q, do_qt, s_q, s_k, s_v, s_do, lse, delta, dk, dv,
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),

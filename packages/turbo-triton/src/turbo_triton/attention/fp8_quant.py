@@ -28,6 +28,7 @@ import triton.language as tl
 
 from turbo_core.dispatch.specs.attention import FP8_BLOCK, FP8_MAX
 from turbo_triton import _runtime
+from turbo_triton.intmath import cdiv, next_power_of_2
 from turbo_triton.launcher import fast_kernel
 from turbo_triton.quantization.numerics import abs_bits, encode_fp8, load_f32, saturate
 
@@ -39,11 +40,11 @@ MIN_BLOCK_D = 32
 
 def block_d(head_dim: int) -> int:
     """Padded head dim of the quantized tensors: the next power of two, at least 32."""
-    return max(MIN_BLOCK_D, triton.next_power_of_2(head_dim))
+    return max(MIN_BLOCK_D, next_power_of_2(head_dim))
 
 
 def padded_rows(seq: int) -> int:
-    return triton.cdiv(max(seq, 1), ROW_PAD) * ROW_PAD
+    return cdiv(max(seq, 1), ROW_PAD) * ROW_PAD
 
 
 @triton.jit

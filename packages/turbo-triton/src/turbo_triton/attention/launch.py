@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-import triton
 
 from turbo_core.dispatch.specs.attention import AttentionBwdArgs, AttentionFwdArgs, lse_shape, out_shape
 from turbo_triton import _runtime
@@ -26,6 +25,7 @@ from turbo_triton.attention.bwd_kernels import (
 )
 from turbo_triton.attention.configs import Tile
 from turbo_triton.attention.fwd_kernel import attn_fwd_kernel
+from turbo_triton.intmath import cdiv
 from turbo_triton.launcher import fast_kernel
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -182,7 +182,7 @@ def attention_fwd(args: AttentionFwdArgs) -> tuple[torch.Tensor, torch.Tensor]:
     rest = (out, lse, sink, p.cu_q, p.cu_k,
             *_bsh(q, p.varlen), *_bsh(k, p.varlen), *_bsh(v, p.varlen), *_bsh(out, p.varlen),
             *_lse_strides(lse, p.varlen), p.seq_q, p.seq_k, p.group, p.scale, p.left, p.right)
-    launch_tiled(attn_fwd_kernel, lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch), p.tile("fwd"),
+    launch_tiled(attn_fwd_kernel, lambda t: (cdiv(p.seq_q, t.block_m), p.h_q, p.batch), p.tile("fwd"),
                  ("fwd", tma, q.dtype, p.d_qk, p.d_v),
                  lambda t: (*(_descriptors(args, p, t) if tma else (q, k, v)), *rest),
                  HAS_SINK=args.sink is not None, TMA=tma, **p.consts())
@@ -196,7 +196,7 @@ def _preprocess(args: AttentionBwdArgs, p: _Problem) -> tuple[torch.Tensor, torc
     lse = args.lse
     delta = torch.empty_like(lse)
     block_m = 16 if p.interp else 64
-    tiles = triton.cdiv(p.seq_q, block_m)
+    tiles = cdiv(p.seq_q, block_m)
     has_sink = args.sink is not None
     part = torch.zeros((p.batch, p.h_q, tiles) if has_sink else (1,), dtype=torch.float32, device=lse.device)
     grid = (tiles, p.h_q, p.batch)
@@ -228,12 +228,12 @@ def attention_bwd(args: AttentionBwdArgs):
     key = (q.dtype, p.d_qk, p.d_v)
     dkdv_args = (q, k, v, dout, lse, delta, dq, dk, dv, p.cu_q, p.cu_k, *common,
                  *_bsh(dk, p.varlen), *_bsh(dv, p.varlen), *tail)
-    launch_tiled(attn_bwd_dkdv_kernel, lambda t: (triton.cdiv(p.seq_k, t.block_n), p.h_kv, p.batch),
+    launch_tiled(attn_bwd_dkdv_kernel, lambda t: (cdiv(p.seq_k, t.block_n), p.h_kv, p.batch),
                  p.tile("dkdv"), ("dkdv", atomic, *key), lambda t: dkdv_args, ATOMIC_DQ=atomic, **p.consts())
     if atomic:
         dq = dq.to(q.dtype)
     else:
         dq_args = (q, k, v, dout, lse, delta, dq, p.cu_q, p.cu_k, *common, *tail)
-        launch_tiled(attn_bwd_dq_kernel, lambda t: (triton.cdiv(p.seq_q, t.block_m), p.h_q, p.batch),
+        launch_tiled(attn_bwd_dq_kernel, lambda t: (cdiv(p.seq_q, t.block_m), p.h_q, p.batch),
                      p.tile("dq"), ("dq", *key), lambda t: dq_args, **p.consts())
     return dq, dk, dv, dsink

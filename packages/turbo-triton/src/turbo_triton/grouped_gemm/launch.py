@@ -21,6 +21,7 @@ from turbo_triton import _runtime
 from turbo_triton._runtime import device_facts as _device_facts
 from turbo_triton._runtime import tma_arch as _tma_arch
 from turbo_triton.grouped_gemm import configs
+from turbo_triton.intmath import next_power_of_2
 from turbo_triton.launcher import fast_kernel
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -139,9 +140,8 @@ def grouped_gemm(args: GroupedGemmArgs, config: configs.GroupedConfig | None = N
 
 
 def _block_g(g: int) -> int:
-    import triton
 
-    return max(2, triton.next_power_of_2(g))
+    return max(2, next_power_of_2(g))
 
 
 def _launch_fwd_pointer(cfg, args, c, offs, g, m, n, k, programs):

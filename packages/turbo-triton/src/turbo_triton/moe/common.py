@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-import triton
 
 from turbo_triton import _runtime
+from turbo_triton.intmath import next_power_of_2
 
 #: Largest expert count served (the routing tile holds ``next_pow2(E)`` columns per token).
 MAX_EXPERTS = 1024
@@ -43,12 +43,12 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 
 def block_h(hidden: int) -> int:
     cap = MAX_BLOCK_H if _runtime.interpreting() else GPU_BLOCK_H
-    return max(16, min(cap, triton.next_power_of_2(max(1, hidden))))
+    return max(16, min(cap, next_power_of_2(max(1, hidden))))
 
 
 def warps(elements: int) -> int:
     """About 8-16 elements per thread."""
-    return max(1, min(8, triton.next_power_of_2(max(1, elements // 512))))
+    return max(1, min(8, next_power_of_2(max(1, elements // 512))))
 
 
 def no_fusion() -> dict:

@@ -4,9 +4,9 @@ Triton (see ``multihot_kernels``): bit-exact copies, no host sync."""
 from __future__ import annotations
 
 import torch
-import triton
 
 from turbo_core.dispatch.specs.moe import IndicesToMultihotArgs, IndicesToMultihotBwdArgs, TokensPerExpertToMaskArgs
+from turbo_triton.intmath import cdiv, next_power_of_2
 from turbo_triton.launcher import fast_kernel
 from turbo_triton.moe import common
 
@@ -32,7 +32,7 @@ def can_handle_tpe_mask(args: TokensPerExpertToMaskArgs) -> str | None:
 
 
 def _block_t(width: int) -> int:
-    return max(1, min(128, 4096 // triton.next_power_of_2(max(width, 1))))
+    return max(1, min(128, 4096 // next_power_of_2(max(width, 1))))
 
 
 def indices_to_multihot(args: IndicesToMultihotArgs):
@@ -45,8 +45,8 @@ def indices_to_multihot(args: IndicesToMultihotArgs):
     dense = torch.empty((t, e), dtype=probs.dtype, device=idx.device)
     if t:
         bt = _block_t(e)
-        be = triton.next_power_of_2(e)
-        fast_kernel(kern.multihot_kernel)[(triton.cdiv(t, bt),)](
+        be = next_power_of_2(e)
+        fast_kernel(kern.multihot_kernel)[(cdiv(t, bt),)](
             idx, common.bits(probs) if k else common.bits(dense), rmap.view(torch.uint8), common.bits(dense),
             t, e, K=k, BLOCK_T=bt, BLOCK_E=be,
             num_warps=common.warps(bt * be))
@@ -61,7 +61,7 @@ def indices_to_multihot_bwd(args: IndicesToMultihotBwdArgs):
     t, k = idx.shape
     out = torch.empty((t, k), dtype=gd.dtype, device=gd.device)
     if t and k:  # one slot a lane, 128 a program on 4 warps (tuned on sm90: multihot_bwd_kernel)
-        fast_kernel(kern.multihot_bwd_kernel)[(triton.cdiv(t * k, _BWD_BLOCK),)](
+        fast_kernel(kern.multihot_bwd_kernel)[(cdiv(t * k, _BWD_BLOCK),)](
             idx, common.bits(gd), common.bits(out), t * k, gd.shape[1], K=k, BLOCK=_BWD_BLOCK, num_warps=4)
     return out
 
@@ -73,8 +73,8 @@ def tokens_per_expert_to_mask(args: TokensPerExpertToMaskArgs):
     tpe, n = args.tokens_per_expert, args.num_tokens
     out = torch.empty((n,), dtype=torch.int64, device=tpe.device)
     if n:
-        block = min(4096, triton.next_power_of_2(n))
-        be = min(1024, triton.next_power_of_2(max(tpe.shape[0], 1)))
-        fast_kernel(kern.tpe_mask_kernel)[(triton.cdiv(n, block),)](tpe if tpe.numel() else out, out, tpe.shape[0], n,
+        block = min(4096, next_power_of_2(n))
+        be = min(1024, next_power_of_2(max(tpe.shape[0], 1)))
+        fast_kernel(kern.tpe_mask_kernel)[(cdiv(n, block),)](tpe if tpe.numel() else out, out, tpe.shape[0], n,
                                                        BLOCK_E=be, BLOCK=block, num_warps=common.warps(block))
     return out

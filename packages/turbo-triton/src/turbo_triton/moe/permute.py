@@ -13,9 +13,9 @@ read once.
 from __future__ import annotations
 
 import torch
-import triton
 
 from turbo_core.dispatch.specs.moe import MoePermuteArgs
+from turbo_triton.intmath import cdiv, next_power_of_2
 from turbo_triton.launcher import fast_kernel
 from turbo_triton.moe import common
 
@@ -54,10 +54,10 @@ def row_sources(row_id_map: torch.Tensor, num_out: int, *, cols: bool = True,
     width = 0 if gm is None else gm.shape[1]
     zero_gm = gm is not None and gm.numel() > 0
     if t and (num_out or zero_gm):
-        block_e = triton.next_power_of_2(e)
+        block_e = next_power_of_2(e)
         block_t = max(1, min(128, 4096 // block_e))
-        block_w = max(2, min(triton.next_power_of_2(max(width, 1)), 4096 // block_t))
-        fast_kernel(kern.sources_kernel)[(triton.cdiv(t, block_t),)](
+        block_w = max(2, min(next_power_of_2(max(width, 1)), 4096 // block_t))
+        fast_kernel(kern.sources_kernel)[(cdiv(t, block_t),)](
             row_id_map, src, col if cols else src, gm if zero_gm else src, t, e, num_out, width,
             HAS_COL=cols, ZERO_GM=zero_gm, BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_W=block_w,
             num_warps=common.warps(block_t * block_e))
@@ -91,12 +91,12 @@ def moe_permute(args: MoePermuteArgs, *, block_h: int | None = None, unroll: int
     width = 0 if pr is None else pr.shape[1]
     bh = block_h or common.block_h(h)
     s = sf.shape[1] if has_scales else 0
-    block_s = max(2, triton.next_power_of_2(max(s, 1)))
+    block_s = max(2, next_power_of_2(max(s, 1)))
     if not gather and (search if search is not None else t * e <= SEARCH_MAX):
         br = search_rows or 4096 // _SEARCH_F
         if br < 1 or br & (br - 1) or br > 4096:
             raise ValueError(f"search_rows: expected a power of two from 1 to 4096, got {search_rows}")
-        fast_kernel(kern.search_gather_kernel)[(triton.cdiv(n, br), max(1, triton.cdiv(h, bh)))](
+        fast_kernel(kern.search_gather_kernel)[(cdiv(n, br), max(1, cdiv(h, bh)))](
             common.bits(x) if t else common.bits(out), rmap, common.bits(out),
             sf.view(torch.int32) if has_scales and t else rmap, scales.view(torch.int32) if has_scales else rmap,
             common.bits(pr) if has_probs and pr.numel() else rmap, common.bits(probs) if has_probs else rmap,
@@ -107,14 +107,14 @@ def moe_permute(args: MoePermuteArgs, *, block_h: int | None = None, unroll: int
     dummy = src
     if gather:
         br = max(1, min(16, 4096 // bh))
-        fast_kernel(kern.gather_kernel)[(triton.cdiv(n, br), max(1, triton.cdiv(h, bh)))](
+        fast_kernel(kern.gather_kernel)[(cdiv(n, br), max(1, cdiv(h, bh)))](
             common.bits(x) if t else common.bits(out), src, col if col is not None else dummy, common.bits(out),
             sf.view(torch.int32) if has_scales and t else dummy, scales.view(torch.int32) if has_scales else dummy,
             common.bits(pr) if has_probs and pr.numel() else dummy, common.bits(probs) if has_probs else dummy,
             n, h, s, width, HAS_SCALES=has_scales, HAS_PROBS=has_probs, BLOCK_R=br, BLOCK_H=bh,
             BLOCK_S=block_s, num_warps=num_warps or common.warps(br * bh))
         return out, scales, probs
-    fast_kernel(kern.permute_kernel)[(t + triton.cdiv(n, _BLOCK_R), max(1, triton.cdiv(h, bh)))](
+    fast_kernel(kern.permute_kernel)[(t + cdiv(n, _BLOCK_R), max(1, cdiv(h, bh)))](
         common.bits(x), rmap, src, common.bits(out),
         sf.view(torch.int32) if has_scales and t else dummy, scales.view(torch.int32) if has_scales else dummy,
         common.bits(pr) if has_probs and pr.numel() else dummy, common.bits(probs) if has_probs else dummy,

@@ -6,9 +6,9 @@ dispatched count, all on the device (no host sync) by a deterministic two-level 
 from __future__ import annotations
 
 import torch
-import triton
 
 from turbo_core.dispatch.specs.moe import MoePermutePreprocessArgs
+from turbo_triton.intmath import cdiv, next_power_of_2
 from turbo_triton.launcher import fast_kernel
 from turbo_triton.moe import common
 
@@ -43,11 +43,11 @@ def moe_permute_preprocess(args: MoePermutePreprocessArgs, *, block_t: int | Non
     k = 0 if is_mask else emap.shape[1]
     if is_mask:
         emap = emap.view(torch.uint8)
-    block_e = triton.next_power_of_2(e)
+    block_e = next_power_of_2(e)
     explicit_t = block_t is not None
     block_t = block_t or _block_t(block_e)
     block_b = block_b or max(1, min(64, 8192 // block_e))
-    blocks = triton.cdiv(t, block_t)
+    blocks = cdiv(t, block_t)
     if single is None:
         single = blocks <= 1
     elif single and blocks > 1:
@@ -61,7 +61,7 @@ def moe_permute_preprocess(args: MoePermutePreprocessArgs, *, block_t: int | Non
     has_capacity = args.expert_capacity >= 0
     has_cap = args.num_permuted_tokens >= 0
     if single:  # the tile shrinks to the tokens there are (one compiled variant per power of two)
-        bt = block_t if explicit_t else triton.next_power_of_2(max(t, 1))
+        bt = block_t if explicit_t else next_power_of_2(max(t, 1))
         fast_kernel(kern.single_block_kernel)[(1,)](
             emap, row_id_map, offsets, tpe, overflow, dispatched, t, k, e, max(args.pad_multiple, 1),
             max(args.expert_capacity, 0), max(args.num_permuted_tokens, 0), IS_MASK=is_mask,

@@ -10,10 +10,10 @@ Scores and probs are rounded once to logits' dtype. No host sync.
 from __future__ import annotations
 
 import torch
-import triton
 
 from turbo_core.dispatch.specs.moe import MoeRoutingBwdArgs, MoeRoutingFwdArgs
 from turbo_triton import _runtime
+from turbo_triton.intmath import cdiv, next_power_of_2
 from turbo_triton.launcher import fast_kernel
 from turbo_triton.moe import common
 
@@ -77,11 +77,11 @@ def moe_routing_fwd(args: MoeRoutingFwdArgs, *, wide: bool | None = None, block_
         return scores, probs, rmap
     wide = _wide(x, wide)
     groups, per_group = args.groups, e // args.groups
-    bg, bp = triton.next_power_of_2(groups), triton.next_power_of_2(per_group)
+    bg, bp = next_power_of_2(groups), next_power_of_2(per_group)
     bt, nw = _tile(bg * bp, block_t)
     interp = _runtime.interpreting()
     scale, scale_ptr = _scale_args(x, args.scaling_factor, wide)
-    fast_kernel(kern.routing_fwd_kernel)[(triton.cdiv(t, bt),)](
+    fast_kernel(kern.routing_fwd_kernel)[(cdiv(t, bt),)](
         x, scores, probs, rmap.view(torch.uint8), t, e, per_group, groups, args.topk,
         args.topk // args.selected_groups, args.selected_groups, scale, scale_ptr,
         SOFTMAX=args.score_function == "softmax", GROUPED=groups > 1,
@@ -104,7 +104,7 @@ def moe_routing_bwd(args: MoeRoutingBwdArgs, *, wide: bool | None = None, block_
         return out
     wide = _wide(x, wide)
     interp = _runtime.interpreting()
-    be = triton.next_power_of_2(e)
+    be = next_power_of_2(e)
     if block_t is None and be <= _BWD_NARROW and not interp:
         # Narrow rows (Mixtral's 8 experts): the grid is a few dozen programs and the exact exp /
         # divisions per element are the critical path, so 2 elements a thread (256-element tiles,
@@ -115,7 +115,7 @@ def moe_routing_bwd(args: MoeRoutingBwdArgs, *, wide: bool | None = None, block_
     nw = num_warps or nw
     scale, scale_ptr = _scale_args(x, args.scaling_factor, wide)
     gs, gp = args.grad_scores, args.grad_probs
-    fast_kernel(kern.routing_bwd_kernel)[(triton.cdiv(t, bt),)](
+    fast_kernel(kern.routing_bwd_kernel)[(cdiv(t, bt),)](
         x, x if gs is None else gs, x if gp is None else gp, args.routing_map.view(torch.uint8), out, t, e,
         scale, scale_ptr, SOFTMAX=args.score_function == "softmax", HAS_GS=gs is not None,
         HAS_GP=gp is not None, CT=kern.tl.float64 if wide else kern.tl.float32, WIDE=wide,

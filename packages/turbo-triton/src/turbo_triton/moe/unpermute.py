@@ -11,10 +11,10 @@ them) are written as zeros by the kernel that writes the other rows. No host syn
 from __future__ import annotations
 
 import torch
-import triton
 
 from turbo_core.dispatch.specs.moe import MoeUnpermuteArgs, MoeUnpermuteBwdArgs
 from turbo_triton import _runtime
+from turbo_triton.intmath import cdiv, next_power_of_2
 from turbo_triton.launcher import fast_kernel
 from turbo_triton.moe import common
 from turbo_triton.moe.permute import row_sources
@@ -64,10 +64,10 @@ def moe_unpermute(args: MoeUnpermuteArgs, *, block_h: int | None = None, unroll:
         pw = args.probs_width if has_pp else 0
         # Zero-width merging probs, no permuted probs, N = 0: the pointer stands in, never dereferenced.
         pp_bits = common.bits(pp) if has_pp and n else x
-        fast_kernel(kern.unpermute_kernel)[(t, max(1, triton.cdiv(h, bh)))](
+        fast_kernel(kern.unpermute_kernel)[(t, max(1, cdiv(h, bh)))](
             x, rmap, merge if width else x, out, pp_bits, common.bits(probs) if has_pp else x, h, e, n, width, pw,
             HAS_MERGE=merge is not None, HAS_PP=has_pp, ROUND_BF16=_round_bf16(x), UNROLL=unroll or _UNROLL,
-            BLOCK_H=bh, BLOCK_PW=max(2, triton.next_power_of_2(max(pw, 1))),
+            BLOCK_H=bh, BLOCK_PW=max(2, next_power_of_2(max(pw, 1))),
             num_warps=num_warps or common.warps(bh), **common.no_fusion())
     return out, probs
 

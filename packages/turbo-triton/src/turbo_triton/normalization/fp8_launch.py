@@ -11,12 +11,12 @@ dispatcher's next backend (TORCH's composition) serves those.
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 
 from turbo_core.dispatch.specs.normalization_fp8 import RmsNormFwdFp8Args, rmsnorm_fwd_fp8_shapes
 from turbo_core.low_precision import E8M0_DTYPE, MXFP8_BLOCK_SIZE, ScalingGranularity
 from turbo_triton import _runtime
+from turbo_triton.intmath import cdiv, next_power_of_2
 from turbo_triton.launcher import fast_kernel
 from turbo_triton.normalization import launch as norm
 from turbo_triton.normalization.launch import RowConfig
@@ -35,7 +35,7 @@ def can_handle(args: RmsNormFwdFp8Args) -> str | None:
     if reason:
         return reason
     hidden = args.x.shape[1]
-    width = triton.next_power_of_2(hidden)
+    width = next_power_of_2(hidden)
     if width > norm.FWD_WHOLE_ROW_MAX:
         return (f"TRITON rmsnorm_fwd_fp8 keeps whole rows in one tile: rows of {hidden} (> "
                 f"{norm.FWD_WHOLE_ROW_MAX}) are walked in chunks by rmsnorm_fwd")
@@ -71,7 +71,7 @@ def rmsnorm_fwd_fp8(args: RmsNormFwdFp8Args, config: RowConfig | None = None):
     cfg = config or norm.pick(hidden, False, interp)
     group = {G.ROWWISE: cfg.block_n, G.BLOCKWISE: args.block_size, G.MX_BLOCKWISE: MXFP8_BLOCK_SIZE}[gran]
     fmt = common.fmt_constexprs(dtype)
-    fast_kernel(fp8_kernels.rmsnorm_fwd_fp8_kernel)[(triton.cdiv(tokens, cfg.block_m),)](
+    fast_kernel(fp8_kernels.rmsnorm_fwd_fp8_kernel)[(cdiv(tokens, cfg.block_m),)](
         x, residual if residual is not None else x, gamma if gamma is not None else x, y if y is not None else x,
         s if s is not None else x, rstd, common.data_arg(q),
         scale.view(torch.uint8) if gran == G.MX_BLOCKWISE else scale, tokens, hidden, q_shape[1], s_shape[1],

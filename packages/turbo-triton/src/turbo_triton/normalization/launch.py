@@ -6,13 +6,14 @@ dgamma partials (``[programs, H]`` fp32) are reduced with one ``torch.sum`` on t
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from turbo_core.dispatch.specs.normalization import RmsNormBwdArgs, RmsNormFwdArgs
 from turbo_triton import _runtime
+from turbo_triton.intmath import cdiv, next_power_of_2
 from turbo_triton.launcher import fast_kernel
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -41,9 +42,10 @@ class RowConfig:
 
 def _warps(elements: int, lo: int = 1, hi: int = 16) -> int:
     """About 16 elements per thread (two 16-byte vectors of bf16)."""
-    return max(lo, min(hi, triton.next_power_of_2(max(1, elements // 512))))
+    return max(lo, min(hi, next_power_of_2(max(1, elements // 512))))
 
 
+@functools.lru_cache(maxsize=256)
 def pick(hidden: int, backward: bool, interp: bool) -> RowConfig:
     """Tile heuristic for rows of ``hidden`` elements.
 
@@ -54,8 +56,11 @@ def pick(hidden: int, backward: bool, interp: bool) -> RowConfig:
     the copy bandwidth; at 16384 that costs (two rows of 32 KB a stage). At 16384 the backward takes the
     split kernel (2 unrolled chunks of 8192, 16 warps, one program a SM, row loop pipelined 2 deep),
     because the whole-row tile spills there.
+
+    Cached per ``(hidden, backward, interp)``: the answer is a function of them, and a launch asks
+    for it every call.
     """
-    width = triton.next_power_of_2(hidden)
+    width = next_power_of_2(hidden)
     if interp:  # few, large programs: the interpreter's cost is per program and per op
         return RowConfig(max(1, min(64, 16384 // width)), width, 4, 1)
     limit = BWD_WHOLE_ROW_MAX if backward else FWD_WHOLE_ROW_MAX
@@ -118,7 +123,7 @@ def rmsnorm_fwd(args: RmsNormFwdArgs, config: RowConfig | None = None):
     ptrs = (x, residual if residual is not None else x, gamma if gamma is not None else x, y,
             s if s is not None else x, rstd, tokens, hidden, float(args.eps))
     if cfg.block_n >= hidden:
-        fast_kernel(kernels.rmsnorm_fwd_kernel)[(triton.cdiv(tokens, cfg.block_m),)](
+        fast_kernel(kernels.rmsnorm_fwd_kernel)[(cdiv(tokens, cfg.block_m),)](
             *ptrs, **flags, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     else:
         fast_kernel(kernels.rmsnorm_fwd_chunked_kernel)[(tokens,)](
@@ -142,7 +147,7 @@ def rmsnorm_bwd(args: RmsNormBwdArgs, config: RowConfig | None = None):
     if split and not (2 <= cfg.chunks <= 4 and cfg.block_n * cfg.chunks >= hidden):
         raise ValueError(f"split backward tile {cfg} does not cover rows of {hidden}")
     chunked = cfg.block_n < hidden and not split
-    blocks = triton.cdiv(tokens, cfg.block_m)
+    blocks = cdiv(tokens, cfg.block_m)
     programs = max(1, min(blocks, _sms(x) * cfg.programs_per_sm))
     partials = (torch.empty((programs, hidden), dtype=torch.float32, device=x.device)
                 if gamma is not None else rstd)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from turbo_core.low_precision import QUANT_EPS, fp8_max, mx_emax
 from turbo_triton import _runtime
+from turbo_triton.intmath import cdiv, next_power_of_2
 
 __all__ = ["Tile", "around_axis", "block_size_reason", "check_tile", "data_arg", "device_reason", "eps", "x_arg",
            "amax_iters", "fill_zero_block", "flat_rows", "fmt_constexprs", "grid", "hw_sat", "mx_emax_of",
@@ -127,8 +127,8 @@ def pick(m: int, n: int, gm: int, gn: int, *, cap_n: int = 1024, target: int = 8
     program on GPUs (16384 under the interpreter, whose cost is per program), ``block_n`` up to
     ``cap_n`` (or the group width) along the contiguous dim; ``warps`` overrides ``_warps``."""
     target = 16384 if _runtime.interpreting() else target
-    bn = max(gn, min(triton.next_power_of_2(max(n, 1)), cap_n, max(1, target // gm)))
-    bm = max(gm, min(triton.next_power_of_2(max(m, 1)), max(1, target // bn)))
+    bn = max(gn, min(next_power_of_2(max(n, 1)), cap_n, max(1, target // gm)))
+    bm = max(gm, min(next_power_of_2(max(m, 1)), max(1, target // bn)))
     return Tile(bm, bn, warps or _warps(bm * bn, gm))
 
 
@@ -156,10 +156,10 @@ def amax_iters(b: int, m: int, n: int, tile: Tile, red_m: bool, *, programs: int
         return tile.iters
     if not red_m:
         return 1
-    tiles_m = triton.cdiv(m, tile.block_m)
-    others = b * triton.cdiv(n, tile.block_n)
+    tiles_m = cdiv(m, tile.block_m)
+    others = b * cdiv(n, tile.block_n)
     it = 1
-    while it * 2 <= min(most, tiles_m) and others * triton.cdiv(tiles_m, it * 2) >= programs:
+    while it * 2 <= min(most, tiles_m) and others * cdiv(tiles_m, it * 2) >= programs:
         it *= 2
     return it
 
@@ -216,4 +216,4 @@ def recipe_reason(*recipes) -> str | None:
 
 
 def grid(b: int, m: int, n: int, tile: Tile) -> tuple[int]:
-    return (b * triton.cdiv(m, tile.block_m) * triton.cdiv(n, tile.block_n),)
+    return (b * cdiv(m, tile.block_m) * cdiv(n, tile.block_n),)

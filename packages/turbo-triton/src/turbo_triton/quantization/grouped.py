@@ -38,7 +38,6 @@ group pads at most 96 rows more in the column layout); tight row copies (BLOCKWI
 from __future__ import annotations
 
 import torch
-import triton
 
 from turbo_core.dispatch.specs.quantization import (
     DequantizeFp4Args,
@@ -56,6 +55,7 @@ from turbo_core.dispatch.specs.quantization import (
 )
 from turbo_core.low_precision import E8M0_DTYPE, FLOAT4_E2M1FN_X2, ScalingGranularity
 from turbo_triton import _runtime
+from turbo_triton.intmath import cdiv, next_power_of_2
 from turbo_triton.launcher import fast_kernel
 from turbo_triton.quantization import common
 from turbo_triton.quantization.common import Tile
@@ -137,7 +137,7 @@ def can_handle_dequantize_fp4(args: GroupedDequantizeFp4Args) -> str | None:
 # -- the row maps ----------------------------------------------------------------------------------------
 
 def _group_block(groups: int) -> int:
-    return min(64, max(16, triton.next_power_of_2(groups)))
+    return min(64, max(16, next_power_of_2(groups)))
 
 
 def _pad_map(x: torch.Tensor, lens: torch.Tensor, offs: torch.Tensor, align: int, m_pad: int,
@@ -159,7 +159,7 @@ def _pad_map(x: torch.Tensor, lens: torch.Tensor, offs: torch.Tensor, align: int
     else:
         lens_r, offs_r = lens_pad, offs_pad  # unused by the kernel
     dst = torch.empty(m_pad if with_row else 1, dtype=torch.int32, device=dev)
-    fast_kernel(kern.pad_map_kernel)[(max(1, triton.cdiv(m_pad, _MAP_ROWS)),)](
+    fast_kernel(kern.pad_map_kernel)[(max(1, cdiv(m_pad, _MAP_ROWS)),)](
         lens, offs, lens_pad, offs_pad, src, lens_r, offs_r, dst, groups, x.shape[0], m_pad, m_row,
         ALIGN=align, R_ALIGN=row_align or 1, WITH_ROW=with_row, BR=_MAP_ROWS, BG=_group_block(groups))
     if with_row:
@@ -177,7 +177,7 @@ def _unpad_map(offs: torch.Tensor, offs_pad: torch.Tensor, total: int, limit: in
     inv = torch.empty(limit if inverse else 1, dtype=torch.int32, device=offs.device)
     span = max(total, limit) if inverse else total
     if span:
-        fast_kernel(kern.unpad_map_kernel)[(triton.cdiv(span, _MAP_ROWS),)](offs, offs_pad, out, inv, groups, total, limit,
+        fast_kernel(kern.unpad_map_kernel)[(cdiv(span, _MAP_ROWS),)](offs, offs_pad, out, inv, groups, total, limit,
                                                                BR=_MAP_ROWS, BG=_group_block(groups), WITH_INV=inverse)
     return (out, inv) if inverse else out
 
@@ -196,7 +196,7 @@ def _blockwise_rowwise(x, dtype, bs, tile):
 
     m, n = x.shape
     q = torch.empty((m, n), dtype=dtype, device=x.device)
-    s = torch.empty((triton.cdiv(n, bs), m), dtype=torch.float32, device=x.device)
+    s = torch.empty((cdiv(n, bs), m), dtype=torch.float32, device=x.device)
     if x.numel() == 0:
         return q, s
     tile = _tile(tile, m, n, 1, bs)

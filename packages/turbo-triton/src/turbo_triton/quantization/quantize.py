@@ -23,10 +23,10 @@ dim, ``COL_FUSED_MAX`` along another. Results are bit-identical to the TORCH ref
 from __future__ import annotations
 
 import torch
-import triton
 
 from turbo_core.dispatch.specs.quantization import QuantizeFp8Args, mx_is_rowwise, mx_shapes, normalize_axis
 from turbo_core.low_precision import E8M0_DTYPE, MXFP8_BLOCK_SIZE, ScalingGranularity
+from turbo_triton.intmath import cdiv, next_power_of_2
 from turbo_triton.launcher import fast_kernel
 from turbo_triton.quantization import common
 from turbo_triton.quantization.common import Tile
@@ -85,7 +85,7 @@ def _launch_amax_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, red_m
     sa = amax.stride()
     xa, x_bits = common.x_arg(x3)
     flags = dict(RED_M=red_m, RED_N=red_n, X_BITS=x_bits)
-    a_grid = (b * triton.cdiv(m, a_tile.block_m * iters) * triton.cdiv(n, a_tile.block_n),)
+    a_grid = (b * cdiv(m, a_tile.block_m * iters) * cdiv(n, a_tile.block_n),)
     fast_kernel(kernels.amax_kernel)[a_grid](xa, amax, m, n, *x3.stride(), *sa, BM=a_tile.block_m, BN=a_tile.block_n,
                                 ITERS=iters, **flags, num_warps=a_tile.num_warps)
     scale_cast(x3, q, s3, amax, red_m, red_n, dtype, c_tile, q_transposed)
@@ -110,7 +110,7 @@ def scale_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, amax: torch.
     a_arg = scales if scales is not None else amax
     if scaled and scales is None:
         a_arg = torch.empty(amax.shape, dtype=torch.float32, device=x3.device)
-        fast_kernel(kernels.scale_kernel)[(triton.cdiv(amax.numel(), 1024),)](amax, a_arg, s3, amax.numel(), common.eps(),
+        fast_kernel(kernels.scale_kernel)[(cdiv(amax.numel(), 1024),)](amax, a_arg, s3, amax.numel(), common.eps(),
                                                                 FMAX=fmt["FMAX"], BLOCK=1024, num_warps=4)
     fast_kernel(kernels.cast_kernel)[common.grid(b, m, n, c_tile)](
         xa, a_arg, common.data_arg(q), s3, m, n, *x3.stride(), *sa, common.eps(), *_q_strides(m, n, q_transposed),
@@ -154,7 +154,7 @@ def _along_axis(x: torch.Tensor, dtype: torch.dtype, ax: int, bs: int | None, ti
     shape3, along_n = common.around_axis(tuple(x.shape), ax)
     size = x.shape[ax]
     s_shape = list(x.shape)
-    s_shape[ax] = 1 if bs is None else triton.cdiv(size, bs)
+    s_shape[ax] = 1 if bs is None else cdiv(size, bs)
     q = torch.empty(x.shape, dtype=dtype, device=x.device)
     s = torch.empty(s_shape, dtype=torch.float32, device=x.device)
     if x.numel() == 0:
@@ -170,9 +170,9 @@ def _along_axis(x: torch.Tensor, dtype: torch.dtype, ax: int, bs: int | None, ti
     if bs is not None:
         _launch_groups(x3, q3, s3, 1 if along_n else bs, bs if along_n else 1, dtype, tile)
     elif along_n and size <= ROW_FUSED_MAX:
-        _launch_groups(x3, q3, s3, 1, triton.next_power_of_2(size), dtype, tile)
+        _launch_groups(x3, q3, s3, 1, next_power_of_2(size), dtype, tile)
     elif not along_n and size <= COL_FUSED_MAX:
-        _launch_groups(x3, q3, s3, triton.next_power_of_2(size), 1, dtype, tile)
+        _launch_groups(x3, q3, s3, next_power_of_2(size), 1, dtype, tile)
     else:
         _launch_amax_cast(x3, q3, s3, not along_n, along_n, dtype, tile)
     return q, s
@@ -186,21 +186,21 @@ def _along_columns_transposed(x: torch.Tensor, dtype: torch.dtype, bs: int | Non
     b = batch[0] if batch else 1
     y3 = x.transpose(-1, -2) if batch else x.t().unsqueeze(0)  # [B, C, R], strides (_, ld, 1)
     q = torch.empty((*batch, r, c), dtype=dtype, device=x.device)
-    groups = 1 if bs is None else triton.cdiv(c, bs)
+    groups = 1 if bs is None else cdiv(c, bs)
     s = torch.empty((*batch, r, groups), dtype=torch.float32, device=x.device)
     s3 = s.transpose(-1, -2) if batch else s.t().unsqueeze(0)  # group (g, j) of y's column j at s[.., j, g]
     q3 = q.view(b, c, r)  # the kernels index it through the transposed strides
     if bs is not None:
         _launch_groups(y3, q3, s3, bs, 1, dtype, tile, q_transposed=True)
     elif c <= COL_FUSED_MAX:
-        _launch_groups(y3, q3, s3, triton.next_power_of_2(c), 1, dtype, tile, q_transposed=True)
+        _launch_groups(y3, q3, s3, next_power_of_2(c), 1, dtype, tile, q_transposed=True)
     else:
         _launch_amax_cast(y3, q3, s.view(b, 1, r), True, False, dtype, tile, q_transposed=True)
     return q, s
 
 
 def _blockwise_2d(x: torch.Tensor, dtype: torch.dtype, bs: int, tile: Tile | None):
-    s_shape = (*x.shape[:-2], triton.cdiv(x.shape[-2], bs), triton.cdiv(x.shape[-1], bs))
+    s_shape = (*x.shape[:-2], cdiv(x.shape[-2], bs), cdiv(x.shape[-1], bs))
     q = torch.empty(x.shape, dtype=dtype, device=x.device)
     s = torch.empty(s_shape, dtype=torch.float32, device=x.device)
     if x.numel() == 0:

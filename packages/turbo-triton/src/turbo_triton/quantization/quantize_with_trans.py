@@ -14,10 +14,10 @@ where two ``quantize_fp8`` calls take three (the column one reads x twice).
 from __future__ import annotations
 
 import torch
-import triton
 
 from turbo_core.dispatch.specs.quantization import QuantizeFp8WithTransArgs, mx_shapes
 from turbo_core.low_precision import E8M0_DTYPE, MXFP8_BLOCK_SIZE, ScalingGranularity
+from turbo_triton.intmath import cdiv, next_power_of_2
 from turbo_triton.launcher import fast_kernel
 from turbo_triton.quantization import common
 from turbo_triton.quantization.common import Tile
@@ -47,8 +47,8 @@ def _blockwise(x: torch.Tensor, dtype: torch.dtype, bs: int, tile: Tile | None):
     dev = x.device
     q_row = torch.empty((m, n), dtype=dtype, device=dev)
     q_col = torch.empty((m, n), dtype=dtype, device=dev)
-    s_row = torch.empty((m, triton.cdiv(n, bs)), dtype=torch.float32, device=dev)
-    s_col = torch.empty((triton.cdiv(m, bs), n), dtype=torch.float32, device=dev)
+    s_row = torch.empty((m, cdiv(n, bs)), dtype=torch.float32, device=dev)
+    s_col = torch.empty((cdiv(m, bs), n), dtype=torch.float32, device=dev)
     if x.numel() == 0:
         return q_row, s_row, q_col, s_col
     # 128 x 128 tiles (bs 128) on 8 warps, faster than on 4 (the `quant` suite measures it)
@@ -111,14 +111,14 @@ def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None, row_tile: T
     s_row = torch.empty((*batch, m, 1), dtype=torch.float32, device=dev)
     s_col = torch.empty((*batch, 1, n), dtype=torch.float32, device=dev)
     x3 = common.view3(x, b, m, n)
-    bn = triton.next_power_of_2(n)
+    bn = next_power_of_2(n)
     r_tile = row_tile or tile or common.pick(m, n, 1, bn, cap_n=max(bn, 1024))
     common.check_tile(r_tile, 1, bn)
     # One column amax per ITERS row tiles, 256 programs at least: 32-64 rows a program (fewer: more
     # partials to write and read back; as atomics, contention) with 3 pipeline stages, which beats the two
     # quantize_fp8 calls on sm90 (the `quant` suite measures both).
     iters = common.amax_iters(b, m, bn, r_tile, True, programs=256)
-    programs = triton.cdiv(m, r_tile.block_m * iters)
+    programs = cdiv(m, r_tile.block_m * iters)
     amax = (torch.empty((b, programs, n), dtype=torch.int32, device=dev) if partial
             else torch.zeros((b, 1, n), dtype=torch.int32, device=dev))
     xa, x_bits = common.x_arg(x3)
@@ -132,7 +132,7 @@ def _rowwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None, row_tile: T
     scales = None
     if partial:
         scales = torch.empty((b, 1, n), dtype=torch.float32, device=dev)
-        fast_kernel(kernels.partial_scale_kernel)[(b * triton.cdiv(n, _PARTIAL_BN),)](
+        fast_kernel(kernels.partial_scale_kernel)[(b * cdiv(n, _PARTIAL_BN),)](
             amax, scales, s_col, programs, n, common.eps(), FMAX=fmt["FMAX"], BP=_PARTIAL_BP, BN=_PARTIAL_BN,
             num_warps=4)
     quantize.scale_cast(x3, q_col.view(b, m, n), s_col.view(b, 1, n), None if partial else amax, True, False,
