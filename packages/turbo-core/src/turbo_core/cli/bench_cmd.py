@@ -1,4 +1,5 @@
-"""``turbo bench <suite> [--quick] [--record [DIR]] [--out FILE] ...`` runs a suite;
+"""``turbo bench <suite> [--quick] [--record [DIR]] [--out FILE] ...`` runs a suite (``train --hf``:
+the Hugging Face models of :mod:`turbo_core.bench.hf_train`);
 ``turbo bench report [--data DIR] [--out FILE]`` writes the performance page from the dataset."""
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ def add_parser(sub) -> None:
                     "torch._scaled_mm, F.scaled_mm, bf16:torch._grouped_mm, torch._scaled_grouped_mm; attention: "
                     "sdpa:cudnn sdpa:flash turbo:TRITON turbo:TRITON:deterministic; norm/activation: liger liger:gate_up "
                     "when liger-kernel is importable)")
+    _option(p, "--hf", action="store_true",
+               help="train: Hugging Face Transformers models (unpatched, Liger-Kernel's patch, turbo's apply_turbo) "
+                    "instead of the demo decoder; needs turbo-core[hf]")
     _option(p, "--include-reference", action="store_true", help="also time the TORCH reference backend")
     _option(p, "--warmup", type=int, default=10)
     _option(p, "--rounds", type=int, default=1,
@@ -158,7 +162,10 @@ def run(args) -> int:
     iters, warmup = (3, 1) if args.quick else (args.iters, args.warmup)
     runner.ROUNDS = args.rounds
     console = Console(stderr=True)
-    suite = suite_module(args.suite)
+    if args.hf and args.suite != "train":
+        console.print(f"turbo bench: --hf applies to train, not to {args.suite}")
+        return 2
+    suite = importlib.import_module("turbo_core.bench.hf_train") if args.hf else suite_module(args.suite)
     try:
         extra = suite_options(args, suite)
     except ValueError as exc:

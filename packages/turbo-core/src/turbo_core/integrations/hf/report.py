@@ -70,8 +70,8 @@ class TurboReport:
     def __str__(self) -> str:
         head = f"turbo on {self.architecture}"
         if self.fp8 is not None:
-            gran = getattr(getattr(self.fp8, "granularity", None), "value", self.fp8)
-            head += f" (FP8 {gran})"
+            gran = getattr(getattr(self.fp8, "granularity", None), "value", str(self.fp8))
+            head += f" (FP8 {gran.lower()})"
         if self.already_applied:
             head += ": already applied, nothing changed"
         lines = [head + ":"]
