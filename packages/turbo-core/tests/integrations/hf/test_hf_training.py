@@ -69,3 +69,19 @@ def test_adamw_steps_follow_the_unpatched_model(arch):
     assert losses["ref"][-1] < losses["ref"][0]
     for got, want in zip(losses["turbo"], losses["ref"], strict=True):
         assert abs(got - want) <= 10 * RTOL * abs(want), (losses["turbo"], losses["ref"])
+
+
+def test_torch_compile_traces_the_patched_model_in_one_graph():
+    """dynamo traces a patched MoE model whole (``fullgraph=True``: turbo's ops are custom ops, the
+    permutation has a static size), AOT autograd builds its backward (``aot_eager``: no code
+    generation on the CPU), and the result is the eager patched model's."""
+    model = build("qwen3_moe")
+    apply_turbo(model)
+    ids = tokens()
+    want_logits, want = loss_and_grads(model, ids)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    logits, got = loss_and_grads(compiled, ids)
+    torch._dynamo.reset()
+    assert max_rel(logits, want_logits) <= RTOL
+    assert_grads_close({k.removeprefix("_orig_mod."): v for k, v in got.items()}, want, RTOL)

@@ -20,7 +20,8 @@ a user would write instead. ``linear-fp8`` (module ``linear_fp8``) times a linea
 (Llama-3.1-8B, Mixtral-8x7B and Qwen3-30B-A3B at 2 layers, one DeepSeek-V3 MoE layer of an
 expert-parallel rank): plain PyTorch eager and ``torch.compile``, turbo bf16 and its FP8 recipes,
 torchao's float8 training; wall clock per step, tokens/s, peak memory and the loss after a fixed
-number of steps beside plain PyTorch's."""
+number of steps beside plain PyTorch's. ``train --hf`` (:mod:`turbo_core.bench.hf_train`) times
+Hugging Face Transformers models instead: unpatched, Liger-Kernel's patch, turbo's ``apply_turbo``."""
 
 SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8", "attention",
           "moe", "moe-dispatch", "async-tp", "host", "linear-fp8", "train")
