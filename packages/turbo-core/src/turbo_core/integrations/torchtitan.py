@@ -24,6 +24,10 @@ modules keep TorchTitan's parameters, names, state_dict, initialization and shar
 (``turbo_core.integrations.torchtitan_layers``, ``torchtitan_moe``). :attr:`TurboConverter.report`
 (also logged) says what was replaced and what was left alone, and why.
 
+With attention converted, run with ``--training.disable_cuda_graphs`` (TorchTitan's own varlen
+configs set it): the masks are TorchTitan's varlen metadata, whose shape follows each batch's
+documents, which TorchTitan's whole-step CUDA graph cannot replay.
+
 TorchTitan's converter protocol has no optimizer hook: turbo's FP8 weight caches see every
 optimizer step by themselves (``turbo_core.ops.weight_cache``), so there is nothing to do after
 ``optimizer.step()``.
@@ -228,6 +232,9 @@ class TurboConverter(ModelConfigConverter):
             else:
                 attn.inner_attention = new
                 report.add("attention", fqn)
+        if any(isinstance(f[3], TurboDocumentAttention.Config) for f in todo):
+            logger.warning("turbo converter: attention now takes TorchTitan's varlen masks (cu_seqlens per batch); "
+                           "set --training.disable_cuda_graphs, as TorchTitan's own varlen configs do")
 
     def _norms(self, root, report: TurboReport) -> None:
         unused = {id(a.q_norm) for _, a, _, _ in root.traverse(MLAttention.Config) if a.q_lora_rank == 0}
