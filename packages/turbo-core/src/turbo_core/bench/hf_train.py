@@ -26,7 +26,8 @@ Providers (:data:`HF_PROVIDERS`):
 Clock, peak memory and the loss run are the ``train`` suite's (:mod:`turbo_core.bench.suites.train`):
 wall clock per step (median, p10, p90), CUDA-synchronized; ``torch.cuda.max_memory_allocated``
 after the model is built; the loss of a held-out batch after ``LOSS_STEPS`` steps from the init,
-beside ``hf``'s (``hf_loss``, ``loss_diff``).
+beside ``hf``'s (``hf_loss``, ``loss_diff``), and that batch's loss before the first step
+(``init_loss``).
 
 Rows: the ``train`` suite's fields with ``mode`` ``"hf"`` (a table of its own on the performance
 page), ``baseline`` ``"hf"``, ``hf_loss`` in place of ``torch_loss``, ``note`` (a turbo row: what
@@ -68,8 +69,8 @@ HF_PROVIDERS: dict[str, str] = {
 }
 
 #: The fields of a row whose status is ``ok`` besides the model's.
-OK_FIELDS = ("median_ms", "p10_ms", "p90_ms", "tokens_per_s", "peak_bytes", "loss", "hf_loss", "loss_diff",
-             "loss_steps", "ratio", "bf16_ratio", "vs")
+OK_FIELDS = ("median_ms", "p10_ms", "p90_ms", "tokens_per_s", "peak_bytes", "init_loss", "loss", "hf_loss",
+             "loss_diff", "loss_steps", "ratio", "bf16_ratio", "vs")
 
 
 def _transformers():
@@ -172,9 +173,10 @@ def _measure(provider: str, model: HFTrainModel, state: dict, batches: list, *, 
         if gpu:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+        init_loss = float(_loss(net, batches[-1]).detach())  # the held-out batch before the first step
         for ids in batches[:-1]:
             step(ids)
-        out: dict = {"loss": float(_loss(net, batches[-1]).detach()), "note": note}
+        out: dict = {"init_loss": init_loss, "loss": float(_loss(net, batches[-1]).detach()), "note": note}
         first = batches[0]
         t = timing.measure_batched(lambda: step(first), device=device, warmup=warmup, iters=iters, calls=1,
                                    clock="wall")

@@ -65,6 +65,7 @@ def test_quick_cli_run_gives_rows_with_every_field(tmp_path, capsys, monkeypatch
         assert r["tokens_per_s"] == pytest.approx(r["tokens"] / (r["median_ms"] * 1e-3))
         assert r["peak_bytes"] is None and r["loss_steps"] == QUICK_LOSS_STEPS
         assert math.isfinite(r["loss"]) and r["hf_loss"] == hf["loss"]
+        assert r["loss"] < r["init_loss"]  # the steps lowered the held-out loss
     assert hf["loss_diff"] == 0.0 and hf["ratio"] == 1.0 and hf["vs"] is None
     assert abs(turbo["loss_diff"]) <= BF16_LOSS_RTOL * hf["loss"]
     assert turbo["ratio"] == pytest.approx(hf["median_ms"] / turbo["median_ms"])
