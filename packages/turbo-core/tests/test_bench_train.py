@@ -55,7 +55,7 @@ def _check_rows(rows: list[dict], name: str, steps_timed: int) -> None:
         assert r["p10_ms"] <= r["median_ms"] <= r["p90_ms"]
         assert r["tokens_per_s"] == pytest.approx(model.tokens / (r["median_ms"] * 1e-3))
         assert r["peak_bytes"] is None  # the CPU has no allocator statistics
-        assert math.isfinite(r["loss"]) and r["loss_steps"] == train.QUICK_LOSS_STEPS
+        assert math.isfinite(r["loss"]) and math.isfinite(r["init_loss"]) and r["loss_steps"] == train.QUICK_LOSS_STEPS
         assert r["torch_loss"] == rows[0]["loss"]
         assert r["ratio"] is None  # torch.compile did not run
         assert r["bf16_ratio"] == pytest.approx(turbo_ms / r["median_ms"])

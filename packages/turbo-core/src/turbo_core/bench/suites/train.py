@@ -36,14 +36,15 @@ activations); None on the CPU.
 Loss: every provider also runs :data:`LOSS_STEPS` steps (:data:`QUICK_LOSS_STEPS` with
 ``--quick``) from the init on the same fixed sequence of batches
 (:class:`turbo_core.demo.data.SparseMarkovData`), before its timed steps and whatever ``--iters``
-says, then the loss of a held-out batch; ``torch_loss`` is plain PyTorch's (always run, timed only
+says, then the loss of a held-out batch (``init_loss``: that batch's loss before the first step, so
+a row shows whether the steps lowered it); ``torch_loss`` is plain PyTorch's (always run, timed only
 when ``torch`` is among the providers) and ``loss_diff`` the difference.
 
 Rows: the model's fields (``model``, ``batch``, ``seq``, ``tokens``, ``hidden``, ``layers``,
 ``heads``, ``kv_heads``, ``head_dim``, ``experts``, ``local_experts``, ``topk``, ``params``),
 ``provider``, ``role``, ``status`` (``ok``, ``skipped: ...``, ``error: ...``: a provider that
 fails, out of memory or in its compiler, says so and the suite goes on), ``median_ms``, ``p10_ms``,
-``p90_ms``, ``tokens_per_s``, ``peak_bytes``, ``loss``, ``torch_loss``, ``loss_diff``,
+``p90_ms``, ``tokens_per_s``, ``peak_bytes``, ``init_loss``, ``loss``, ``torch_loss``, ``loss_diff``,
 ``loss_steps``, ``ratio`` (``torch.compile``'s ms / this ms; above 1: faster), ``bf16_ratio``
 (``turbo:bf16``'s ms / this ms), and ``vs`` (the providers the performance page compares a turbo
 row with: ``torch.compile``, ``turbo:bf16`` and, for an FP8 recipe, torchao's compiled one).
@@ -71,7 +72,7 @@ __all__ = ["LOSS_STEPS", "LR", "OK_FIELDS", "PROVIDERS", "QUICK_LOSS_STEPS", "WE
 #: Steps before the reported loss (``--quick``: :data:`QUICK_LOSS_STEPS`).
 LOSS_STEPS = 20
 QUICK_LOSS_STEPS = 3
-LR = 1e-3
+LR = 3e-4
 WEIGHT_DECAY = 0.01
 #: Seeds of the init and of the data.
 SEED = 0
@@ -84,7 +85,7 @@ TORCHAO_RECIPES = ("tensorwise", "rowwise")
 COMPILE_OPTIONS: dict = {}
 
 #: The fields of a row whose status is ``ok`` besides the model's (see the module docstring).
-OK_FIELDS = ("median_ms", "p10_ms", "p90_ms", "tokens_per_s", "peak_bytes", "loss", "torch_loss", "loss_diff",
+OK_FIELDS = ("median_ms", "p10_ms", "p90_ms", "tokens_per_s", "peak_bytes", "init_loss", "loss", "torch_loss", "loss_diff",
              "loss_steps", "ratio", "bf16_ratio", "vs")
 
 #: provider -> role (``baseline``: the denominator of ``ratio``; ``turbo``; ``reference``: the others).
@@ -186,12 +187,13 @@ def _measure(provider: str, model: TrainModel, state: dict, batches: list, *, ti
         if gpu:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        for inputs, targets in batches[:-1]:
-            step(inputs, targets)
         # the held-out loss with autograd on, as in the steps, so that a compiled model reuses its
         # training graph (under no_grad it would compile another); nothing is backpropagated
+        init_loss = float(_loss(net, *batches[-1]).detach())
+        for inputs, targets in batches[:-1]:
+            step(inputs, targets)
         loss = float(_loss(net, *batches[-1]).detach())
-        out: dict = {"loss": loss}
+        out: dict = {"init_loss": init_loss, "loss": loss}
         if timed:
             first = batches[0]
             t = timing.measure_batched(lambda: step(*first), device=device, warmup=warmup, iters=iters, calls=1,
