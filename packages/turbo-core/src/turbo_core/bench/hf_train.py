@@ -95,7 +95,8 @@ def _new(model: HFTrainModel, device: str) -> torch.nn.Module:
     """The model in bf16 on ``device`` (initialized by transformers: overwritten by the caller)."""
     tf = _transformers()
     with torch.device(device):
-        return tf.AutoModelForCausalLM.from_config(model.config(), dtype=torch.bfloat16)
+        net = tf.AutoModelForCausalLM.from_config(model.config(), dtype=torch.bfloat16)
+    return net.to(device)  # (a no-op where transformers honored the device context)
 
 
 def build(provider: str, model: HFTrainModel, state: dict[str, torch.Tensor], device: str) -> tuple[torch.nn.Module, str | None]:
