@@ -5,6 +5,8 @@ the state_dict, save_pretrained -> plain transformers, AutoTurboModelForCausalLM
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -204,3 +206,11 @@ def test_save_pretrained_loads_in_plain_transformers(arch, tmp_path):
     assert report is not None and report.count("linear") == linears and type(patched.lm_head) is Linear
     with torch.no_grad():
         torch.testing.assert_close(patched(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-5)
+
+
+def test_importing_turbo_core_imports_no_transformers():
+    code = ("import sys, turbo_core, turbo_core.integrations, turbo_core.modules, turbo_core.ops; "
+            "assert 'transformers' not in sys.modules, 'transformers imported'; "
+            "import turbo_core.integrations.transformers; assert 'transformers' in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
