@@ -96,6 +96,11 @@ class _Mask:
         pos = idx - cu[seg]
         return seg, pos, ok, cu[seg + 1] - cu[seg]
 
+    def in_sequence(self, r0: int, r1: int) -> torch.Tensor | None:
+        """bool ``[r1 - r0]``: whether each query row belongs to a sequence (varlen rows at or past
+        ``cu_seqlens_q[-1]`` do not: out 0, lse -inf, the sink included); None when all do."""
+        return self.seg_q[r0:r1] >= 0 if self.varlen else None
+
     def allowed(self, r0: int, r1: int) -> torch.Tensor:
         pos_q = self.pos_q[r0:r1, None]
         pos_k = self.pos_k[None, :]
@@ -150,7 +155,9 @@ def _forward(q, k, v, scale, mask: _Mask, sink, p_quant=None):
         s = _probs(q[:, :, r0:r1], k, scale, mask.allowed(r0, r1), None)
         lb = torch.logsumexp(s, dim=-1)
         if sink is not None:
-            lb = torch.logaddexp(lb, sink.view(1, h, 1))
+            with_sink = torch.logaddexp(lb, sink.view(1, h, 1))
+            rows = mask.in_sequence(r0, r1)
+            lb = with_sink if rows is None else torch.where(rows.view(1, 1, -1), with_sink, lb)
         p = torch.exp(s - _finite(lb).unsqueeze(-1))
         out[:, :, r0:r1] = (p_quant(p) if p_quant else p) @ v
         lse[:, :, r0:r1] = lb
