@@ -296,3 +296,29 @@ def test_linear_fp8_step_updates_the_weight_every_step():
     assert mod.weight._version > version and mod.weight.grad is None
     assert torch.equal(ref.weight, before)  # the reference layer itself is untouched
     assert mod.weight is not ref.weight
+
+
+@pytest.mark.parametrize("mode", ["off", "on"])
+def test_autograd_threads_option_holds_for_the_run_and_is_recorded(tmp_path, monkeypatch, mode):
+    """``--autograd-threads`` sets torch's multithreaded-backward switch for the whole suite run, puts
+    it back afterwards, and every row names it; the rows' command line carries it."""
+    from turbo_core.bench.suites import linear_fp8
+
+    seen = []
+    real_run = linear_fp8.run
+
+    def spy(**kw):
+        seen.append(torch.autograd.is_multithreading_enabled())
+        return real_run(**kw)
+
+    monkeypatch.setattr(linear_fp8, "run", spy)
+    before = torch.autograd.is_multithreading_enabled()
+    out = tmp_path / "l.json"
+    assert main(["bench", "linear-fp8", "--quick", "--iters", "1", "--warmup", "1", "--providers", "torch",
+                 "--autograd-threads", mode, "--record", str(tmp_path / "data"), "--out", str(out)]) == 0
+    assert seen == [mode == "on"]
+    assert torch.autograd.is_multithreading_enabled() == before
+    rows = json.loads(out.read_text())["rows"]
+    assert rows and all(r["autograd_threads"] == mode for r in rows)
+    lines = (tmp_path / "data" / "linear-fp8.jsonl").read_text().splitlines()
+    assert lines and all(f"--autograd-threads {mode}" in json.loads(line)["command"] for line in lines)

@@ -5,6 +5,7 @@ the Hugging Face models of :mod:`turbo_core.bench.hf_train`);
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
 import json
@@ -64,6 +65,10 @@ def add_parser(sub) -> None:
                help="train: Hugging Face Transformers models (unpatched, Liger-Kernel's patch, turbo's apply_turbo) "
                     "instead of the demo decoder; needs turbo-core[hf]")
     _option(p, "--include-reference", action="store_true", help="also time the TORCH reference backend")
+    _option(p, "--autograd-threads", choices=["on", "off"],
+               help="run every backward of the suite on the autograd engine's device threads (on: torch's "
+                    "default) or on the calling thread (off: torch.autograd.set_multithreading_enabled(False)); "
+                    "rows then carry autograd_threads (default: torch's setting, unrecorded)")
     _option(p, "--warmup", type=int, default=10)
     _option(p, "--rounds", type=int, default=1,
                help="gemm, grouped_gemm, FP8 GEMM suites: time each case's providers this many times in turn "
@@ -172,11 +177,16 @@ def run(args) -> int:
         console.print(f"turbo bench: {exc}")
         return 2
     rows: list[dict] = []
-    with Progress(console=console, transient=True) as progress:
+    threads = contextlib.nullcontext()
+    if args.autograd_threads is not None:
+        threads = torch.autograd.set_multithreading_enabled(args.autograd_threads == "on")
+    with Progress(console=console, transient=True) as progress, threads:
         for tokens in args.tokens or [None]:
             rows += suite.run(quick=args.quick, tokens=tokens, models=args.models, providers=args.providers,
                               include_reference=args.include_reference, warmup=warmup, iters=iters,
                               device=device, progress=progress, **extra)
+    if args.autograd_threads is not None:
+        rows = [{**r, "autograd_threads": args.autograd_threads} for r in rows]
     getattr(suite, "print_table", print_tables)(rows, Console())
     if args.record is None and args.out is None:
         return 0
