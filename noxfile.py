@@ -143,7 +143,10 @@ def main(session: nox.Session) -> None:
 
 #: The `turbo bench` suites one process runs (moe-dispatch and async-tp start their own ranks over several GPUs).
 GPU_SUITES = ("gemm", "grouped_gemm", "gemm-fp8", "grouped-gemm-fp8", "attention", "norm", "activation", "quant",
-              "moe", "host", "linear-fp8", "train")
+              "moe", "host", "linear-fp8", "train", "train-hf")
+#: Steps that are a suite run with options: ``train-hf`` is ``turbo bench train --hf`` (Hugging Face models;
+#: needs transformers in the environment).
+SUITE_ARGS = {"train-hf": ("train", "--hf")}
 
 
 @nox.session(venv_backend="none")
@@ -185,6 +188,7 @@ def gpu(session: nox.Session) -> None:
                         env={"TRITON_INTERPRET": "0", "TURBO_HIPBLASLT_JIT": "1"})
     with session.chdir(ROOT):  # --record and report default to benchmarks/data and docs/performance.md here
         for suite in (s for s in steps if s in GPU_SUITES):
-            session.run(python, "-m", "turbo_core.cli", "bench", suite, "--record", external=True)
+            session.run(python, "-m", "turbo_core.cli", "bench", *SUITE_ARGS.get(suite, (suite,)), "--record",
+                        external=True)
         if "report" in steps:
             session.run(python, "-m", "turbo_core.cli", "bench", "report", external=True)
