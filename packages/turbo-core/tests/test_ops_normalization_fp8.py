@@ -105,3 +105,24 @@ def test_opcheck_custom_op():
     _opcheck((x, g, None, 1e-6, False, E4M3, "ROWWISE", None, False))
     _opcheck((x, g, r, 1e-6, True, torch.float8_e5m2, "BLOCKWISE", 32, True))
     _opcheck((x.bfloat16(), None, None, 1e-6, False, E4M3, "MX_BLOCKWISE", 32, True))
+
+
+def test_a_quantized_gradient_is_taken_at_its_values():
+    """torch.compile traces the backward with a gradient shaped like the output (a QuantizedTensor);
+    such a gradient counts as its dequantized values: the same dx and dgamma as rmsnorm's backward
+    of those values."""
+    from turbo_core.ops import quantize_fp8
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(6, 64, generator=gen, requires_grad=True)
+    g = (1 + 0.1 * torch.randn(64, generator=gen)).requires_grad_(True)
+    cfg = Float8QuantConfig(granularity="ROWWISE")
+    out = rmsnorm_fp8(x, g, config=cfg)
+    q, s = quantize_fp8(torch.randn(6, 64, generator=gen), torch.float8_e4m3fn, "ROWWISE", axis=-1)
+    grad = QuantizedTensor(q, s, shape=(6, 64), orig_dtype=torch.float32, granularity="ROWWISE", block_size=None,
+                           quantized_axis=-1)
+    dx, dg = torch.autograd.grad(out, (x, g), grad_outputs=grad)
+    x2, g2 = x.detach().requires_grad_(True), g.detach().requires_grad_(True)
+    ref_dx, ref_dg = torch.autograd.grad(rmsnorm(x2, g2), (x2, g2), grad_outputs=grad.dequantize(torch.float32))
+    torch.testing.assert_close(dx, ref_dx, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(dg, ref_dg, rtol=1e-6, atol=1e-6)

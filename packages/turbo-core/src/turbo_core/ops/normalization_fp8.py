@@ -51,6 +51,10 @@ class _RmsNormFp8Function(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y, *_grad_t):
         x, gamma, rstd = ctx.saved_tensors
+        if isinstance(grad_y, QuantizedTensor):
+            # torch.compile traces this backward with a gradient shaped like the output, a QuantizedTensor;
+            # its values in x's dtype are the gradient. Eager calls get the GEMM's plain dgrad.
+            grad_y = grad_y.dequantize(x.dtype)
         dx, dgamma = norm_launch.rmsnorm_bwd(grad_y.contiguous(), x, gamma, rstd, zero_centered=ctx.zero_centered)
         return dx, (dgamma if ctx.needs_input_grad[1] else None), None, None, None, None, None, None
 
