@@ -204,6 +204,19 @@ class GlobalBackendManager:
             hook()
 
     @classmethod
+    def clear_env_cache(cls) -> None:
+        """Forget the parsed values of the backend environment variables and every selection
+        cached from them (the generation is bumped); code settings stay. Selection reads the
+        variables on every call, so a changed variable takes effect on the next call without
+        this; it exists for code written against Primus-Turbo, whose getters read a variable once
+        (``_clear_env_cache`` is its name there). :meth:`reset` does this too."""
+        _env.clear_cache()
+        with cls._lock:
+            cls.generation += 1
+
+    _clear_env_cache = clear_env_cache
+
+    @classmethod
     def on_reset(cls, callback: Callable[[], None]) -> None:
         """Call ``callback()`` at every :meth:`reset` (the dispatcher, which imports this module,
         registers the forgetting of its own state this way)."""
