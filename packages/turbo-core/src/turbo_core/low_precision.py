@@ -5,6 +5,15 @@ device (OCP ``float8_e4m3fn``/``float8_e5m2`` on CPU, NVIDIA and gfx950; the ``.
 gfx942), so they are chosen **per device at call time** by :func:`float8_e4m3_dtype`,
 :func:`float8_e5m2_dtype` and :func:`fp8_dtype_for`, never at import.
 
+Primus-Turbo's module-level dtypes ``float8_e4m3``, ``float8_e5m2`` and ``float4_e2m1fn_x2`` (also
+exported by ``turbo_core``) are resolved on first access, not at import: the FP8 pair of the current
+GPU (of the CPU when torch sees none, which gets the OCP pair), fixed for the process from then on,
+as Primus-Turbo fixes them at import. ``float4_e2m1fn_x2`` is ``torch.float4_e2m1fn_x2`` on every
+device (turbo's FP4 ops run everywhere, in software where the hardware has no FP4; Primus-Turbo
+gives ``None`` on gfx942), ``None`` only on a torch without that dtype. The first access queries
+the GPU (and so initialises CUDA / ROCm), as any GPU work would. :func:`check_fp8_support` and its
+siblings say whether the hardware has the format.
+
 Enum values are strings (``ScalingGranularity.ROWWISE == "ROWWISE"``), so they cross
 ``torch.library.custom_op`` boundaries and saved artifacts by name, not by position.
 
@@ -30,6 +39,7 @@ from typing import NamedTuple
 import torch
 
 from turbo_core.platform import platform_of
+from turbo_core.utils import DeviceLike, get_device_compute_capability, resolve_device
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -54,6 +64,10 @@ __all__ = [
     "as_format",
     "as_granularity",
     "as_recipe",
+    "check_fp8_ocp_support",
+    "check_fp8_support",
+    "check_mxfp4_support",
+    "check_mxfp8_support",
     "float4_e2m1_dtype",
     "float8_e4m3_dtype",
     "float8_e5m2_dtype",
@@ -184,6 +198,77 @@ def float4_e2m1_dtype() -> torch.dtype:
     if FLOAT4_E2M1FN_X2 is None:
         raise RuntimeError(f"FP4 needs torch.float4_e2m1fn_x2, which torch {torch.__version__} lacks")
     return FLOAT4_E2M1FN_X2
+
+
+# -- hardware support, Primus-Turbo's check_* ------------------------------------------------------------
+#
+# ``(ok, reason)`` for the device (``None``: the current GPU, else the CPU); ``reason`` is "" when ok.
+# AMD: the capability comparisons Primus-Turbo makes (FP8 from gfx942 = (9, 4), OCP FP8 and the MX
+# formats from gfx950 = (9, 5)). NVIDIA: FP8 (OCP) tensor cores from sm89, block-scaled MX MMA from
+# sm100. The CPU has none of them: turbo's ops still run every format there, in software, through the
+# reference backend TORCH.
+
+_NO_GPU = "no GPU: the CPU has no {what} hardware (turbo's ops emulate it through the reference backend TORCH)"
+
+
+def _support(device: DeviceLike, what: str, rocm: tuple[int, int], cuda: tuple[int, int]) -> tuple[bool, str]:
+    dev = resolve_device(device)
+    kind = platform_of(dev).kind
+    if kind == "cpu":
+        return False, _NO_GPU.format(what=what)
+    cap = get_device_compute_capability(dev)
+    need = rocm if kind == "rocm" else cuda
+    if cap >= need:
+        return True, ""
+    label = f"gfx{need[0]}{need[1]:x}x" if kind == "rocm" else f"sm{need[0]}{need[1]}"
+    return False, f"{what} needs compute capability {need} ({label}) or newer; this GPU has {cap}"
+
+
+def check_fp8_support(device: DeviceLike = None) -> tuple[bool, str]:
+    """Whether the GPU computes in FP8 (gfx942+, NVIDIA sm89+)."""
+    return _support(device, "FP8", (9, 4), (8, 9))
+
+
+def check_fp8_ocp_support(device: DeviceLike = None) -> tuple[bool, str]:
+    """Whether the GPU's FP8 is the OCP flavour ``float8_e4m3fn``/``float8_e5m2`` (gfx950+, NVIDIA
+    sm89+; gfx942 computes in FNUZ)."""
+    return _support(device, "OCP FP8", (9, 5), (8, 9))
+
+
+def check_mxfp8_support(device: DeviceLike = None) -> tuple[bool, str]:
+    """Whether the GPU has MXFP8 (E8M0-scaled 32-blocks) matrix instructions (gfx950+, NVIDIA sm100+)."""
+    return _support(device, "MXFP8", (9, 5), (10, 0))
+
+
+def check_mxfp4_support(device: DeviceLike = None) -> tuple[bool, str]:
+    """Whether the GPU has MXFP4 matrix instructions (gfx950+, NVIDIA sm100+)."""
+    return _support(device, "MXFP4", (9, 5), (10, 0))
+
+
+# -- Primus-Turbo's module-level dtypes, resolved on first access -------------------------------------------
+
+_PLATFORM_DTYPES = ("float8_e4m3", "float8_e5m2", "float4_e2m1fn_x2")
+
+
+def platform_dtype(name: str) -> torch.dtype | None:
+    """The value of the module attribute ``name`` (one of ``float8_e4m3``, ``float8_e5m2``,
+    ``float4_e2m1fn_x2``) for the current GPU, or the CPU when torch sees none; not cached."""
+    if name == "float4_e2m1fn_x2":
+        return FLOAT4_E2M1FN_X2
+    device = resolve_device(None)
+    return float8_e4m3_dtype(device) if name == "float8_e4m3" else float8_e5m2_dtype(device)
+
+
+def __getattr__(name: str) -> object:
+    # PEP 562: only reached for names not defined yet; the resolved value is stored as a module
+    # global, so every later access is a plain attribute read and the value stays fixed.
+    if name in _PLATFORM_DTYPES:
+        return globals().setdefault(name, platform_dtype(name))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PLATFORM_DTYPES))
 
 
 def as_format(value: object, name: str = "format") -> Format:
