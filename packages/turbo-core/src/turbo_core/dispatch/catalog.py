@@ -10,6 +10,7 @@ from __future__ import annotations
 from turbo_core.dispatch.primitives import _PRIMITIVES, Primitive
 from turbo_core.dispatch.specs import (  # noqa: F401
     activation,
+    activation_fp8,
     attention,
     gemm,
     gemm_fp8,

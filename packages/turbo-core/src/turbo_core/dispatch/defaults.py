@@ -45,6 +45,9 @@ DEFAULTS.update({name: {"rocm": (B.TRITON, B.AITER), "cuda": (B.TRITON,), **_CPU
 DEFAULTS["rmsnorm_fwd_fp8"] = {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU}
 DEFAULTS.update({name: {"rocm": (B.TRITON,), "cuda": (B.TRITON,), **_CPU}
                  for name in ("rmsnorm_bwd", "swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd")})
+# The FP8-output GLUs: TRITON's fused kernel, then TORCH (the composition, for rows TRITON declines).
+DEFAULTS.update({name: {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU}
+                 for name in ("swiglu_fwd_fp8", "geglu_fwd_fp8")})
 
 # Quantization: TRITON first on GPUs (the reference's bits, several times its speed; the `quant` suite measures it).
 _QUANT = ("quantize_fp8", "quantize_fp8_with_trans", "dequantize_fp8", "grouped_quantize_fp8",

@@ -3,6 +3,7 @@
 import sys as _sys
 
 from turbo_core.ops.activation import *  # noqa: F401,F403
+from turbo_core.ops.activation_fp8 import *  # noqa: F401,F403
 from turbo_core.ops.async_tp import *  # noqa: F401,F403
 from turbo_core.ops.attention import *  # noqa: F401,F403
 from turbo_core.ops.fp8_all_to_all import *  # noqa: F401,F403
@@ -16,6 +17,6 @@ from turbo_core.ops.normalization_fp8 import *  # noqa: F401,F403
 from turbo_core.ops.quantization import *  # noqa: F401,F403
 from turbo_core.ops.weight_cache import *  # noqa: F401,F403
 
-_FAMILIES = ("activation", "async_tp", "attention", "fp8_all_to_all", "gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "moe", "normalization",
+_FAMILIES = ("activation", "activation_fp8", "async_tp", "attention", "fp8_all_to_all", "gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "moe", "normalization",
              "normalization_fp8", "quantization", "weight_cache")
 __all__ = [name for fam in _FAMILIES for name in _sys.modules[f"{__name__}.{fam}"].__all__]

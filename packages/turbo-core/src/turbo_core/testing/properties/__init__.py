@@ -40,6 +40,7 @@ from turbo_core.backend import BackendType, normalize_backend_name
 from turbo_core.testing.conformance import _device_unavailable, _served, conformance_device
 from turbo_core.testing.properties import (
     activation,
+    activation_fp8,
     attention,
     gemm,
     grouped_gemm,
@@ -52,7 +53,7 @@ from turbo_core.testing.properties.profiles import PROFILE_ENV, PROFILES, active
 
 __all__ = ["PROFILES", "PROFILE_ENV", "Property", "all_properties", "property_tests"]
 
-_MODULES = (gemm, grouped_gemm, quantization, attention, normalization, activation, moe)
+_MODULES = (gemm, grouped_gemm, quantization, attention, normalization, activation, activation_fp8, moe)
 
 
 def all_properties() -> list[Property]:
