@@ -130,7 +130,8 @@ def test_layers_keep_their_optimizer_state_and_converted_layers_stay():
     opt.step()  # the optimizer's parameters are the converted layers' parameters
     assert not torch.equal(before, model.mlp[0].weight)
     convert_to_float8(model, BLOCKWISE)  # already Float8Linear: left as they are
-    assert set(_converted(model).values()) == {ROWWISE}
+    configs = list(_converted(model).values())
+    assert configs and all(c == ROWWISE for c in configs)
 
 
 def test_a_linear_root_is_converted():

@@ -371,7 +371,71 @@ def _check_block_size(value: object, name: str = "block_size") -> None:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")
 
 
-@dataclass(frozen=True)
+# -- the configs ------------------------------------------------------------------------------------------
+#
+# Both configs are plain (mutable) dataclasses, as in Primus-Turbo: ``config.format = Format.E5M2``
+# works. Nothing caches a config object: every op reads the fields when it is called (the
+# weight-quantization cache and the dispatcher's selection cache key on the values read), so an
+# assignment takes effect on the next call. A config is unhashable (mutable), so it cannot be a dict
+# key whose fields change under it.
+
+_F8_FIELDS = ("format", "granularity", "strategy", "scale_dtype", "block_size")
+#: Fields whose ``None`` means "what the granularity needs", re-resolved when the granularity changes.
+_F8_AUTO = frozenset({"scale_dtype", "block_size"})
+
+
+def _f8_field(name: str, value: object) -> object:
+    """One field of a :class:`Float8QuantConfig`, normalized (a name to its enum member);
+    ``ValueError`` naming the field."""
+    if name == "format":
+        fmt = as_format(value, "format")
+        if fmt == Format.E2M1_X2:
+            raise ValueError("format: E2M1_X2 is FP4; use Float4QuantConfig")
+        return fmt
+    if name == "granularity":
+        return as_granularity(value, "granularity")
+    if name == "strategy":
+        try:
+            return ScalingStrategy(value)
+        except ValueError:
+            raise ValueError(f"strategy: only DYNAMIC scaling exists, got {value!r}") from None
+    if name == "scale_dtype":
+        if value is None:
+            return None
+        try:
+            return ScaleDtype(value)
+        except ValueError:
+            raise ValueError(f"scale_dtype: expected FP32 or E8M0, got {value!r}") from None
+    if value is not None:
+        _check_block_size(value)
+    return value
+
+
+def _f8_resolve(values: dict, auto: frozenset) -> tuple[dict, str | None]:
+    """``values`` with the automatic fields resolved for the granularity, and the first
+    inconsistency between fields (a message naming the field) or ``None``."""
+    gran = values["granularity"]
+    is_mx = gran == ScalingGranularity.MX_BLOCKWISE
+    out = dict(values)
+    if "scale_dtype" in auto:
+        out["scale_dtype"] = ScaleDtype.E8M0 if is_mx else ScaleDtype.FP32
+    if "block_size" in auto:
+        out["block_size"] = MXFP8_BLOCK_SIZE if is_mx else None
+    scale, block = out["scale_dtype"], out["block_size"]
+    if is_mx and scale != ScaleDtype.E8M0:
+        return out, "scale_dtype: MX_BLOCKWISE needs E8M0 scales"
+    if not is_mx and scale != ScaleDtype.FP32:
+        return out, f"scale_dtype: {gran.value} uses FP32 scales (E8M0 is for MX_BLOCKWISE)"
+    if gran == ScalingGranularity.BLOCKWISE and block is None:
+        return out, "block_size: BLOCKWISE needs a block size (e.g. 128)"
+    if is_mx and block != MXFP8_BLOCK_SIZE:
+        return out, f"block_size: MX_BLOCKWISE needs {MXFP8_BLOCK_SIZE}, got {block!r}"
+    if not is_mx and gran != ScalingGranularity.BLOCKWISE and block is not None:
+        return out, f"block_size: {gran.value} has no blocks; expected None, got {block!r}"
+    return out, None
+
+
+@dataclass
 class Float8QuantConfig:
     """How ``gemm_fp8`` / ``Float8Linear`` / FP8 attention quantize their operands.
 
@@ -383,7 +447,17 @@ class Float8QuantConfig:
         block_size: required for BLOCKWISE (GEMMs use 128, FP8 attention 64); MX_BLOCKWISE needs
             32 (``None`` means 32); must be ``None`` for TENSORWISE/ROWWISE.
 
-    Invalid combinations raise ``ValueError`` naming the field (never ``assert``).
+    Construction raises ``ValueError`` naming the field for a bad value or an invalid
+    combination (never ``assert``).
+
+    Fields may be assigned after construction (``config.format = Format.E5M2``): the value is
+    normalized and checked on its own at once (``ValueError`` naming the field). A ``scale_dtype``
+    or ``block_size`` left ``None`` (or assigned ``None``) follows the granularity, so
+    ``config.granularity = ScalingGranularity.MX_BLOCKWISE`` alone gives E8M0 scales and 32-blocks.
+    An assignment may leave the fields inconsistent for a while (``granularity = BLOCKWISE`` before
+    ``block_size = 128``); every op that takes the config calls :meth:`validate` first, which raises
+    ``ValueError`` naming ``config.<field>`` while it stays so. Every call reads the current fields:
+    no cache serves a result computed with old ones. The config is unhashable (as Primus-Turbo's).
     """
 
     format: Format = Format.E4M3
@@ -392,55 +466,97 @@ class Float8QuantConfig:
     scale_dtype: ScaleDtype | None = None
     block_size: int | None = None
 
+    __hash__ = None  # mutable: never a dict key
+
     def __post_init__(self) -> None:
-        fmt = as_format(self.format, "format")
-        if fmt == Format.E2M1_X2:
-            raise ValueError("format: E2M1_X2 is FP4; use Float4QuantConfig")
-        gran = as_granularity(self.granularity, "granularity")
-        try:
-            strategy = ScalingStrategy(self.strategy)
-        except ValueError:
-            raise ValueError(f"strategy: only DYNAMIC scaling exists, got {self.strategy!r}") from None
-        is_mx = gran == ScalingGranularity.MX_BLOCKWISE
-        if self.scale_dtype is None:
-            scale_dtype = ScaleDtype.E8M0 if is_mx else ScaleDtype.FP32
-        else:
-            try:
-                scale_dtype = ScaleDtype(self.scale_dtype)
-            except ValueError:
-                raise ValueError(f"scale_dtype: expected FP32 or E8M0, got {self.scale_dtype!r}") from None
-        if is_mx and scale_dtype != ScaleDtype.E8M0:
-            raise ValueError("scale_dtype: MX_BLOCKWISE needs E8M0 scales")
-        if not is_mx and scale_dtype != ScaleDtype.FP32:
-            raise ValueError(f"scale_dtype: {gran.value} uses FP32 scales (E8M0 is for MX_BLOCKWISE)")
-        block_size = self.block_size
-        if gran == ScalingGranularity.BLOCKWISE:
-            if block_size is None:
-                raise ValueError("block_size: BLOCKWISE needs a block size (e.g. 128)")
-            _check_block_size(block_size)
-        elif is_mx:
-            if block_size is None:
-                block_size = MXFP8_BLOCK_SIZE
-            if block_size != MXFP8_BLOCK_SIZE:
-                raise ValueError(f"block_size: MX_BLOCKWISE needs {MXFP8_BLOCK_SIZE}, got {block_size!r}")
-        elif block_size is not None:
-            raise ValueError(f"block_size: {gran.value} has no blocks; expected None, got {block_size!r}")
-        for attr, value in (("format", fmt), ("granularity", gran), ("strategy", strategy),
-                            ("scale_dtype", scale_dtype), ("block_size", block_size)):
-            object.__setattr__(self, attr, value)
+        d = self.__dict__
+        values = {name: _f8_field(name, d[name]) for name in _F8_FIELDS}
+        self._settle(values, frozenset(n for n in _F8_AUTO if values[n] is None), strict=True)
+
+    def _settle(self, values: dict, auto: frozenset, *, strict: bool) -> None:
+        resolved, problem = _f8_resolve(values, auto)
+        if problem is not None and strict:
+            raise ValueError(problem)
+        d = self.__dict__
+        d.update(resolved)
+        d["_auto"] = auto
+        d["_problem"] = problem
+
+    def __setattr__(self, name: str, value: object) -> None:
+        d = self.__dict__
+        if name not in _F8_FIELDS or "_auto" not in d:  # other attributes, and __init__'s own stores
+            object.__setattr__(self, name, value)
+            return
+        value = _f8_field(name, value)
+        values = {n: d[n] for n in _F8_FIELDS}
+        values[name] = value
+        auto = d["_auto"] - {name}
+        if name in _F8_AUTO and value is None:
+            auto |= {name}
+        self._settle(values, auto, strict=False)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if "_auto" not in state:  # pickled before the automatic fields were recorded: all explicit
+            d = self.__dict__
+            self._settle({n: d[n] for n in _F8_FIELDS}, frozenset(), strict=False)
+
+    def validate(self, name: str = "config") -> Float8QuantConfig:
+        """``self`` when its fields are consistent, else ``ValueError`` naming ``<name>.<field>``."""
+        problem = self.__dict__["_problem"]
+        if problem is not None:
+            raise ValueError(f"{name}.{problem}")
+        return self
 
     def dtype(self, device: torch.device | str | None = None, is_fwd_stage: bool = True) -> torch.dtype:
         """The FP8 dtype of this config on ``device`` (HYBRID: E5M2 when not ``is_fwd_stage``)."""
         return fp8_dtype_for(self.format, device, is_fwd_stage)
 
 
-@dataclass(frozen=True)
+def _f4_field(name: str, value: object) -> object:
+    """One field of a :class:`Float4QuantConfig`, normalized; ``ValueError`` / ``TypeError`` naming it."""
+    if name == "format":
+        if as_format(value, "format") != Format.E2M1_X2:
+            raise ValueError(f"format: Float4QuantConfig needs E2M1_X2, got {value!r}")
+        return Format.E2M1_X2
+    if name == "granularity":
+        if as_granularity(value, "granularity") != ScalingGranularity.MX_BLOCKWISE:
+            raise ValueError(f"granularity: Float4QuantConfig needs MX_BLOCKWISE, got {value!r}")
+        return ScalingGranularity.MX_BLOCKWISE
+    if name == "strategy":
+        try:
+            return ScalingStrategy(value)
+        except ValueError:
+            raise ValueError(f"strategy: only DYNAMIC scaling exists, got {value!r}") from None
+    if name == "scale_dtype":
+        try:
+            scale_dtype = ScaleDtype(value)
+        except ValueError:
+            scale_dtype = None
+        if scale_dtype != ScaleDtype.E8M0:
+            raise ValueError(f"scale_dtype: Float4QuantConfig needs E8M0, got {value!r}")
+        return scale_dtype
+    if name == "block_size":
+        if value != MXFP4_BLOCK_SIZE or isinstance(value, bool):
+            raise ValueError(f"block_size: Float4QuantConfig needs {MXFP4_BLOCK_SIZE}, got {value!r}")
+        return value
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {value!r}")
+    return value
+
+
+_F4_FIELDS = ("format", "granularity", "strategy", "scale_dtype", "block_size", "use_gradient_sr", "use_preshuffle")
+
+
+@dataclass
 class Float4QuantConfig:
     """MXFP4 quantization of ``gemm_fp4`` / grouped FP4 GEMM operands.
 
     Only one combination exists: E2M1_X2 values, MX_BLOCKWISE, DYNAMIC, E8M0 scales, blocks of 32.
     ``use_gradient_sr``: stochastic rounding of ``grad_out``; ``use_preshuffle``: AITER
-    pre-shuffled layouts (weights and scales).
+    pre-shuffled layouts (weights and scales). Fields may be assigned after construction; each
+    value is checked at once (every field stands alone), and ops read the fields on every call.
+    Unhashable, as :class:`Float8QuantConfig`.
     """
 
     format: Format = Format.E2M1_X2
@@ -451,30 +567,22 @@ class Float4QuantConfig:
     use_gradient_sr: bool = False
     use_preshuffle: bool = False
 
+    __hash__ = None  # mutable: never a dict key
+
     def __post_init__(self) -> None:
-        if as_format(self.format, "format") != Format.E2M1_X2:
-            raise ValueError(f"format: Float4QuantConfig needs E2M1_X2, got {self.format!r}")
-        if as_granularity(self.granularity, "granularity") != ScalingGranularity.MX_BLOCKWISE:
-            raise ValueError(f"granularity: Float4QuantConfig needs MX_BLOCKWISE, got {self.granularity!r}")
-        try:
-            strategy = ScalingStrategy(self.strategy)
-        except ValueError:
-            raise ValueError(f"strategy: only DYNAMIC scaling exists, got {self.strategy!r}") from None
-        try:
-            scale_dtype = ScaleDtype(self.scale_dtype)
-        except ValueError:
-            scale_dtype = None
-        if scale_dtype != ScaleDtype.E8M0:
-            raise ValueError(f"scale_dtype: Float4QuantConfig needs E8M0, got {self.scale_dtype!r}")
-        if self.block_size != MXFP4_BLOCK_SIZE or isinstance(self.block_size, bool):
-            raise ValueError(f"block_size: Float4QuantConfig needs {MXFP4_BLOCK_SIZE}, got {self.block_size!r}")
-        for attr in ("use_gradient_sr", "use_preshuffle"):
-            if not isinstance(getattr(self, attr), bool):
-                raise TypeError(f"{attr}: expected a bool, got {getattr(self, attr)!r}")
-        object.__setattr__(self, "format", Format.E2M1_X2)
-        object.__setattr__(self, "granularity", ScalingGranularity.MX_BLOCKWISE)
-        object.__setattr__(self, "strategy", strategy)
-        object.__setattr__(self, "scale_dtype", scale_dtype)
+        d = self.__dict__
+        for name in _F4_FIELDS:
+            d[name] = _f4_field(name, d[name])
+        d["_ready"] = True
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _F4_FIELDS and "_ready" in self.__dict__:
+            value = _f4_field(name, value)
+        object.__setattr__(self, name, value)
+
+    def validate(self, name: str = "config") -> Float4QuantConfig:
+        """``self`` (every field is checked when set, so a Float4QuantConfig is always consistent)."""
+        return self
 
     def dtype(self) -> torch.dtype:
         """``torch.float4_e2m1fn_x2``."""

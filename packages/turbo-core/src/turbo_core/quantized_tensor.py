@@ -415,6 +415,7 @@ def create_quantized_weight(weight: torch.Tensor, dest_dtype: torch.dtype | None
     if not isinstance(quant_config, (Float8QuantConfig, Float4QuantConfig)):
         raise TypeError(f"quant_config: expected Float8QuantConfig or Float4QuantConfig, got "
                         f"{type(quant_config).__name__}")
+    quant_config.validate("quant_config")
     if not isinstance(need_weight_transpose_cache, bool):
         raise TypeError(f"need_weight_transpose_cache: expected a bool, got {need_weight_transpose_cache!r}")
     require_tensor("weight", weight, ndim=(2, 3), dtypes=FLOAT_DTYPES)
@@ -436,6 +437,8 @@ def check_quantized_tensor(qt: QuantizedTensor, config: Float8QuantConfig | Floa
     and, when given, ``axis`` and ``scaling_recipe``."""
     if not isinstance(qt, QuantizedTensor):
         raise TypeError(f"qt: expected a QuantizedTensor, got {type(qt).__name__}")
+    if isinstance(config, (Float8QuantConfig, Float4QuantConfig)):
+        config.validate()
     if qt.granularity != config.granularity:
         raise ValueError(f"qt: granularity {qt.granularity.value} does not match the config's "
                          f"{config.granularity.value}")

@@ -36,6 +36,7 @@ from turbo_core.dispatch.specs.attention import (
     check_window_size,
 )
 from turbo_core.dispatch.specs.validate import require_tensor
+from turbo_core.low_precision import Float8QuantConfig
 from turbo_core.ops._autograd import grad_needed
 
 __all__ = ["flash_attn_fp8_func", "flash_attn_func", "flash_attn_varlen_func"]
@@ -237,6 +238,8 @@ def _check_fp8_config(fp8_config) -> None:
     """Duck-typed: any config whose ``granularity`` is BLOCKWISE, ``block_size`` 64 and ``format`` E4M3."""
     if fp8_config is None:
         return
+    if isinstance(fp8_config, Float8QuantConfig):
+        fp8_config.validate("fp8_config")
 
     def name(x):
         return str(getattr(x, "name", x)).upper()

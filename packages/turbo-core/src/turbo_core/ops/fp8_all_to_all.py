@@ -50,6 +50,7 @@ def _check(group, input_: torch.Tensor, output_split_sizes, input_split_sizes, c
         raise ValueError(f"input_: expected a floating-point tensor with a row dim, got {what}")
     if not isinstance(config, Float8QuantConfig):
         raise ValueError(f"config: expected a Float8QuantConfig, got {type(config).__name__}")
+    config.validate()
     if config.granularity != ScalingGranularity.TENSORWISE or config.strategy != ScalingStrategy.DYNAMIC:
         raise ValueError(f"config: FP8AllToAll supports TENSORWISE DYNAMIC scaling, got {config.granularity.value} "
                          f"{config.strategy.value}")

@@ -281,7 +281,7 @@ def fp8_config(config: object) -> Float8QuantConfig:
         return Float8QuantConfig()
     if not isinstance(config, Float8QuantConfig):
         raise TypeError(f"config: expected a Float8QuantConfig or None, got {type(config).__name__}")
-    return config
+    return config.validate()  # fields assigned since construction must agree
 
 
 def fp4_config(config: object) -> Float4QuantConfig:
