@@ -14,7 +14,7 @@ import torch
 
 from turbo_core import Float4QuantConfig, Float8QuantConfig, Format, ScaleDtype, ScalingGranularity
 from turbo_core.modules import Float8Linear, GroupedLinear
-from turbo_core.ops import gemm_fp4, gemm_fp8, grouped_gemm_fp8, rmsnorm_fp8
+from turbo_core.ops import flash_attn_fp8_func, gemm_fp4, gemm_fp8, grouped_gemm_fp8, rmsnorm_fp8
 from turbo_core.quantized_tensor import create_quantized_weight
 
 G = ScalingGranularity
@@ -76,6 +76,9 @@ def test_an_inconsistent_config_is_refused_by_every_op_before_any_kernel():
         rmsnorm_fp8(a, torch.ones(32), config=bad)
     with pytest.raises(ValueError, match=r"^quant_config\.block_size: BLOCKWISE"):
         create_quantized_weight(b, None, bad)
+    q = torch.randn(1, 8, 2, 16)
+    with pytest.raises(ValueError, match=r"^fp8_config\.block_size: BLOCKWISE"):
+        flash_attn_fp8_func(q, q, q, fp8_config=bad)
     layer = Float8Linear(32, 16)
     layer.config.granularity = G.BLOCKWISE
     with pytest.raises(ValueError, match=r"^config\.block_size: BLOCKWISE"):
