@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from turbo_core.testing.cases import (
     activation,
+    activation_fp8,
     attention,
     gemm,
     gemm_fp8,
@@ -15,8 +16,9 @@ from turbo_core.testing.cases import (
 )
 
 FAMILIES = ("gemm", "gemm_fp8", "grouped_gemm", "quantization", "attention", "normalization", "normalization_fp8",
-            "activation", "moe")
-_MODULES = (gemm, gemm_fp8, grouped_gemm, quantization, attention, normalization, normalization_fp8, activation, moe)
+            "activation", "activation_fp8", "moe")
+_MODULES = (gemm, gemm_fp8, grouped_gemm, quantization, attention, normalization, normalization_fp8, activation,
+            activation_fp8, moe)
 
 
 def collect():
