@@ -8,6 +8,7 @@ from turbo_core.ops.async_tp import *  # noqa: F401,F403
 from turbo_core.ops.attention import *  # noqa: F401,F403
 from turbo_core.ops.fp8_all_to_all import *  # noqa: F401,F403
 from turbo_core.ops.gemm import *  # noqa: F401,F403
+from turbo_core.ops.gemm_fp4 import *  # noqa: F401,F403  (before gemm_fp8: the name gemm_fp4 ends as the function)
 from turbo_core.ops.gemm_fp8 import *  # noqa: F401,F403
 from turbo_core.ops.grouped_gemm import *  # noqa: F401,F403
 from turbo_core.ops.grouped_gemm_fp8 import *  # noqa: F401,F403
@@ -17,6 +18,6 @@ from turbo_core.ops.normalization_fp8 import *  # noqa: F401,F403
 from turbo_core.ops.quantization import *  # noqa: F401,F403
 from turbo_core.ops.weight_cache import *  # noqa: F401,F403
 
-_FAMILIES = ("activation", "activation_fp8", "async_tp", "attention", "fp8_all_to_all", "gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "moe", "normalization",
+_FAMILIES = ("activation", "activation_fp8", "async_tp", "attention", "fp8_all_to_all", "gemm", "gemm_fp4", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "moe", "normalization",
              "normalization_fp8", "quantization", "weight_cache")
-__all__ = [name for fam in _FAMILIES for name in _sys.modules[f"{__name__}.{fam}"].__all__]
+__all__ = list(dict.fromkeys(name for fam in _FAMILIES for name in _sys.modules[f"{__name__}.{fam}"].__all__))
