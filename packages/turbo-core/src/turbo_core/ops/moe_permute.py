@@ -190,6 +190,14 @@ def moe_permute(tokens: torch.Tensor, expert_map: torch.Tensor, *, num_local_exp
         (described in ``turbo_core.dispatch.specs.moe``) differs from Primus-Turbo's internal one
         (0-based, no padding rows) and is only meant for :func:`moe_unpermute`. Gradients flow to
         ``tokens`` (the sum of its copies' gradients) and ``probs``.
+
+    No tokens (``T = 0``) follow the same rules: ``row_id_map`` is ``[0, 2E + 1]``,
+    ``tokens_per_expert`` zeros, ``permuted_tokens`` ``[0, H]``, or ``[N, H]`` of zeros under a cap
+    ``num_permuted_tokens = N`` (the cap's static shape). Primus-Turbo's map always has
+    ``T + pad_multiple`` rows, so it returns ``[pad_multiple, 2E + 1]`` there, and its permuted
+    tokens are ``[0, H]`` even under a cap. The maps are not interchangeable either way; every
+    consumer of turbo's map (:func:`moe_unpermute`, ``token_unpermute``, the modules) takes it with
+    no rows.
     """
     require_bool("use_fp8", use_fp8)
     tokens = _check_tokens(tokens, use_fp8)
