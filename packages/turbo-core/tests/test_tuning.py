@@ -414,12 +414,21 @@ def test_a_broken_shipped_file_is_reported_and_skipped(shipping_plugin, make_arg
     assert len(T.info()["errors"]) == 1
 
 
-def test_a_broken_user_file_is_an_error_naming_the_variable(fakes, make_args, monkeypatch, tmp_path):
+def test_a_broken_user_file_is_reported_once_and_ignored(fakes, make_args, monkeypatch, tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="turbo")
     path = tmp_path / "user.json"
     path.write_text('{"format": "turbo-tuning-db", "format_version": 1, "entries": {}}')
     monkeypatch.setenv("TURBO_TUNING_DB", str(path))
-    with pytest.raises(ValueError, match=r"TURBO_TUNING_DB=.*user.json.*entries: expected a list"):
-        select("gemm", make_args())
+    args = make_args()
+    assert select("gemm", args).how == "default"  # as without a database
+    check(call("gemm", args), args)
+    T.reload()
+    assert select("gemm", args).how == "default"
+    reports = [r.getMessage() for r in caplog.records if "ignoring the tuning database" in r.getMessage()]
+    assert len(reports) == 1
+    assert "TURBO_TUNING_DB=" in reports[0] and "entries: expected a list" in reports[0]
+    assert [e for e in T.info()["errors"] if "TURBO_TUNING_DB=" in e and "user.json" in e]
+    assert str(path) not in T.info()["sources"]
 
 
 def test_save_writes_the_user_layer(fakes, make_args, monkeypatch, tmp_path):

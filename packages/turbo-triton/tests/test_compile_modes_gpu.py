@@ -18,7 +18,7 @@ import torch
 from gpu_support import COMPILED, DEV
 
 from turbo_core.dispatch import GlobalBackendManager, stats
-from turbo_core.dispatch.dispatcher import BackendError
+from turbo_core.dispatch.dispatcher import BackendError, KernelError
 from turbo_core.plugins.host import get_host
 from turbo_core.testing.graph_cases import graph_cases
 from turbo_core.testing.graph_modes import COMPILE_MODES, check_captured, check_compiled, check_graphed, run_eager
@@ -69,6 +69,8 @@ def test_triton_kernels_in_graphs(name, mode, pinned):
     case = CASES[name]
     try:  # the eager call first: TRITON's own refusal of this shape is a skip, with its reason
         run_eager(case, case.build(DEV), case.inputs(DEV, 0))
+    except KernelError:
+        raise  # a kernel that raised is a failure, not a refusal
     except BackendError as exc:
         pytest.skip(str(exc))
     before = stats()

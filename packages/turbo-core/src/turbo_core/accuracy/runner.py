@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from turbo_core.accuracy.cases import AccCase
-from turbo_core.dispatch.dispatcher import BackendError
+from turbo_core.dispatch.dispatcher import BackendError, KernelError
 from turbo_core.plugins.host import get_host
 from turbo_core.testing.numerics import error_stats
 
@@ -70,6 +70,9 @@ def run_cases(cases: list[AccCase], *, device: str, include_reference: bool, bac
                 base = [_base(case, out, backend) for out in case.outputs]
                 try:
                     outs = built.run(backend)
+                except KernelError as exc:  # the backend's kernel raised: an error, not a decline
+                    rows += [dict(r, status=f"error: {exc}", passed=False) for r in base]
+                    continue
                 except BackendError as exc:
                     msg = str(exc)
                     reason = msg.split(_DECLINE, 1)[1] if _DECLINE in msg else msg

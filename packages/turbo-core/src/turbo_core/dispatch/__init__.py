@@ -9,14 +9,25 @@ their ``torch.library`` custom ops). Importing this package registers the tuning
 
 from turbo_core.dispatch import tuning_keys  # noqa: F401  (registers the gemm and gemm_fp8 keys)
 from turbo_core.dispatch.catalog import get_primitive, primitive_names, primitives
-from turbo_core.dispatch.dispatcher import BackendError, Selection, call, decline_reason, select, stats
+from turbo_core.dispatch.dispatcher import (
+    BackendError,
+    BackendOutOfMemoryError,
+    KernelError,
+    Selection,
+    call,
+    decline_reason,
+    select,
+    stats,
+)
 from turbo_core.dispatch.manager import FAMILIES, GlobalBackendManager, use_backend
 from turbo_core.dispatch.primitives import Primitive, args_key
 
 __all__ = [
     "FAMILIES",
     "BackendError",
+    "BackendOutOfMemoryError",
     "GlobalBackendManager",
+    "KernelError",
     "Primitive",
     "Selection",
     "args_key",

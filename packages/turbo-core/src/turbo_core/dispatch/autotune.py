@@ -8,12 +8,14 @@
 * Timing runs on scratch copies of the fields the primitive writes in place, so the caller's
   outputs are never written while timing.
 * ``TURBO_TUNE_CACHE=<dir>`` persists winners as JSON, one file per device name and set of
-  backend versions.
+  backend versions; processes sharing it lock, merge and replace the file atomically, and a file that
+  cannot be read is reported once and tuned anew (:class:`_DiskCache`).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -21,8 +23,9 @@ import logging
 import math
 import os
 import re
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -31,6 +34,11 @@ from turbo_core import timing
 from turbo_core.dispatch.primitives import Primitive, args_key
 from turbo_core.platform import Platform
 from turbo_core.plugins.types import Kernel
+
+try:
+    import fcntl
+except ImportError:  # not POSIX
+    fcntl = None
 
 __all__ = ["TuneCache", "Tuner", "get_tuner", "is_capturing"]
 
@@ -91,24 +99,68 @@ class TuneCache:
             return list(self._data)
 
 
+_reported: set[str] = set()
+_reported_lock = threading.Lock()
+
+
+def _report_once(path: str, why: str) -> None:
+    """Warn that the tune cache at ``path`` cannot be read, once per path and process."""
+    with _reported_lock:
+        if path in _reported:
+            return
+        _reported.add(path)
+    log.warning("turbo: ignoring unreadable tune cache %s (%s); tuning again and rewriting it", path, why)
+
+
+def _read_winners(path: str) -> dict[str, str]:
+    """The ``winners`` of the tune-cache file at ``path``: empty when there is none, and empty (reported
+    once) when it cannot be read or is not a tune cache: truncated, corrupted, another format."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            loaded = json.load(fh)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, nesting too deep
+        _report_once(path, f"{type(exc).__name__}: {exc}")
+        return {}
+    winners = loaded.get("winners") if isinstance(loaded, dict) else None
+    if not isinstance(winners, dict) or not all(isinstance(v, str) for v in winners.values()):
+        _report_once(path, 'expected {"versions": {...}, "winners": {key: backend name}}')
+        return {}
+    return {str(k): v for k, v in winners.items()}
+
+
+@contextlib.contextmanager
+def _file_lock(path: str) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (created if needed) between processes (``fcntl.flock``;
+    where there is no ``fcntl`` no lock, and the atomic replace alone keeps the file whole)."""
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 class _DiskCache:
-    """Winners persisted under ``TURBO_TUNE_CACHE``: ``{key repr: backend}`` per device + versions."""
+    """Winners persisted under ``TURBO_TUNE_CACHE``: ``{key repr: backend}`` per device + versions.
+
+    A file that cannot be read (truncated, corrupted, not a tune cache) is reported once and treated as
+    empty: its keys are tuned again and the file rewritten. Writers in several threads and processes
+    share the file: each write takes an exclusive lock on ``<file>.lock``, merges the winners on disk
+    (another process's included) with its own, writes a temporary file and renames it over the
+    cache (``os.replace``, atomic), so a reader sees the old file or the new one, never a torn one,
+    and no writer's winners are lost."""
 
     def __init__(self, directory: str, platform: Platform, versions: dict[str, str]) -> None:
         slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{platform.kind}-{platform.device_name}").strip("-")
         digest = hashlib.sha256(json.dumps(sorted(versions.items())).encode()).hexdigest()[:12]
         self.path = os.path.join(directory, f"tune-{slug}-{digest}.json")
         self._lock = threading.Lock()
-        self._data: dict[str, str] = {}
-        try:
-            with open(self.path) as fh:
-                loaded = json.load(fh)
-            if isinstance(loaded, dict) and isinstance(loaded.get("winners"), dict):
-                self._data = {str(k): str(v) for k, v in loaded["winners"].items()}
-        except FileNotFoundError:
-            pass
-        except (OSError, ValueError) as exc:
-            log.warning("turbo: ignoring unreadable tune cache %s: %s", self.path, exc)
+        self._data: dict[str, str] = _read_winners(self.path)
         self._versions = versions
 
     def get(self, key: tuple) -> str | None:
@@ -116,13 +168,33 @@ class _DiskCache:
             return self._data.get(repr(key))
 
     def put(self, key: tuple, value: str) -> None:
+        """Record a winner and write the file (a failure to write is reported, never raised: the
+        winner still serves this process from memory)."""
         with self._lock:
             self._data[repr(key)] = value
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            tmp = f"{self.path}.{os.getpid()}.{threading.get_ident()}.tmp"
-            with open(tmp, "w") as fh:
-                json.dump({"versions": self._versions, "winners": self._data}, fh, indent=1, sort_keys=True)
-            os.replace(tmp, self.path)
+            try:
+                self._write()
+            except OSError as exc:
+                log.warning("turbo: cannot write the tune cache %s: %s", self.path, exc)
+
+    def _write(self) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        with _file_lock(f"{self.path}.lock"):
+            merged = _read_winners(self.path)
+            merged.update(self._data)
+            self._data = merged
+            fd, tmp = tempfile.mkstemp(prefix=os.path.basename(self.path) + ".", suffix=".tmp",
+                                       dir=os.path.dirname(self.path) or ".")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    json.dump({"versions": self._versions, "winners": merged}, fh, indent=1, sort_keys=True)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
 
 
 def _scratch(prim: Primitive, args: Any) -> Any:
@@ -153,10 +225,13 @@ class Tuner:
         self.timings: dict[tuple, dict[str, float]] = {}
 
     def clear(self) -> None:
+        """Forget the winners, the timings, the files read and which unreadable files were reported."""
         with self._lock:
             self.cache.clear()
             self._disk.clear()
             self.timings.clear()
+        with _reported_lock:
+            _reported.clear()
 
     def key(self, prim: Primitive, platform: Platform, candidates: list[str], args: Any) -> tuple:
         return (prim.name, platform.key, platform.device_name, tuple(sorted(candidates)), args_key(args))

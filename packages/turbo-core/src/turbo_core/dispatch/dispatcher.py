@@ -13,6 +13,14 @@ Selection order (as Primus-Turbo's, made per key):
 5. fallback: the first capable registered backend, with a one-time warning
 
 A backend chosen in 0-2 that cannot serve the call raises :class:`BackendError` with its reason.
+A kernel that raises while running a call surfaces as a :class:`KernelError` (a :class:`BackendError`)
+naming the primitive and the backend, its own exception chained (``raise ... from``) and reported once
+in the log; running out of device memory gives :class:`BackendOutOfMemoryError`, also a
+``torch.OutOfMemoryError``. A :class:`BackendError` a kernel raises itself (a primitive it calls that no
+backend can serve) passes through as it is. Invalid
+arguments are not wrapped: the validators' ``TypeError``/``ValueError`` come out as they are, before
+any kernel runs. Nothing is kept of a failed call: the selection cache holds the (still valid) choice,
+never the error, and the next call runs the kernel again.
 
 ``call()`` (the eager entry point) looks the answer up in a selection cache
 (``turbo_core.dispatch.selection_cache``) keyed by the call signature, the pin, the settings
@@ -38,6 +46,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from turbo_core.dispatch import autotune
 from turbo_core.dispatch.catalog import get_primitive
 from turbo_core.dispatch.defaults import default_order
@@ -57,7 +67,7 @@ from turbo_core.plugins.types import Kernel
 from turbo_core.profiling import labels as _labels
 from turbo_core.tuning import active as _tuning
 
-__all__ = ["BackendError", "Selection", "cache_info", "cached_select", "call", "call_with_backend", "checked_select",
+__all__ = ["BackendError", "BackendOutOfMemoryError", "KernelError", "Selection", "cache_info", "cached_select", "call", "call_with_backend", "checked_select",
            "clear_selection_cache", "clear_warnings", "decline_reason", "recording", "select", "stats"]
 
 log = logging.getLogger("turbo")
@@ -69,7 +79,33 @@ _INSTALL_HINT = {
 
 
 class BackendError(RuntimeError):
-    """No backend can run a call, or the chosen one cannot (the message says why)."""
+    """No backend can run a call, or the chosen one cannot (the message names the primitive and says
+    why: ``... cannot run this call: <reason>``, ``... no backend can run this call ...``), or its
+    kernel raised while running it (:class:`KernelError`)."""
+
+
+class KernelError(BackendError):
+    """The chosen backend's kernel raised while running a call: the message names the primitive and the
+    backend, the kernel's own exception is chained as ``__cause__``. Unlike a plain
+    :class:`BackendError` (a call no backend would take), this is a failure of the backend: a test or a
+    tool that skips declined calls must not skip it."""
+
+
+class BackendOutOfMemoryError(KernelError, torch.OutOfMemoryError):
+    """A kernel ran out of device memory: a :class:`KernelError` that is also a ``torch.OutOfMemoryError``,
+    so code that catches the latter (to skip a batch, to shrink it) still does."""
+
+
+def _kernel_error(primitive: str, backend: str, exc: Exception) -> KernelError:
+    """The :class:`KernelError` of a kernel that raised ``exc`` while serving a call; reported once per
+    primitive, backend and exception type in the log too."""
+    kind = type(exc).__name__
+    # the message as text: a log record holding ``exc`` would keep its traceback's frames (the call's
+    # tensors) alive for as long as a handler keeps the record
+    _warn_once(("raised", primitive, backend, kind), "turbo: %s on %s raised %s: %s", primitive, backend, kind,
+               str(exc))
+    cls = BackendOutOfMemoryError if isinstance(exc, torch.OutOfMemoryError) else KernelError
+    return cls(f"{primitive}: backend {backend} raised {kind} while running the call: {exc}")
 
 
 @dataclass(frozen=True)
@@ -342,6 +378,11 @@ def call_with_backend(primitive: str, args: Any) -> tuple[Any, str]:
     log.debug("turbo: %s -> %s (%s: %s)", name, selection.backend, selection.how, selection.source)
     if _recorded is not None:
         _recorded.append((name, selection.backend, kernel, args))
-    if _profiler_state._is_profiler_enabled:  # a module attribute read while no profiler runs
-        return _labels.run_labelled(name, selection.backend, kernel, args), selection.backend
-    return kernel.run(args), selection.backend
+    try:  # free on the success path (CPython 3.11+: zero-cost exception handling)
+        if _profiler_state._is_profiler_enabled:  # a module attribute read while no profiler runs
+            return _labels.run_labelled(name, selection.backend, kernel, args), selection.backend
+        return kernel.run(args), selection.backend
+    except BackendError:
+        raise  # a primitive the kernel called itself could not be served: that error names it
+    except Exception as exc:
+        raise _kernel_error(name, selection.backend, exc) from exc

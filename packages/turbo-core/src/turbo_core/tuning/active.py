@@ -6,7 +6,9 @@ Where entries come from, in order (later wins on the same key):
    module of each loaded plugin (``turbo_triton/plugin.py`` -> ``turbo_triton/tuning_db/sm90.json``;
    a wheel ships it as package data). A malformed shipped file is reported once and skipped.
 2. **user**: the file named by ``TURBO_TUNING_DB`` (a path). A missing file is an empty database
-   (``save()`` creates it); a malformed one raises ``ValueError`` naming the variable.
+   (``save()`` creates it); one that cannot be read (truncated, corrupted, malformed) is reported once,
+   naming the variable and what is wrong, and ignored like a missing one (:func:`info` lists it
+   under ``errors``): a bad database never fails a call.
 3. **recorded** in this process with :func:`record`.
 
 Choices and configs whose recorded library versions do not hold any more are dropped on load
@@ -143,9 +145,13 @@ def _load() -> _State:
             if os.path.exists(user_path):
                 try:
                     user = TuningDB.load(user_path)
+                    sources.append(user_path)
                 except (OSError, ValueError) as exc:
-                    raise ValueError(f"{ENV_DB}={user_path!r}: {exc}") from None
-                sources.append(user_path)
+                    errors.append(f"{ENV_DB}={user_path!r}: {exc}")
+                    if user_path not in _reported:
+                        _reported.add(user_path)
+                        log.warning("turbo: ignoring the tuning database %s=%s: %s (selection and kernel configs "
+                                    "go on without it)", ENV_DB, user_path, exc)
             else:
                 log.info("turbo: %s=%s does not exist yet (an empty tuning database)", ENV_DB, user_path)
         libraries = {lib for layer in (*layers, user) for lib in layer.libraries()}

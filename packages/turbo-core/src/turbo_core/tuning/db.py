@@ -344,10 +344,10 @@ class TuningDB:
     def load(cls, path: str | os.PathLike) -> TuningDB:
         """Read a database file (``ValueError`` naming the file when it is malformed)."""
         path = os.fspath(path)
-        with open(path) as fh:
+        with open(path, encoding="utf-8") as fh:
             try:
                 obj = json.load(fh)
-            except json.JSONDecodeError as exc:
+            except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, nesting too deep
                 raise ValueError(f"{path}: not valid JSON: {exc}") from None
         return cls.from_json(obj, path)
 

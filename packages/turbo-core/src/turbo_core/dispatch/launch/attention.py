@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from turbo_core.dispatch.catalog import get_primitive
-from turbo_core.dispatch.dispatcher import BackendError, call, call_with_backend, checked_select
+from turbo_core.dispatch.dispatcher import BackendError, KernelError, call, call_with_backend, checked_select
 from turbo_core.dispatch.manager import use_backend
 from turbo_core.dispatch.specs.attention import (
     AttentionBwdArgs,
@@ -49,6 +49,8 @@ def _backward(primitive: str, fwd_primitive: str, args, backend: str | None):
         backend = resolve_backend(fwd_primitive, args.forward_args())
     try:
         return _pinned(primitive, args, backend)
+    except KernelError:
+        raise  # the backend failed while running it: not a matter of which backend runs the backward
     except BackendError as exc:
         raise BackendError(f"{exc} (a backward runs on the backend of its forward, {backend})") from exc
 
