@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from turbo_core import AUTOTUNE, BackendChoice, GlobalBackendManager, PrecisionType
-from turbo_core.dispatch.env import ALL, auto_tune_from_env, backend_env_names, parse_backend_value
+from turbo_core.dispatch.env import (
+    ALL,
+    auto_tune_from_env,
+    backend_env_names,
+    parse_backend_value,
+    valid_names_text,
+)
 
 VALID = {"TRITON", "CK", "TORCH"}
 P = PrecisionType
@@ -188,9 +194,21 @@ def test_bad_value_in_manager_names_the_variable_and_the_installed_names(monkeyp
         GlobalBackendManager.get_gemm_backend()
     msg = str(err.value)
     assert msg.startswith(f"{var}='fp8:CK,other:NOPE': unknown backend 'NOPE'")
-    # valid names: the well-known ones, the installed ones (even third-party), and AUTOTUNE
-    for name in ("AUTOTUNE", "TORCH", "TRITON", "CK", "HIPBLASLT", "FLYDSL", "FAKEA"):
-        assert name in msg
+    # valid names: the installed ones first (even third-party), AUTOTUNE, then the other well-known names
+    # marked as not installed
+    valid = msg.split("; valid: ", 1)[1]
+    assert valid.startswith("TORCH, FAKEA, AUTOTUNE (not installed: ")
+    assert valid.endswith(")")
+    absent = valid.split("(not installed: ", 1)[1][:-1].split(", ")
+    assert absent == sorted(absent) and {"CK", "HIPBLASLT", "FLYDSL"} <= set(absent)
+    assert "TORCH" not in absent and "FAKEA" not in absent
+
+
+def test_valid_names_text_lists_installed_names_first():
+    valid = {"TORCH", "TRITON", "CK", "FAKEA"}
+    assert valid_names_text(valid) == "AUTOTUNE, CK, FAKEA, TORCH, TRITON"
+    assert valid_names_text(valid, ["TORCH", "FAKEA"]) == "TORCH, FAKEA, AUTOTUNE (not installed: CK, TRITON)"
+    assert valid_names_text(valid, ["TORCH", "FAKEA", "TRITON", "CK"]) == "TORCH, FAKEA, TRITON, CK, AUTOTUNE"
 
 
 def test_third_party_name_is_valid_in_env_once_installed(monkeypatch, use_plugins):

@@ -10,19 +10,20 @@
 
 ``TURBO_AUTO_TUNE=1`` turns auto-tune on for everything. The ``PRIMUS_TURBO_*`` names are accepted as
 aliases (the ``TURBO_*`` name wins when both are set). A bad value raises ``ValueError`` naming the
-variable and the valid names.
+variable and the valid names: the installed backends first, then ``AUTOTUNE``, then the known names
+that are not installed, marked as such.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from turbo_core.backend import AUTOTUNE, BackendChoice, PrecisionType, normalize_backend_name, parse_precision
 
-__all__ = ["ALL", "auto_tune_from_env", "backend_env_names", "parse_backend_value", "read_env"]
+__all__ = ["ALL", "auto_tune_from_env", "backend_env_names", "parse_backend_value", "read_env", "valid_names_text"]
 
 #: Key of a setting that applies to every precision not set on its own.
 ALL = "ALL"
@@ -51,16 +52,30 @@ def read_env(name: str, alias: str | None = None) -> tuple[str | None, str | Non
     return None, None
 
 
-def parse_backend_value(raw: str, *, variable: str, valid: set[str]) -> Mapping:
+def valid_names_text(valid: set[str], installed: Sequence[str] | None = None) -> str:
+    """The names a backend variable may hold, for an error message. With ``installed`` (the installed
+    backends, in the order to list them): those first, then ``AUTOTUNE``, then ``(not installed: ...)``
+    for the other names of ``valid``; without it, every name of ``valid`` and ``AUTOTUNE``, sorted."""
+    if installed is None:
+        return ", ".join(sorted(valid | {AUTOTUNE}))
+    here = [name for name in dict.fromkeys(installed) if name in valid]
+    absent = sorted(valid - set(here) - {AUTOTUNE})
+    text = ", ".join([*here, AUTOTUNE])
+    return text + (f" (not installed: {', '.join(absent)})" if absent else "")
+
+
+def parse_backend_value(raw: str, *, variable: str, valid: set[str],
+                        installed: Sequence[str] | None = None) -> Mapping:
     """Parse a backend variable's value into a read-only ``{PrecisionType | ALL: BackendChoice}``
-    (memoized per variable, value and set of valid names)."""
+    (memoized per variable, value and set of valid names). ``installed`` only orders the names an
+    error lists (:func:`valid_names_text`)."""
     key = (variable, raw, frozenset(valid))
     with _cache_lock:
         hit = _cache.get(key)
     if hit is not None:
         return hit
     table: dict = {}
-    valid_list = ", ".join(sorted(valid | {AUTOTUNE}))
+    valid_list = valid_names_text(valid, installed)
     for entry in raw.split(","):
         entry = entry.strip()
         if not entry:

@@ -245,7 +245,8 @@ class GlobalBackendManager:
                 continue
             if valid is None:
                 valid = _known_backend_names()
-            table = _env.parse_backend_value(raw, variable=var, valid=valid)
+            table = _env.parse_backend_value(raw, variable=var, valid=valid,
+                                             installed=get_host().registry.backend_names())
             if _untunable(scope) and any(c.auto_tune for c in table.values()):
                 raise ValueError(f"{var}={raw!r}: {scope} cannot be auto-tuned "
                                  "(a collective: every rank must use the same backend)")
