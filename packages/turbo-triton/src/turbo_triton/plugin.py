@@ -117,3 +117,7 @@ def turbo_register_kernels(register):
     for name in ("swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd"):
         register(Kernel(name, "TRITON", f"turbo_triton.activation.launch:{name}",
                         check="turbo_triton.activation.launch:can_handle", variants=("bf16", "fp16", "fp32")))
+    for name in ("swiglu_fwd_fp8", "geglu_fwd_fp8"):
+        register(Kernel(name, "TRITON", f"turbo_triton.activation.fp8_launch:{name}",
+                        check="turbo_triton.activation.fp8_launch:can_handle",
+                        variants=("bf16", "fp16", "fp32", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE")))
