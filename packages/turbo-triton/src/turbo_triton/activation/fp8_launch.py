@@ -101,7 +101,7 @@ def glu_fwd_fp8(kind: str, args: GluFwdFp8Args, config: GluFp8Config | None = No
     q_shape, s_shape = glu_fwd_fp8_shapes(args)
     q = torch.empty(q_shape, dtype=dtype, device=x.device)
     scale = torch.empty(s_shape, dtype=E8M0_DTYPE if gran == G.MX_BLOCKWISE else torch.float32, device=x.device)
-    y = x.new_empty((tokens, half)) if args.store_y else None
+    y = torch.empty((tokens, half), dtype=x.dtype, device=x.device) if args.store_y else None
     if tokens == 0:
         return q, scale, y
     if half == 0:  # no data; scales of empty (zero) groups where the layout has any (ROWWISE: [T, 1])
