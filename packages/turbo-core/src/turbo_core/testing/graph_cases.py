@@ -179,6 +179,9 @@ def _norm_activation_cases(d: _Dims) -> list[GraphCase]:
         r = _rand(device, seed)
         return r(m, k, dtype=dt), r(k, dtype=dt), r(d.n, k, dtype=dt)
 
+    def glu_fp8(device, seed):
+        return xp(device, seed) + (_rand(device, seed + 1)(d.n, k, dtype=dt),)
+
     rowwise = Float8QuantConfig(granularity=G.ROWWISE)
     return [
         GraphCase("rmsnorm", _fn(lambda x, g: ops.rmsnorm(x, g)), xg, (0, 1), d.tol, ("rmsnorm_fwd", "rmsnorm_bwd")),
@@ -189,6 +192,13 @@ def _norm_activation_cases(d: _Dims) -> list[GraphCase]:
                   norm_fp8, (0, 1, 2), d.tol, ("rmsnorm_fwd_fp8", "rmsnorm_bwd", "gemm_fp8", "quantize_fp8"),
                   compile_fails="dynamo cannot read the inner tensors of a QuantizedTensor made inside the compiled "
                                 "region: gemm_fp8 reads the norm's output through qdata, a FakeTensor that "
+                                "SourcelessBuilder cannot wrap"),
+        GraphCase("swiglu_with_probs_fp8",
+                  _fn(lambda x, p, w: ops.gemm_fp8(ops.swiglu_with_probs_fp8(x, p, config=rowwise, with_trans=True),
+                                                   w, trans_b=True, config=rowwise)),
+                  glu_fp8, (0, 1, 2), d.tol, ("swiglu_fwd_fp8", "swiglu_bwd", "gemm_fp8", "quantize_fp8"),
+                  compile_fails="dynamo cannot read the inner tensors of a QuantizedTensor made inside the compiled "
+                                "region: gemm_fp8 reads the activation's output through qdata, a FakeTensor that "
                                 "SourcelessBuilder cannot wrap"),
         GraphCase("swiglu_with_probs", _fn(lambda x, p: ops.swiglu_with_probs(x, p)), xp, (0, 1), d.tol,
                   ("swiglu_fwd", "swiglu_bwd")),
