@@ -8,6 +8,11 @@ cost is quadratic in the packed length, not per sequence). The backward recomput
 and the saved lse and uses ``rowsum(dout * out) = rowsum(P * dP)`` (exact, so it does not read the
 rounded ``out``). GQA expands k/v over each query group and sums the gradients back.
 
+Every product of a probability (or dS) matrix with values, keys, queries or dout sums over the
+entries the mask allows only (:func:`_visible_mm`): a NaN or Inf in a key, value or row that a query
+cannot see, in another sequence or in rows past the last one, never reaches it (``0 * NaN`` would),
+while one it can see propagates as IEEE arithmetic says.
+
 FP8: the same math on q, k, v (and dout) fake-quantized per (b, h, 64-row block) to E4M3, with P
 quantized at the fixed scale 448 where it multiplies v (forward) or dout (dv); see the spec module.
 Dropout is not implemented: calls with ``dropout_p != 0`` are declined.
@@ -134,7 +139,37 @@ def _reduce(x: torch.Tensor, group: int) -> torch.Tensor:
 
 
 def _finite(lse: torch.Tensor) -> torch.Tensor:
-    return torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    """``lse`` with the ``-inf`` of rows that see nothing replaced by 0 (so ``s - lse`` is ``-inf``,
+    not NaN, there); a NaN lse stays NaN and makes its row NaN."""
+    return torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+
+
+def _visible_mm(a: torch.Tensor, allowed: torch.Tensor, b: torch.Tensor, zeroed: bool = False) -> torch.Tensor:
+    """``a @ b`` over the entries of ``a`` that ``allowed`` (broadcast to ``a``) marks, the others
+    taken as zero and never multiplying ``b``: a NaN/Inf in a row of ``b`` that only masked
+    entries meet does not reach the result (``0 * NaN`` would), one that an allowed entry meets
+    propagates as IEEE arithmetic of the sum says (``x * Inf`` is ``±Inf`` by the signs, ``0 * Inf``
+    and ``Inf - Inf`` are NaN). On the CPU the plain product serves a finite ``b``; elsewhere (no
+    host sync) the non-finite entries are always accounted for, by boolean products. ``zeroed``:
+    ``a`` is already zero outside ``allowed`` (a NaN lse fills a whole row of P, so P is not)."""
+    if not zeroed:
+        a = torch.where(allowed, a, torch.zeros((), dtype=a.dtype, device=a.device))
+    fin = torch.isfinite(b)
+    if b.device.type == "cpu" and bool(fin.all()):
+        return a @ b
+    out = a @ torch.where(fin, b, torch.zeros_like(b))
+    ct = a.dtype
+
+    def meets(sel: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        return (sel.to(ct) @ cond.to(ct)) > 0
+
+    up, down = allowed & (a > 0), allowed & (a < 0)
+    pos = meets(up, b == float("inf")) | meets(down, b == float("-inf"))
+    neg = meets(up, b == float("-inf")) | meets(down, b == float("inf"))
+    nan = (meets(allowed.expand_as(a), torch.isnan(b)) | meets(allowed & (a == 0), torch.isinf(b))) | (pos & neg)
+    out = torch.where(pos, float("inf"), out)
+    out = torch.where(neg, float("-inf"), out)
+    return torch.where(nan, float("nan"), out)
 
 
 def _probs(qb, k, scale, mask, lse_b):
@@ -152,14 +187,15 @@ def _forward(q, k, v, scale, mask: _Mask, sink, p_quant=None):
     out = q.new_empty(b, h, s_q, v.shape[-1])
     lse = q.new_empty(b, h, s_q)
     for r0, r1 in _row_blocks(b, h, s_q, s_kv):
-        s = _probs(q[:, :, r0:r1], k, scale, mask.allowed(r0, r1), None)
+        allowed = mask.allowed(r0, r1)
+        s = _probs(q[:, :, r0:r1], k, scale, allowed, None)
         lb = torch.logsumexp(s, dim=-1)
         if sink is not None:
             with_sink = torch.logaddexp(lb, sink.view(1, h, 1))
             rows = mask.in_sequence(r0, r1)
             lb = with_sink if rows is None else torch.where(rows.view(1, 1, -1), with_sink, lb)
         p = torch.exp(s - _finite(lb).unsqueeze(-1))
-        out[:, :, r0:r1] = (p_quant(p) if p_quant else p) @ v
+        out[:, :, r0:r1] = _visible_mm(p_quant(p) if p_quant else p, allowed, v)
         lse[:, :, r0:r1] = lb
     return out, lse
 
@@ -174,14 +210,17 @@ def _backward(dout, q, k, v, lse, scale, mask: _Mask, sink, p_quant=None):
     dsink = q.new_zeros(h) if sink is not None else None
     for r0, r1 in _row_blocks(b, h, s_q, s_kv):
         lb = lse[:, :, r0:r1]
-        p = _probs(q[:, :, r0:r1], k, scale, mask.allowed(r0, r1), lb)
+        allowed = mask.allowed(r0, r1)
+        p = _probs(q[:, :, r0:r1], k, scale, allowed, lb)
         do = dout[:, :, r0:r1]
         dp = do @ v.transpose(-1, -2)
-        delta = (p * dp).sum(-1, keepdim=True)  # = rowsum(dout * out)
-        ds = p * (dp - delta)
-        dq[:, :, r0:r1] = (ds @ k) * scale
-        dk += (ds.transpose(-1, -2) @ q[:, :, r0:r1]) * scale
-        dv += (p_quant(p) if p_quant else p).transpose(-1, -2) @ do
+        zero = torch.zeros((), dtype=p.dtype, device=p.device)
+        delta = torch.where(allowed, p * dp, zero).sum(-1, keepdim=True)  # = rowsum(dout * out)
+        ds = torch.where(allowed, p * (dp - delta), zero)
+        allowed_t = allowed.transpose(-1, -2)
+        dq[:, :, r0:r1] = _visible_mm(ds, allowed, k, zeroed=True) * scale
+        dk += _visible_mm(ds.transpose(-1, -2), allowed_t, q[:, :, r0:r1], zeroed=True) * scale
+        dv += _visible_mm((p_quant(p) if p_quant else p).transpose(-1, -2), allowed_t, do)
         if sink is not None:
             p_sink = torch.where(torch.isfinite(lb), torch.exp(sink.view(1, h, 1) - _finite(lb)),
                                  torch.zeros_like(lb))

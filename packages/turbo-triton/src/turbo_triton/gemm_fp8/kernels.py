@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from turbo_triton.gemm.kernels import _tile_coords
+from turbo_triton.quantization.numerics import exact_fp8
 
 EPILOGUE = tl.constexpr(0)
 BLOCKWISE = tl.constexpr(1)
@@ -39,23 +40,31 @@ def _e8m0_to_fp32(byte):
 
 
 @triton.jit
-def _mx_dequant_a(x, s_ptrs, mask, DEQ: tl.constexpr):
+def _f32(x, EXACT: tl.constexpr):
+    """fp32 values of an FP8 tile; ``EXACT`` (the interpreter) decodes the bytes, keeping NaN/Inf."""
+    if EXACT:
+        return exact_fp8(x)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _mx_dequant_a(x, s_ptrs, mask, DEQ: tl.constexpr, EXACT: tl.constexpr = False):
     """An FP8 ``[R, BLOCK_K]`` tile times its E8M0 scales ``[R, BLOCK_K // 32]`` (one per 1x32
     block along K), rounded to ``DEQ``."""
     R: tl.constexpr = x.shape[0]
     KB: tl.constexpr = x.shape[1] // 32
     s = _e8m0_to_fp32(tl.load(s_ptrs, mask=mask, other=127))
-    x3 = tl.reshape(x.to(tl.float32), (R, KB, 32)) * s[:, :, None]
+    x3 = tl.reshape(_f32(x, EXACT), (R, KB, 32)) * s[:, :, None]
     return tl.reshape(x3, (R, KB * 32)).to(DEQ)
 
 
 @triton.jit
-def _mx_dequant_b(x, s_ptrs, mask, DEQ: tl.constexpr):
+def _mx_dequant_b(x, s_ptrs, mask, DEQ: tl.constexpr, EXACT: tl.constexpr = False):
     """An FP8 ``[BLOCK_K, C]`` tile times its E8M0 scales ``[BLOCK_K // 32, C]``, rounded to ``DEQ``."""
     KB: tl.constexpr = x.shape[0] // 32
     C: tl.constexpr = x.shape[1]
     s = _e8m0_to_fp32(tl.load(s_ptrs, mask=mask, other=127))
-    x3 = tl.reshape(x.to(tl.float32), (KB, 32, C)) * s[:, None, :]
+    x3 = tl.reshape(_f32(x, EXACT), (KB, 32, C)) * s[:, None, :]
     return tl.reshape(x3, (KB * 32, C)).to(DEQ)
 
 
@@ -111,7 +120,8 @@ def gemm_fp8_persistent_kernel(
     GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, IMPRECISE_ACC: tl.constexpr = None,
 ):
     """Portable kernel: masked pointer loads, any strides. ``UPCAST`` multiplies FP8 tiles in
-    fp32 (exact products; the interpreter's path). ``IMPRECISE_ACC`` as in the TMA kernel."""
+    fp32 (exact products; the interpreter's path, which decodes the FP8 bytes itself so that NaN and
+    Inf codes stay NaN and Inf). ``IMPRECISE_ACC`` as in the TMA kernel."""
     start = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -135,13 +145,15 @@ def gemm_fp8_persistent_kernel(
             if SCALING == MX:
                 kb = ki * (BLOCK_K // 32) + tl.arange(0, BLOCK_K // 32)
                 kb_ok = kb < tl.cdiv(K, 32)
-                a = _mx_dequant_a(a, sa_rows[:, None] + kb[None, :] * s_ak, (offs_m[:, None] < M) & kb_ok[None, :], DEQ)
-                b = _mx_dequant_b(b, sb_cols[None, :] + kb[:, None] * s_bk, (offs_n[None, :] < N) & kb_ok[:, None], DEQ)
+                a = _mx_dequant_a(a, sa_rows[:, None] + kb[None, :] * s_ak, (offs_m[:, None] < M) & kb_ok[None, :], DEQ,
+                                  UPCAST)
+                b = _mx_dequant_b(b, sb_cols[None, :] + kb[:, None] * s_bk, (offs_n[None, :] < N) & kb_ok[:, None], DEQ,
+                                  UPCAST)
                 acc = tl.dot(a, b, acc)
             else:
                 if UPCAST:
-                    a = a.to(tl.float32)
-                    b = b.to(tl.float32)
+                    a = exact_fp8(a)
+                    b = exact_fp8(b)
                 if SCALING == BLOCKWISE:
                     sa = tl.load(sa_rows + ki * s_ak, mask=offs_m < M, other=0.0)
                     sb = tl.load(sb_cols + ki * s_bk, mask=offs_n < N, other=0.0)

@@ -20,7 +20,8 @@ for per-row / 1-D block scales and ``BS`` for ``bs x bs`` tiles, so every layout
 (``turbo_core.dispatch.specs.grouped_gemm_fp8``) is one code path, without copies.
 
 ``UPCAST`` converts both tiles to fp16 before the dot (exact: every E4M3/E5M2 value, FNUZ ones too,
-is an fp16 value), for a Triton that cannot multiply mixed (HYBRID) FP8 types natively; the dot then
+is an fp16 value), for a Triton that cannot multiply mixed (HYBRID) FP8 types natively, and in the
+interpreter, which decodes the bytes (its own FP8 conversion reads NaN/Inf codes as numbers); the dot then
 runs at the fp16 rate (half the FP8 rate on Hopper), plus the conversions. ``IMPRECISE`` is Triton's
 ``max_num_imprecise_acc`` for the TENSORWISE/ROWWISE dot: ``None`` keeps Triton's default (on sm90
 the wgmma FP8 accumulator is not promoted), ``BLOCK_K`` promotes it into fp32 once per K step (what
@@ -41,24 +42,32 @@ from turbo_triton.grouped_gemm.kernels import (
     _store_tile_tma,
     _zero_tail,
 )
+from turbo_triton.quantization.numerics import exact_fp8
+
+#: ``UPCAST`` values: the FP8 tiles into the dot as they are, converted to fp16, or decoded from
+#: their bytes to fp16 (the interpreter, whose own FP8 conversion reads NaN/Inf codes as numbers).
+NATIVE, FP16, DECODED = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+
+
+@triton.jit
+def _up(x, UPCAST: tl.constexpr):
+    if UPCAST == DECODED:
+        return exact_fp8(x).to(tl.float16)
+    if UPCAST == FP16:
+        return x.to(tl.float16)
+    return x
 
 
 @triton.jit
 def _mma(a, b, acc, UPCAST: tl.constexpr, IMPRECISE: tl.constexpr):
     """``acc + a @ b`` in fp32."""
-    if UPCAST:
-        a = a.to(tl.float16)
-        b = b.to(tl.float16)
-    return tl.dot(a, b, acc, max_num_imprecise_acc=IMPRECISE)
+    return tl.dot(_up(a, UPCAST), _up(b, UPCAST), acc, max_num_imprecise_acc=IMPRECISE)
 
 
 @triton.jit
 def _product(a, b, UPCAST: tl.constexpr):
     """``a @ b`` in a fresh fp32 tile."""
-    if UPCAST:
-        a = a.to(tl.float16)
-        b = b.to(tl.float16)
-    return tl.dot(a, b)
+    return tl.dot(_up(a, UPCAST), _up(b, UPCAST))
 
 
 @triton.jit

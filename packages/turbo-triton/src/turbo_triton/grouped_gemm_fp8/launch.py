@@ -112,11 +112,17 @@ def _block_size(args) -> int | None:
     return args.block_size if as_granularity(args.granularity) == G.BLOCKWISE else None
 
 
-def _upcast(args, arch: str, upcast: bool | None) -> bool:
-    """Multiply in fp16: HYBRID pairs where Triton has no mixed FP8 dot (``upcast`` overrides)."""
+def _upcast(args, arch: str, upcast: bool | None) -> int:
+    """The kernels' ``UPCAST``: multiply in fp16 for HYBRID pairs where Triton has no mixed FP8 dot
+    (``upcast`` overrides), from bytes decoded in the kernel under the interpreter."""
+    from turbo_triton.grouped_gemm_fp8 import kernels
+
     if upcast is not None:
-        return upcast
-    return args.a.dtype != args.b.dtype and not configs.hybrid_native(arch)
+        return kernels.FP16.value if upcast else kernels.NATIVE.value
+    if _runtime.interpreting():
+        return kernels.DECODED.value
+    return kernels.FP16.value if args.a.dtype != args.b.dtype and not configs.hybrid_native(arch) else \
+        kernels.NATIVE.value
 
 
 def _imprecise(cfg: configs.Fp8GroupedConfig, block_k: int, upcast: bool) -> int | None:

@@ -171,6 +171,22 @@ def decode_fp8(byte, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr):
 
 
 @triton.jit
+def exact_fp8(x):
+    """fp32 values of an FP8 tile with its NaN and Inf codes kept. Triton's interpreter converts
+    FP8 by the finite formula alone (the E4M3 NaN code 0x7F reads 480, E5M2's Inf 65536): kernels
+    that run there decode the bytes instead; hardware conversions are exact and need not."""
+    byte = x.to(tl.uint8, bitcast=True).to(tl.int32)
+    if x.dtype == tl.float8e4nv:
+        return decode_fp8(byte, 3, 7, False)
+    elif x.dtype == tl.float8e5:
+        return decode_fp8(byte, 2, 15, False)
+    elif x.dtype == tl.float8e4b8:
+        return decode_fp8(byte, 3, 8, True)
+    else:
+        return decode_fp8(byte, 2, 16, True)
+
+
+@triton.jit
 def to_fp8(v, q_ptr, FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
            SOFT: tl.constexpr, HW_SAT: tl.constexpr = False):
     """``v`` (fp32) saturated and rounded to the element type of ``q_ptr`` (uint8 bytes when SOFT).
