@@ -13,7 +13,10 @@ Layout (``[b, s]`` token ids in, ``[b, s, vocab]`` logits out; ``d = d_model``, 
   as an expert-parallel rank holds it);
 * ``norm`` (``RMSNorm``) and ``head`` (``Linear(d, vocab)``).
 
-Every projection is a turbo ``Linear`` (``Float8Linear`` with ``fp8``), bias-free. The MoE block:
+Every projection is a turbo ``Linear`` (``Float8Linear`` with ``fp8``), bias-free. With a ROWWISE,
+BLOCKWISE or MX recipe a dense SwiGLU block hands its ``down`` projection the activation's output
+already quantized (``swiglu_with_probs_fp8``: the activation and the quantization in one pass),
+the same bits as ``down`` quantizing it itself. The MoE block:
 router ``torch.nn.Linear(d, E)`` (plain torch, fp32 logits) -> ``fused_group_topk_routing_with_aux_score``
 (softmax or sigmoid scores, group-limited top-k; see :class:`DemoConfig`) -> with ``norm_topk`` the
 top-k probs divided by their sum -> the columns of the ``local_experts`` this rank holds (experts
@@ -32,9 +35,16 @@ from dataclasses import dataclass
 
 import torch
 
+from turbo_core.dispatch.specs.activation_fp8 import ROW_LOCAL
 from turbo_core.low_precision import Float8QuantConfig, ScalingGranularity
 from turbo_core.modules import Attention, Float8Linear, GroupedLinear, Linear, RMSNorm
-from turbo_core.ops import fused_group_topk_routing_with_aux_score, moe_permute, moe_unpermute, swiglu_with_probs
+from turbo_core.ops import (
+    fused_group_topk_routing_with_aux_score,
+    moe_permute,
+    moe_unpermute,
+    swiglu_with_probs,
+    swiglu_with_probs_fp8,
+)
 from turbo_core.ops.grouped_gemm_fp8 import grouped_gemm_fp8
 
 __all__ = ["FP8_RECIPES", "MOE_LAYOUTS", "SCORE_FUNCTIONS", "DemoConfig", "TurboDecoder", "fp8_recipe"]
@@ -187,7 +197,18 @@ class SelfAttention(torch.nn.Module):
 
 class DenseFFN(torch.nn.Module):
     """SwiGLU: ``down(silu(gate) * up)`` with ``[gate | up] = gate_up(x)``; ``[..., d] -> [..., d]``;
-    width ``ffn`` (default ``cfg.ffn``)."""
+    width ``ffn`` (default ``cfg.ffn``).
+
+    When ``down`` is a ``Float8Linear`` with a ROWWISE, BLOCKWISE or MX recipe, the SwiGLU's output
+    comes out quantized for it (``swiglu_with_probs_fp8``, with the column copy when ``down``'s
+    weight gets a gradient): outputs and gradients are bit for bit those of ``down`` quantizing
+    ``swiglu_with_probs``' output itself. Not while ``torch.compile`` traces (a ``QuantizedTensor``
+    made inside a graph cannot be read by ``gemm_fp8`` there), nor with :attr:`fuse_fp8` off.
+    """
+
+    #: Quantize the SwiGLU's output in the activation's pass (row-local FP8 recipes); ``False``: ``down``
+    #: quantizes it.
+    fuse_fp8: bool = True
 
     def __init__(self, cfg: DemoConfig, fp8: Float8QuantConfig | None, ffn: int | None = None) -> None:
         super().__init__()
@@ -198,7 +219,12 @@ class DenseFFN(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.gate_up(x)
         ones = torch.ones(h.shape[:-1].numel(), dtype=torch.float32, device=x.device)
-        return self.down(swiglu_with_probs(h, ones)).view(x.shape)
+        down = self.down
+        if (self.fuse_fp8 and isinstance(down, Float8Linear) and down.config.granularity in ROW_LOCAL
+                and not torch.compiler.is_compiling()):
+            wgrad = torch.is_grad_enabled() and down.weight.requires_grad
+            return down(swiglu_with_probs_fp8(h, ones, config=down.config, with_trans=wgrad)).view(x.shape)
+        return down(swiglu_with_probs(h, ones)).view(x.shape)
 
 
 class MoEFFN(torch.nn.Module):
