@@ -1,5 +1,6 @@
 """The CK plugin: discovered through its entry point, honest about availability, cheap to import, and
-registering kernels only when the wheel ships the compiled extension."""
+registering its kernels also where the wheel ships no compiled extension (they then decline every call
+with the reason)."""
 
 import pytest
 import torch
@@ -31,11 +32,23 @@ def test_discovery_imports_no_kernel_library():
 
 
 @no_extension
-def test_pure_wheel_registers_nothing_and_says_why(row):
-    assert row["primitives"] == {}
+def test_pure_wheel_lists_its_kernels_and_says_why_it_cannot_run(row):
+    assert set(row["primitives"]) == {"gemm_fp8", "grouped_gemm", "grouped_gemm_fp8"}
+    assert row["primitives"]["grouped_gemm"]["variants"] == ["bf16", "fp16"]
     assert row["available"] is False
     assert row["reason"].startswith(NO_TOOLKIT + " when this wheel was built")
-    assert row["notes"].startswith("no kernels registered: " + NO_TOOLKIT)
+    assert row["notes"].startswith("gemm_fp8 (TENSORWISE/ROWWISE")
+
+
+@no_extension
+def test_pure_wheel_kernels_decline_with_the_reason():
+    from turbo_core.plugins import get_host
+
+    registry = get_host().registry
+    reason = EXTENSION.missing_reason()
+    for prim in ("gemm_fp8", "grouped_gemm", "grouped_gemm_fp8"):
+        assert registry.kernel(prim, "CK").decline_reason(object()) == reason
+    assert registry.backend("CK").unavailable_reason() == reason
 
 
 @pytest.mark.skipif(bool(torch.version.hip) or EXTENSION.installed(), reason="ROCm torch or a compiled extension")

@@ -108,3 +108,15 @@ def test_dtype_codes_are_distinct_and_cover_the_gemm_dtypes():
     assert sorted(DTYPE_CODES.values()) == list(range(7))
     assert {torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2,
             torch.float8_e4m3fnuz, torch.float8_e5m2fnuz} == set(DTYPE_CODES)
+
+
+def test_check_or_decline_keeps_the_check_or_declines_with_the_reason(site):
+    (site / "fake_ext_here.py").write_text("")
+    present = Extension("fake_ext_here", absent=lambda: pytest.fail("asked why it is absent"))
+    assert present.check_or_decline("pkg.mod:can_handle") == "pkg.mod:can_handle"
+    assert present.check_or_decline(None) is None
+    absent = Extension("fake_ext_gone", absent=lambda: "built without a toolkit")
+    for check in ("pkg.mod:can_handle", None):
+        declined = absent.check_or_decline(check)
+        assert declined(object()) == "built without a toolkit"
+    assert "fake_ext_gone" not in sys.modules

@@ -1,5 +1,9 @@
 """The HIPBLASLT plugin: discovered through its entry point, honest about availability, cheap to
-import, and registering kernels only when there is an extension to load."""
+import, and registering its kernels also where there is no extension to load (they then decline every
+call with the reason)."""
+
+import subprocess
+import sys
 
 import pytest
 from toolkit_fakes import fake_compiler, fake_cuda, hermetic_env
@@ -39,18 +43,30 @@ def test_discovery_neither_loads_nor_builds_the_extension():
 
 
 @no_extension
-def test_pure_wheel_registers_nothing_and_says_why(row):
-    assert row["primitives"] == {}
+def test_pure_wheel_lists_its_kernels_and_says_why_it_cannot_run(row):
+    assert set(row["primitives"]) == KERNELS
     assert row["available"] is False
     assert row["reason"].startswith(NO_TOOLKIT + " (the compiled extension turbo_hipblaslt._C is missing")
     assert "TURBO_HIPBLASLT_JIT=1" in row["reason"]
-    assert row["notes"].startswith("no kernels registered: " + NO_TOOLKIT)
+    assert row["notes"].startswith("gemm (fp16/bf16/fp32")
+
+
+@no_extension
+def test_pure_wheel_kernels_decline_with_the_reason():
+    code = ("from turbo_core.plugins import get_host\n"
+            "from turbo_hipblaslt._ext import EXTENSION\n"
+            "registry = get_host().registry\n"
+            "reason = EXTENSION.missing_reason()\n"
+            "assert reason and reason == registry.backend('HIPBLASLT').unavailable_reason()\n"
+            f"for prim in {sorted(KERNELS)!r}:\n"
+            "    assert registry.kernel(prim, 'HIPBLASLT').decline_reason(object()) == reason, prim\n")
+    subprocess.run([sys.executable, "-c", code], check=True, env=hermetic_env(), timeout=120)
 
 
 @no_extension
 def test_jit_without_a_toolkit_says_so():
     row = backend_row("HIPBLASLT", env=hermetic_env(TURBO_HIPBLASLT_JIT="1"))
-    assert row["primitives"] == {} and row["reason"].startswith(NO_TOOLKIT)
+    assert set(row["primitives"]) == KERNELS and row["reason"].startswith(NO_TOOLKIT)
     assert "TURBO_HIPBLASLT_JIT=1 found nothing to build with" in row["reason"]
 
 

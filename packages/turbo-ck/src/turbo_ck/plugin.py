@@ -1,7 +1,9 @@
 """Plugin module of the CK backend (entry point ``ck`` in ``turbo.backends``).
 
-Cheap to import: registration only checks that the wheel ships a compiled ``turbo_ck._C`` (without
-importing it); the probe loads it, and the kernels on first use.
+Cheap to import: registration only checks whether the wheel ships a compiled ``turbo_ck._C`` (without
+importing it); the probe loads it, and the kernels on first use. The kernels are registered either
+way, so ``turbo backends`` lists what CK serves on every machine; without the extension each kernel's
+check declines every call with the reason (the probe reports the same reason first).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ NOT_DONE = "variable-K grouped GEMMs, accumulate-into-out, fp32 results and MX/F
 
 @hookimpl
 def turbo_backend_info():
-    missing = EXTENSION.missing_reason()
     return BackendInfo(
         name="CK",
         package="turbo-ck",
@@ -28,18 +29,17 @@ def turbo_backend_info():
         probe="turbo_ck.probe:probe",
         description="Composable Kernel instances (ROCm only): FP8 GEMM, grouped GEMM; CPython stable-ABI "
                     "extension, no libtorch",
-        notes=f"{SERVES}; {NOT_DONE}" if missing is None else f"no kernels registered: {missing}",
+        notes=f"{SERVES}; {NOT_DONE}",
     )
 
 
 @hookimpl
 def turbo_register_kernels(register):
-    """Registers the kernels only when the wheel ships the compiled extension."""
-    if EXTENSION.missing_reason() is not None:
-        return
-    register(Kernel("gemm_fp8", "CK", "turbo_ck.gemm_fp8:gemm_fp8", check="turbo_ck.gemm_fp8:can_handle",
+    """Registers every kernel; without the compiled extension their checks decline with the reason."""
+    check = EXTENSION.check_or_decline
+    register(Kernel("gemm_fp8", "CK", "turbo_ck.gemm_fp8:gemm_fp8", check=check("turbo_ck.gemm_fp8:can_handle"),
                     variants=("TENSORWISE", "ROWWISE", "BLOCKWISE", "e4m3", "e5m2", "hybrid", "fnuz")))
     register(Kernel("grouped_gemm", "CK", "turbo_ck.grouped_gemm:grouped_gemm",
-                    check="turbo_ck.grouped_gemm:can_handle", variants=("bf16", "fp16")))
+                    check=check("turbo_ck.grouped_gemm:can_handle"), variants=("bf16", "fp16")))
     register(Kernel("grouped_gemm_fp8", "CK", "turbo_ck.grouped_gemm:grouped_gemm_fp8",
-                    check="turbo_ck.grouped_gemm:can_handle_fp8", variants=("TENSORWISE", "ROWWISE")))
+                    check=check("turbo_ck.grouped_gemm:can_handle_fp8"), variants=("TENSORWISE", "ROWWISE")))

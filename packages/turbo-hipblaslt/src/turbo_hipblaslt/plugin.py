@@ -1,8 +1,10 @@
 """Plugin module of the HIPBLASLT backend (entry point ``hipblaslt`` in ``turbo.backends``).
 
-Cheap to import: registration only checks that an extension exists to load (the wheel's compiled
+Cheap to import: registration only checks whether an extension exists to load (the wheel's compiled
 ``turbo_hipblaslt._C``, or a toolkit for the opt-in JIT build) without importing or building it;
-the probe loads it lazily, and the kernels on first use. It also names the version probes of the
+the probe loads it lazily, and the kernels on first use. The kernels are registered either way, so
+``turbo backends`` lists what HIPBLASLT serves on every machine; without an extension each kernel's
+check declines every call with the reason (the probe reports the same reason first). It also names the version probes of the
 libraries ``cublaslt`` / ``hipblaslt`` for the tuning database (``turbo_core.tuning.versions``).
 """
 
@@ -30,8 +32,6 @@ register_library("hipblaslt", hipblaslt_version)
 
 @hookimpl
 def turbo_backend_info():
-    missing = EXTENSION.missing_reason()
-    notes = f"{SERVES}; {NOT_DONE}" if missing is None else f"no kernels registered: {missing}"
     return BackendInfo(
         name="HIPBLASLT",
         package="turbo-hipblaslt",
@@ -41,22 +41,21 @@ def turbo_backend_info():
         probe="turbo_hipblaslt.probe:probe",
         description="one C++ source over hipBLASLt (ROCm) and cuBLASLt (CUDA); CPython stable-ABI extension, "
                     "no libtorch",
-        notes=notes,
+        notes=f"{SERVES}; {NOT_DONE}",
     )
 
 
 @hookimpl
 def turbo_register_kernels(register):
-    """Registers the kernels only when there is an extension to load (see the module docstring)."""
-    if EXTENSION.missing_reason() is not None:
-        return
+    """Registers every kernel; without an extension to load their checks decline with the reason."""
+    check = EXTENSION.check_or_decline
     dense = ("bf16", "fp16", "fp32")
-    register(Kernel("gemm", "HIPBLASLT", "turbo_hipblaslt.gemm:gemm", check="turbo_hipblaslt.gemm:can_handle",
+    register(Kernel("gemm", "HIPBLASLT", "turbo_hipblaslt.gemm:gemm", check=check("turbo_hipblaslt.gemm:can_handle"),
                     variants=dense))
     register(Kernel("gemm_fp8", "HIPBLASLT", "turbo_hipblaslt.gemm_fp8:gemm_fp8",
-                    check="turbo_hipblaslt.gemm_fp8:can_handle",
+                    check=check("turbo_hipblaslt.gemm_fp8:can_handle"),
                     variants=("TENSORWISE", "ROWWISE", "BLOCKWISE", "e4m3", "e5m2", "hybrid", "fnuz")))
     register(Kernel("grouped_gemm", "HIPBLASLT", "turbo_hipblaslt.grouped_gemm:grouped_gemm",
-                    check="turbo_hipblaslt.grouped_gemm:can_handle", variants=dense))
+                    check=check("turbo_hipblaslt.grouped_gemm:can_handle"), variants=dense))
     register(Kernel("grouped_gemm_variable_k", "HIPBLASLT", "turbo_hipblaslt.grouped_gemm:grouped_gemm_variable_k",
-                    check="turbo_hipblaslt.grouped_gemm:can_handle_variable_k", variants=dense))
+                    check=check("turbo_hipblaslt.grouped_gemm:can_handle_variable_k"), variants=dense))

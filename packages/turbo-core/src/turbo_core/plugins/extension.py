@@ -5,7 +5,9 @@ A backend that ships a C/C++ extension (``turbo_ck._C``, ``turbo_hipblaslt._C``)
 without importing it), why nothing can be loaded (:meth:`~Extension.missing_reason`, cheap: the plugin
 module and the probe ask it at discovery) and the module itself (:meth:`~Extension.load`, on a kernel's
 first call). A failed load is remembered with its reason, so a broken build is reported the same way on
-every call instead of retried.
+every call instead of retried. :meth:`~Extension.check_or_decline` lets a plugin register its kernels
+where the module is missing: ``turbo backends`` then lists what the backend would serve, and each
+kernel declines with the reason.
 
 Importing this module compiles and loads nothing; a backend that can build its extension on first use
 passes its own ``build`` callable (the core never runs a compiler).
@@ -108,6 +110,19 @@ class Extension:
         if reason is not None or self._build is None:
             raise ExtensionUnavailable(reason or f"the compiled extension {self.name} is not installed")
         return self._build()
+
+    def check_or_decline(self, check: Callable | str | None) -> Callable | str | None:
+        """A kernel's capability check for registration: ``check`` itself (a callable, a lazy
+        ``"module:function"`` string, or ``None`` for "handles everything") when a module can be loaded,
+        else a check that declines every call with :meth:`missing_reason`'s answer at registration."""
+        reason = self.missing_reason()
+        if reason is None:
+            return check
+
+        def declined(args) -> str:
+            return reason
+
+        return declined
 
     def forget_failure(self) -> None:
         """Let :meth:`load` try again (after a toolkit was installed, say); a loaded module stays."""
