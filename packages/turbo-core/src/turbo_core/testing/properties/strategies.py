@@ -46,7 +46,8 @@ FP4 = FLOAT4_E2M1FN_X2
 
 #: Memory layouts of a drawn tensor (same logical values): row-major; column-major (the last two
 #: dims swapped in memory); and a strided view of a larger buffer (every other element of the last
-#: dim, from storage offset 1).
+#: dim, from storage offset 1) whose other elements hold NaN (a kernel that reads past its view
+#: shows it).
 LAYOUTS = ("contiguous", "transposed", "strided")
 #: Value distributions of quantizer inputs: standard normal; 2**-20 and 2**20 times it (scales far
 #: from 1); whole rows of zeros; a constant; mixed magnitudes (each row scaled by 2**[-8, 8]).
@@ -106,8 +107,10 @@ def lay_out(t: torch.Tensor, layout: str) -> torch.Tensor:
         if t.dim() < 2:
             return t.contiguous()
         return t.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if layout == "strided":
-        buf = torch.zeros(*t.shape[:-1], 2 * t.shape[-1] + 1, dtype=t.dtype, device=t.device)
+    if layout == "strided":  # the elements between the view's hold NaN: nothing may read them
+        shape = (*t.shape[:-1], 2 * t.shape[-1] + 1)
+        fill = float("nan") if t.is_floating_point() else 0
+        buf = torch.full(shape, fill, dtype=torch.float32, device=t.device).to(t.dtype)
         view = buf[..., 1::2]
         view.copy_(t)
         return view
