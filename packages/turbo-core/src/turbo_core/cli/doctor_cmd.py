@@ -1,5 +1,7 @@
 """``turbo doctor [--json]``: the platform, each plugin's load status, the tuning databases in use,
-and problems."""
+notes and problems. Exit status 0 when it finds no problem, 2 when a turbo setting of the environment
+is bad (the one-line error every other command stops with), 1 for any other problem (a plugin that
+failed to load, an unreadable tuning database). Notes (no GPU here) are facts, not problems."""
 
 from __future__ import annotations
 
@@ -10,10 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from turbo_core._version import __version__
+from turbo_core.cli import settings_check
 from turbo_core.cli.inventory import backend_rows
-from turbo_core.dispatch.catalog import primitive_names
-from turbo_core.dispatch.env import backend_env_names
-from turbo_core.dispatch.manager import FAMILIES, GlobalBackendManager
 from turbo_core.platform import describe_process
 from turbo_core.plugins.host import get_host
 from turbo_core.tuning import active
@@ -24,36 +24,22 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
 
 
-def _env_problems() -> tuple[dict, list[str]]:
-    """Every turbo-related environment variable that is set, and the ones with bad values."""
-    shown = {k: v for k, v in os.environ.items() if k.startswith(("TURBO_", "PRIMUS_TURBO_"))}
-    problems = []
-    scopes = list(dict.fromkeys([*FAMILIES, *primitive_names()]))
-    for scope in scopes:
-        if not any(name in os.environ for name in backend_env_names(scope)):
-            continue
-        try:
-            GlobalBackendManager._lookup_env([scope], None)
-        except ValueError as exc:
-            problems.append(str(exc))
-    try:
-        GlobalBackendManager.auto_tune_enabled()
-    except ValueError as exc:
-        problems.append(str(exc))
-    return shown, problems
-
-
 def collect() -> dict:
+    """The report: ``settings_problems`` (bad turbo settings of the environment) are also the first
+    entries of ``problems``."""
     host = get_host()
     proc = describe_process()
-    env, problems = _env_problems()
+    env = {k: v for k, v in os.environ.items() if k.startswith(("TURBO_", "PRIMUS_TURBO_"))}
+    settings = settings_check.problems()
+    problems = list(settings)
     for rec in host.records:
         if rec.status == "failed":
             problems.append(f"plugin {rec.name} ({rec.source}) failed at {rec.stage}: {rec.error}")
     rows = backend_rows()
     tuning = _tuning(problems)
+    notes = []
     if not proc["gpus"]:
-        problems.append("no GPU: only the CPU backends (TORCH, Triton under TRITON_INTERPRET=1) can run")
+        notes.append("no GPU: only the CPU backends (TORCH, Triton under TRITON_INTERPRET=1) can run")
     return {
         "turbo_core": __version__,
         "platform": proc,
@@ -61,8 +47,17 @@ def collect() -> dict:
         "backends": [{k: r[k] for k in ("name", "package", "version", "available", "reason")} for r in rows],
         "environment": env,
         "tuning": tuning,
+        "notes": notes,
+        "settings_problems": settings,
         "problems": problems,
     }
+
+
+def exit_status(report: dict) -> int:
+    """2 for a bad setting, 1 for any other problem, 0 for none."""
+    if report["settings_problems"]:
+        return 2
+    return 1 if report["problems"] else 0
 
 
 def _tuning(problems: list[str]) -> dict:
@@ -82,7 +77,7 @@ def run(args) -> int:
     report = collect()
     if args.json:
         print(json.dumps(report, indent=2))
-        return 0
+        return exit_status(report)
     console = Console()
     proc = report["platform"]
     console.print(f"[bold]turbo-core[/bold] {report['turbo_core']}")
@@ -113,10 +108,12 @@ def run(args) -> int:
                       f"{tuning['stale']} skipped as stale (tuned with other library versions; policy {tuning['policy']})")
     if report["environment"]:
         console.print("environment: " + ", ".join(f"{k}={v}" for k, v in sorted(report["environment"].items())))
+    for note in report["notes"]:
+        console.print(f"note: {note}", markup=False)
     if report["problems"]:
         console.print("[bold yellow]problems:[/bold yellow]")
         for p in report["problems"]:
-            console.print(f"  - {p}")
+            console.print(f"  - {p}", markup=False)
     else:
         console.print("no problems found")
-    return 0
+    return exit_status(report)

@@ -2,11 +2,17 @@
 ``profile``, ``tune`` and ``demo``, one module each (``<name>_cmd``, with ``add_parser(sub)`` and
 ``run(args)``). A command module imports at its top only what building its parser needs; ``run``
 imports the command's machinery (benchmark suites, the demo model, rich's progress bars), so
-``turbo --help`` and ``turbo backends`` stay fast."""
+``turbo --help`` and ``turbo backends`` stay fast.
+
+Exit status 2, with one line per problem on stderr and no traceback, for a bad command line, a bad turbo
+setting of the environment (checked before any command but ``doctor``, which lists it among its
+problems; :mod:`turbo_core.cli.settings_check`), or a backend chosen by a setting that cannot run a
+call (``turbo_core.BackendError``)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from turbo_core.cli import (
@@ -33,8 +39,24 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from turbo_core.cli import settings_check
+    from turbo_core.dispatch.dispatcher import BackendError
+
     args = _parser().parse_args(argv)
-    return COMMANDS[args.command].run(args)
+    if args.command != "doctor":
+        problems = settings_check.problems()
+        if problems:
+            for line in problems:
+                print(f"turbo {args.command}: {line}", file=sys.stderr)
+            return 2
+    try:
+        return COMMANDS[args.command].run(args)
+    except BackendError as exc:
+        print(f"turbo {args.command}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away (`turbo backends --matrix | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
