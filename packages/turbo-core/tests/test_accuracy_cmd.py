@@ -104,16 +104,65 @@ def test_wrong_backend_fails_its_rows_and_the_exit_status(wrong_fake, tmp_path, 
     assert "FAIL" in capsys.readouterr().out
 
 
-def test_declining_backend_gives_declined_rows(use_plugins, fakekit, tmp_path):
+def test_declining_backend_gives_declined_rows(use_plugins, fakekit, tmp_path, capsys):
     fakekit.cfg("FAKEA")["decline"] = "FAKEA is resting"
     use_plugins("fake_a")
     out = tmp_path / "acc.json"
     rc = main(["accuracy", "--quick", "--families", "gemm", "--out", str(out)])
-    assert rc == 0  # declining is not failing
+    assert rc == 1  # no backend ran a case
     rows = _json(out)["rows"]
     assert rows and all(r["backend"] == "FAKEA" for r in rows)  # TORCH is left out without --include-reference
     assert all(r["status"] == "declined: FAKEA is resting" and r["passed"] is None for r in rows)
     assert _json(out)["summary"]["declined"] == len(rows)
+    captured = capsys.readouterr()
+    assert "declined: FAKEA is resting" in captured.out  # each row says why it did not run
+    assert ("turbo accuracy: no turbo backend ran a case (FAKEA can run here but served none of these cases)"
+            in captured.err)
+    # declining is not failing: with the reference backend running the cases the exit status is 0
+    assert main(["accuracy", "--quick", "--families", "gemm", "--include-reference"]) == 0
+
+
+def test_no_runnable_backend_says_why_and_exits_1(use_plugins, fakekit, capsys):
+    fakekit.cfg("FAKEB")["unavailable"] = "no GPU (set TRITON_INTERPRET=1 to run the kernels on the CPU)"
+    use_plugins("fake_b")
+    assert main(["accuracy", "--quick", "--families", "gemm"]) == 1
+    err = capsys.readouterr().err
+    assert "turbo accuracy: no turbo backend ran a case: these cannot run here:" in err
+    assert "  FAKEB: no GPU (set TRITON_INTERPRET=1 to run the kernels on the CPU)" in err
+
+
+def test_table_is_readable_at_80_columns_in_a_pipe(tmp_path):
+    from rich.console import Console
+
+    from turbo_core.accuracy.report import print_table
+
+    rows = [{"family": "gemm_fp8", "primitive": "gemm_fp8", "precision": "fp8 rowwise E4M3", "shape": "s/qkv/fwd 8x8x8",
+             "output": "out", "backend": "HIPBLASLT", "status": "ok", "snr_db": 49.71, "snr_e2e_db": 28.44,
+             "max_abs": 0.1243, "max_rel": 0.0039, "gate": "rtol=0.01 (bfloat16)", "passed": True},
+            {"family": "gemm_fp8", "primitive": "gemm_fp8", "precision": "fp8 rowwise E4M3", "shape": "s/qkv/fwd 8x8x8",
+             "output": "out", "backend": "CK", "status": "declined: not on this arch", "snr_db": None,
+             "max_abs": None, "max_rel": None, "gate": "rtol=0.01 (bfloat16)", "passed": None},
+            {"family": "rmsnorm", "primitive": "rmsnorm_fwd", "precision": "bf16", "shape": "rmsnorm/fwd 32x96",
+             "output": "y", "backend": "TRITON", "status": "ok", "snr_db": 55.4, "max_abs": 0.0078, "max_rel": 0.0019,
+             "gate": "rtol=0.01 atol=0.01 (bfloat16)", "passed": False}]
+    path = tmp_path / "out.txt"
+    with open(path, "w") as fh:  # a file, like a pipe: no terminal, rich's default width of 80
+        print_table(rows, Console(file=fh))
+    lines = path.read_text().splitlines()
+    assert "\u2026" not in path.read_text()  # nothing cut
+    # every line fits but a row that did not run, whose reason follows its shape, the last column
+    assert all(len(line) <= 80 for line in lines if "(declined:" not in line)
+    assert lines[1].split() == ["backend", "output", "SNR", "dB", "max", "abs", "max", "rel", "result", "shape"]
+    assert lines[2] == "gemm_fp8 / fp8 rowwise E4M3: gate rtol=0.01 (bfloat16)"
+    assert lines[3].split() == ["HIPBLASLT", "out", "49.7", "(28.4", "e2e)", "0.124", "0.0039", "pass",
+                                "s/qkv/fwd", "8x8x8"]
+    assert lines[4].split() == ["CK", "out", "-", "-", "-", "-", "s/qkv/fwd", "8x8x8", "(declined:", "not", "on",
+                                "this", "arch)"]
+    assert lines[5] == "rmsnorm / rmsnorm_fwd / bf16: gate rtol=0.01 atol=0.01 (bfloat16)"
+    assert lines[6].split()[5] == "FAIL"
+    # the numeric columns line up under their headers
+    assert lines[3].index("0.124") + len("0.124") == lines[1].index("max abs") + len("max abs")
+    assert lines[-1] == "3 rows: 1 passed, 1 failed, 1 declined"
 
 
 def test_bad_options_exit_2(capsys):

@@ -58,10 +58,33 @@ def test_rounds_time_each_provider_in_turn(tmp_path, monkeypatch, capsys):
     assert "--rounds: expected a count >= 1" in capsys.readouterr().err
 
 
-def test_provider_filter_and_reference_excluded_by_default(tmp_path):
+def test_provider_filter_and_reference_excluded_by_default(tmp_path, capsys):
     out = tmp_path / "b.json"
-    main(["bench", "--quick", "--out", str(out)])
+    # only the reference backend is installed here: no turbo provider runs, the run says so and exits 1
+    assert main(["bench", "--quick", "--out", str(out)]) == 1
     assert {r["provider"] for r in json.loads(out.read_text())["rows"]} == {"torch"}
+    captured = capsys.readouterr()
+    assert "turbo bench: no turbo backend ran a case: none is installed besides the reference backend TORCH" in (
+        " ".join(captured.err.split()))
+    assert "no provider was compared with it" in captured.out  # no empty geomean table
+    # asking for the baseline alone is not asking for a turbo provider
+    assert main(["bench", "--quick", "--providers", "torch"]) == 0
+
+
+def test_legend_explains_the_figures_of_the_cells(capsys):
+    from rich.console import Console
+
+    from turbo_core.bench.console import print_tables
+
+    row = {"suite": "gemm", "case": "c", "pass": "fwd", "status": "ok", "tflops": 1.5, "max_rel_err": 2e-3}
+    rows = [{**row, "provider": "torch", "role": "baseline"}, {**row, "provider": "turbo:X", "ratio": 1.25}]
+    print_tables(rows, Console(width=80))
+    out = capsys.readouterr().out
+    # brackets printed, not read as markup (the title wraps to the table's width)
+    assert "turbo bench: TFLOP/s (ratio to torch) [max rel err]" in " ".join(out.split())
+    assert "1.5 (1.25x) [2.0e-03]" in out
+    assert "(1.23x): the baseline's time / this provider's (above 1x: faster)" in out
+    assert "[1.0e-03]: max|out - ref| / max|ref| against float64 math" in out
 
 
 def test_geomean():

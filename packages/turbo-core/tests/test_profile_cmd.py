@@ -224,3 +224,18 @@ def test_device_kernels_are_attributed_through_op_links_and_launch_calls():
     assert rows[("mystery", None, None)].calls == 1
     assert not any(name.startswith("turbo::") for name, _, _ in rows)
     assert abs(sum(r.share for r in rows.values()) - 1) < 1e-12
+
+
+def test_kineto_trace_marks_are_kept_off_stderr_and_other_lines_pass(capfd):
+    import os
+
+    from turbo_core.profiling.session import profile_call, without_kineto_trace_marks
+
+    with without_kineto_trace_marks():
+        os.write(2, b"USDT:2026-01-01 00:00:00 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"kineto: a warning the user should see\n")
+    assert capfd.readouterr().err == "kineto: a warning the user should see\n"
+    prof, code = profile_call(lambda: 7)
+    err = capfd.readouterr().err
+    assert code == 7 and "USDT" not in err and "profiler_st" not in err
+    assert prof.events() is not None

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import math
 
-from rich.table import Table
-
 __all__ = ["failures", "markdown", "print_table", "summary", "write_json"]
 
 _COLUMNS = ("family", "primitive", "precision", "shape", "output", "backend", "SNR dB", "max abs", "max rel",
@@ -46,14 +44,43 @@ def summary(rows: list[dict]) -> dict:
             "failed": len(failures(rows)), "declined": sum(r["passed"] is None for r in rows)}
 
 
+#: The columns of the console view, one line per row; the shape comes last (its length varies) and the
+#: family, primitive, precision and gate head each group of rows.
+_LINE_COLUMNS = ("backend", "output", "SNR dB", "max abs", "max rel", "result", "shape")
+_NUMERIC = {"SNR dB", "max abs", "max rel"}
+
+
+def _line_cells(row: dict) -> list[str]:
+    cells = _cells(row)
+    result = cells[10] if row["status"] == "ok" or row["passed"] is not None else "-"
+    shape = row["shape"] if row["status"] == "ok" else f"{row['shape']}  ({row['status']})"
+    return [row["backend"], row["output"], cells[6], cells[7], cells[8], result, shape]
+
+
 def print_table(rows: list[dict], console) -> None:
-    table = Table(title="turbo accuracy (against float64 math)")
-    for col in _COLUMNS:
-        table.add_column(col, justify="right" if col in ("SNR dB", "max abs", "max rel") else "left")
-    for row in rows:
-        style = "red" if row["passed"] is False else ("dim" if row["passed"] is None else None)
-        table.add_row(*_cells(row), style=style)
-    console.print(table)
+    """The rows on the console, readable at 80 columns and in a pipe (nothing is cut): a heading line per
+    family, primitive, precision and gate, then one line per row (backend, output, SNR dB, max abs,
+    max rel, result, shape; a row that did not run says why after its shape), then the summary."""
+    console.print("turbo accuracy against float64 math (result: each row against its group's gate)",
+                  markup=False, soft_wrap=True)
+    lines = [_line_cells(r) for r in rows]
+    widths = [max(len(c[i]) for c in [_LINE_COLUMNS, *lines]) for i in range(len(_LINE_COLUMNS) - 1)]
+
+    def fmt(cells) -> str:
+        head = [c.rjust(w) if col in _NUMERIC else c.ljust(w)
+                for c, w, col in zip(cells, widths, _LINE_COLUMNS, strict=False)]
+        return "  ".join([*head, cells[-1]]).rstrip()
+
+    console.print(fmt(_LINE_COLUMNS), markup=False, soft_wrap=True, style="bold")
+    groups: dict[tuple, list[tuple[dict, list[str]]]] = {}
+    for row, cells in zip(rows, lines, strict=True):
+        groups.setdefault((row["family"], row["primitive"], row["precision"], row["gate"]), []).append((row, cells))
+    for (family, primitive, precision, gate), members in groups.items():
+        names = " / ".join(dict.fromkeys((family, primitive)))
+        console.print(f"{names} / {precision}: gate {gate}", markup=False, soft_wrap=True, style="cyan")
+        for row, cells in members:
+            style = "red" if row["passed"] is False else ("dim" if row["passed"] is None else None)
+            console.print(fmt(cells), markup=False, soft_wrap=True, style=style)
     s = summary(rows)
     console.print(f"{s['rows']} rows: {s['passed']} passed, {s['failed']} failed, {s['declined']} declined")
 

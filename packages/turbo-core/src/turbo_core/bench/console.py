@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from rich.markup import escape
 from rich.table import Table
 
 from turbo_core.bench.compare import geomean
@@ -60,16 +61,26 @@ def tflops_bf16_cell(r: dict, provider: str) -> str:
     return _tflops_cell(r, provider).replace(" [", f"{bf16} [", 1) if bf16 else _tflops_cell(r, provider)
 
 
+#: What the figures of the default cells mean (printed under the per-case table).
+LEGEND = ("cells: TFLOP/s; (1.23x): the baseline's time / this provider's (above 1x: faster);\n"
+          "[1.0e-03]: max|out - ref| / max|ref| against float64 math")
+#: The same for :func:`tflops_bf16_cell`.
+LEGEND_BF16 = LEGEND.replace("faster);\n", "faster);\n{1.23x}: the bf16 provider's time / this one's; ")
+
+
 def _fmt(value: float | None) -> str:
     return f"{value:.3f}" if value else "-"
 
 
 def print_tables(rows: list[dict], console, *, title: str = "turbo bench: TFLOP/s (ratio to torch) [max rel err]",
-                 cell=_tflops_cell) -> None:
+                 cell=_tflops_cell, legend: str | None = None) -> None:
     """A per-case table (one column per provider, the bf16 and baseline references first;
-    ``cell(row, provider)`` formats a measured row, other rows show their status, cut short), each
-    distinct status of the rows that did not run in full (provider: reason, case count), and the
-    geomean ratio per provider and pass."""
+    ``cell(row, provider)`` formats a measured row, other rows show their status, cut short) under
+    ``title`` (printed as written: brackets are text, not markup), the legend of its figures (``legend``;
+    :data:`LEGEND` / :data:`LEGEND_BF16` for the default cells), each distinct status of the rows that
+    did not run in full (provider: reason, case count), and the geomean ratio per provider and pass."""
+    if legend is None:
+        legend = {_tflops_cell: LEGEND, tflops_bf16_cell: LEGEND_BF16}.get(cell)
     rank = {"bf16": 0, "baseline": 1}
     first = {}
     for r in rows:
@@ -77,7 +88,7 @@ def print_tables(rows: list[dict], console, *, title: str = "turbo bench: TFLOP/
         if r.get("role") in rank:
             first[r["provider"]] = rank[r["role"]]
     providers = sorted(first, key=lambda p: first[p])  # references first, then the order of appearance
-    table = Table(title=title)
+    table = Table(title=escape(title))
     table.add_column("case", overflow="fold")
     for p in providers:
         table.add_column(p, justify="right")
@@ -96,6 +107,8 @@ def print_tables(rows: list[dict], console, *, title: str = "turbo bench: TFLOP/
                 out.append(cell(r, p))
         table.add_row(case, *out)
     console.print(table)
+    if legend:
+        console.print(legend, markup=False, soft_wrap=True)
     not_run: dict[tuple[str, str], int] = defaultdict(int)
     for r in rows:
         if r["status"] != "ok":
@@ -103,6 +116,9 @@ def print_tables(rows: list[dict], console, *, title: str = "turbo bench: TFLOP/
     for (p, status), n in not_run.items():
         console.print(f"{p}: {status} ({n} case{'s' if n > 1 else ''})", soft_wrap=True)
     summ_rows = summary(rows)
+    if not summ_rows:
+        console.print("geomean ratio to the baseline: no provider was compared with it", markup=False)
+        return
     with_gran = any("granularity" in s for s in summ_rows)
     with_clock = any("timing" in s for s in summ_rows)
     with_bf16 = any("geomean_bf16_ratio" in s for s in summ_rows)

@@ -1,6 +1,8 @@
 """``turbo accuracy [--quick] [--families ...] [--out FILE] [--markdown FILE] ...``: every available
 backend against float64 math, with the pass/fail gates of the tests (``turbo_core.testing.numerics``).
-Exit status 1 when any row fails its gate, 2 on bad options."""
+Exit status 1 when any row fails its gate or when no backend ran a case (the message then names each
+installed backend that cannot run here and why: Triton on a CPU needs ``TRITON_INTERPRET=1``), 2 on bad
+options."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from turbo_core.accuracy.cases import FAMILIES, FORMATS
 from turbo_core.accuracy.report import failures, markdown, print_table, write_json
 from turbo_core.backend import normalize_backend_name
 from turbo_core.bench.runner import environment
+from turbo_core.cli.inventory import why_none_ran
 
 
 def add_parser(sub) -> None:
@@ -33,8 +36,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-
-
     console = Console(stderr=True)
     device = args.device or ("cuda" if torch.cuda.is_available() and not args.quick else "cpu")
     if args.tokens is not None and args.tokens < 1:
@@ -50,10 +51,7 @@ def run(args) -> int:
     with Progress(console=console, transient=True) as progress:
         rows = run_cases(cases, device=device, include_reference=args.include_reference, backends=backends,
                          progress=progress)
-    if not any(r["status"] == "ok" for r in rows):
-        console.print("turbo accuracy: no backend ran any case (no backend available here? "
-                      "--include-reference checks the TORCH reference)")
-    print_table(rows, Console())
+    print_table(rows, Console(soft_wrap=True))
     if args.out:
         env = environment(device)
         env["argv"] = ["turbo", *sys.argv[1:]]
@@ -63,4 +61,8 @@ def run(args) -> int:
         with open(args.markdown, "w") as fh:
             fh.write(markdown(rows))
         console.print(f"wrote {args.markdown}")
+    if not any(r["status"] == "ok" for r in rows):
+        for line in why_none_ran("turbo accuracy"):
+            console.print(line, markup=False, soft_wrap=True)
+        return 1
     return 1 if failures(rows) else 0

@@ -1,6 +1,10 @@
 """``turbo bench <suite> [--quick] [--record [DIR]] [--out FILE] ...`` runs a suite (``train --hf``:
 the Hugging Face models of :mod:`turbo_core.bench.hf_train`);
-``turbo bench report [--data DIR] [--out FILE]`` writes the performance page from the dataset."""
+``turbo bench report [--data DIR] [--out FILE]`` writes the performance page from the dataset.
+
+A suite run exits 1, after its table and files, when no turbo provider measured a case (the message
+names each installed backend that cannot run here and why: Triton on a CPU needs ``TRITON_INTERPRET=1``);
+``--providers`` without a ``turbo:`` provider asks for none."""
 
 from __future__ import annotations
 
@@ -188,15 +192,28 @@ def run(args) -> int:
     if args.autograd_threads is not None:
         rows = [{**r, "autograd_threads": args.autograd_threads} for r in rows]
     getattr(suite, "print_table", print_tables)(rows, Console())
-    if args.record is None and args.out is None:
-        return 0
-    run_fields = dataset.provenance(device, command_line(args))
-    if args.record is not None:
-        for path in dataset.append(rows, run_fields, args.record):
-            console.print(f"appended to {path} (run {run_fields['run']})", soft_wrap=True, markup=False)
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump({"run": run_fields, "rows": rows, "summary": summary(rows)}, fh, indent=1)
-        console.print(f"wrote {args.out}", soft_wrap=True, markup=False)
+    if args.record is not None or args.out is not None:
+        run_fields = dataset.provenance(device, command_line(args))
+        if args.record is not None:
+            for path in dataset.append(rows, run_fields, args.record):
+                console.print(f"appended to {path} (run {run_fields['run']})", soft_wrap=True, markup=False)
+        if args.out:
+            with open(args.out, "w") as fh:
+                json.dump({"run": run_fields, "rows": rows, "summary": summary(rows)}, fh, indent=1)
+            console.print(f"wrote {args.out}", soft_wrap=True, markup=False)
+    if no_turbo_ran(rows, args.providers):
+        from turbo_core.cli.inventory import why_none_ran
+
+        for line in why_none_ran("turbo bench"):
+            console.print(line, soft_wrap=True, markup=False)
+        return 1
     return 0
+
+
+def no_turbo_ran(rows: list[dict], providers: list[str] | None) -> bool:
+    """Whether a turbo provider (``turbo:...``) was asked for, by default or by ``--providers``, and none
+    measured a case."""
+    asked = providers is None or any(p.startswith("turbo") for p in providers)
+    return asked and not any(str(r.get("provider", "")).startswith("turbo") and r.get("status") == "ok"
+                             for r in rows)
 

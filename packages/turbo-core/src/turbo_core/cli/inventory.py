@@ -36,3 +36,21 @@ def backend_rows() -> list[dict]:
             "primitives": prims,
         })
     return rows
+
+
+def why_none_ran(command: str) -> list[str]:
+    """Lines explaining why no turbo backend (any but the reference TORCH) ran a case: the backends that
+    cannot run here, each with its reason (TRITON on a CPU: set ``TRITON_INTERPRET=1``), and those that
+    can but served none of the cases."""
+    others = [r for r in backend_rows() if r["name"] != "TORCH"]
+    if not others:
+        return [f"{command}: no turbo backend ran a case: none is installed besides the reference backend TORCH "
+                "(install a backend package, e.g. ./packages/turbo-triton; --include-reference runs TORCH)"]
+    up = [r["name"] for r in others if r["available"]]
+    head = f"{command}: no turbo backend ran a case"
+    if up:
+        head += f" ({', '.join(up)} can run here but served none of these cases)"
+    down = [r for r in others if not r["available"]]
+    lines = [head + (": these cannot run here:" if down else "")]
+    lines += [f"  {r['name']}: {r['reason']}" for r in down]
+    return lines

@@ -1,7 +1,8 @@
 """Running a ``turbo bench`` suite or a user's Python command under a profiler.
 
 * :func:`profile_call` runs a callable under ``torch.profiler.profile`` (CPU activity, plus CUDA
-  when a GPU is there), so ``dispatch.call()`` labels every turbo call (``labels``).
+  when a GPU is there), so ``dispatch.call()`` labels every turbo call (``labels``); kineto's trace
+  marks (``USDT: ... profiler_start``) are kept off the terminal.
 * :func:`python_target` turns ``python script.py args`` / ``python -m module args`` into a callable
   that runs it in this process with ``runpy`` and ``sys.argv`` set, so the profiler sees it.
 * :func:`tool_command` builds the command line that re-runs ``turbo profile`` under
@@ -14,13 +15,15 @@ import os
 import runpy
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 
-__all__ = ["TOOLS", "ProfileError", "emit_nvtx", "profile_call", "python_target", "tool_command"]
+__all__ = ["TOOLS", "ProfileError", "emit_nvtx", "profile_call", "python_target", "tool_command",
+           "without_kineto_trace_marks"]
 
 #: External profilers ``--tool`` accepts: the default arguments placed before the command, and
 #: where to get the tool when it is missing.
@@ -48,14 +51,48 @@ def profile_call(fn: Callable[[], Any], *, with_stack: bool = False) -> tuple[An
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     code: Any = 0
-    with torch.profiler.profile(activities=activities, with_stack=with_stack) as prof:
-        try:
-            code = fn()
-        except SystemExit as exc:
-            code = exc.code
+    prof = torch.profiler.profile(activities=activities, with_stack=with_stack)
+    with without_kineto_trace_marks():
+        prof.start()
+    try:
+        code = fn()
+    except SystemExit as exc:
+        code = exc.code
+    finally:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
+        with without_kineto_trace_marks():
+            prof.stop()
     return prof, code
+
+
+#: The prefix of the lines libkineto writes to file descriptor 2 when a trace starts and stops
+#: (``USDT:<time> <pid>:<tid> SyncActivityProfilerHandler.cpp:52] profiler_start``): trace marks for
+#: system tools, not messages for the user.
+KINETO_MARK = "USDT:"
+
+
+@contextmanager
+def without_kineto_trace_marks():
+    """Run the block with file descriptor 2 sent to a temporary file, then write what it received to
+    stderr less kineto's trace marks (:data:`KINETO_MARK`); kineto's warnings and errors still show.
+    Kineto writes from C++ straight to the descriptor, so ``sys.stderr`` cannot filter it."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [line for line in tmp.read().decode(errors="replace").splitlines(keepends=True)
+                    if not line.startswith(KINETO_MARK)]
+    if kept:
+        sys.stderr.write("".join(kept))
+        sys.stderr.flush()
 
 
 @contextmanager
