@@ -11,6 +11,9 @@ Markers (registered here, so each package's tests run standalone):
 - ``deterministic``: the run-to-run bit-exactness suite (see :func:`deterministic_check`).
 - ``distributed``: spawns several processes (torch.distributed, gloo on the CPU).
 
+The report header names the hypothesis profile of the property tests (``ci`` on the CPU, ``gpu`` on
+a GPU, or ``$TURBO_HYPOTHESIS_PROFILE``).
+
 Options:
 
 - ``--turbo-only=gpu|deterministic|distributed`` (repeatable): keep only tests with one of these
@@ -30,6 +33,7 @@ CUDA is already initialised the plugin warns and leaves the worker unpinned.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 
@@ -117,6 +121,21 @@ def pytest_configure(config: pytest.Config) -> None:
         if name not in declared:
             config.addinivalue_line("markers", f"{name}: {text}")
     _pin_xdist_worker(config)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """The hypothesis profile the property tests use (``turbo_core.testing.properties.profiles``)."""
+    if importlib.util.find_spec("hypothesis") is None:
+        return None
+    from turbo_core.testing.properties.profiles import PROFILE_ENV, active_profile
+
+    try:
+        cpu, gpu = active_profile(device="cpu"), active_profile(device="cuda")
+    except ValueError as exc:
+        return f"turbo: {exc}"
+    where = f"{cpu.name}" if cpu == gpu else f"{cpu.name} on the CPU, {gpu.name} on a GPU"
+    source = f" (${PROFILE_ENV})" if os.environ.get(PROFILE_ENV, "").strip() else ""
+    return f"turbo: hypothesis profile {where}{source}"
 
 
 def _gpu_skip_reason() -> str:
