@@ -12,10 +12,12 @@ same two backends.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from console_script import clean_env, other_plugins, turbo
 
+from turbo_core.cli import primitive_docs
 from turbo_core.cli.backend_table import family_group, groups
 from turbo_core.dispatch.catalog import primitives
 
@@ -39,6 +41,7 @@ def turbo_register_kernels(register):
     for primitive in ("gemm", "grouped_gemm", "rmsnorm_fwd"):
         register(Kernel(primitive, "SLOWPOKE", impl=lambda args: None))
 '''
+GUIDE = Path(__file__).resolve().parents[3] / "docs" / "plugin-guide.md"
 NO_GPU = "no GPU (set TRITON_INTERPRET=1 to run the Triton kernels on the CPU interpreter)"
 NO_TOOLKIT = "built without Slowpoke: no compiler was found when this wheel was built (install one, then rebuild)"
 
@@ -52,6 +55,7 @@ RUNS = {
                                                        "TURBO_GEMM_FP8_BACKEND": "fp8:CK,other:TORCH"}),
     "backends": (("backends",), NO_TOOLKIT, {}),
     "matrix": (("backends", "--matrix", "--markdown"), NO_GPU, {}),
+    "primitives": (("backends", "--primitives", "--markdown"), NO_GPU, {}),
     "accuracy": (("accuracy", "--quick", "--families", "gemm"), NO_GPU, {}),
     "bench": (("bench", "gemm", "--quick"), NO_GPU, {}),
     "profile": (("profile", "bench", "gemm", "--quick"), NO_GPU, {}),
@@ -129,6 +133,12 @@ def test_backends_matrix_markdown_covers_every_primitive(runs):
     assert set(body) == {p.name for p in primitives()} and len(lines) == len(body) + 2
     assert body["gemm"] == "| `gemm` | `gemm` | x | x |"  # registered, though it cannot run here
     assert body["rmsnorm_bwd"] == "| `rmsnorm_bwd` | `rmsnorm` | x |  |"
+
+
+def test_backends_primitives_markdown_is_the_plugin_guides_section(runs):
+    proc = runs["primitives"]
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == primitive_docs.markdown() == primitive_docs.section_of(GUIDE.read_text())
 
 
 @pytest.mark.parametrize("name", ["accuracy", "bench", "profile"])

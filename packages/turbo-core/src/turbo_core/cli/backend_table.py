@@ -13,7 +13,7 @@ import re
 
 from turbo_core.dispatch.catalog import get_primitive, primitives
 
-__all__ = ["compact_lines", "family_group", "groups", "matrix_lines", "short_reason"]
+__all__ = ["compact_lines", "family_group", "groups", "matrix_lines", "ordered_primitives", "short_reason"]
 
 #: The family groups in the order shown, with their column labels; a group not named here (a new spec
 #: module) follows them under its module name.
@@ -33,6 +33,15 @@ def groups() -> list[str]:
     found = {family_group(p.name) for p in primitives()}
     return [g for g in _GROUPS if g in found] + [g for g in dict.fromkeys(family_group(p.name) for p in primitives())
                                                  if g not in _GROUPS]
+
+
+def ordered_primitives() -> list:
+    """Every primitive, by family group (:func:`groups`), then spec module, then definition order: the same
+    order whichever module imported the specs first."""
+    prims = primitives()
+    order = {g: i for i, g in enumerate(groups())}
+    index = {p.name: i for i, p in enumerate(prims)}
+    return sorted(prims, key=lambda p: (order[family_group(p.name)], p.args_type.__module__, index[p.name]))
 
 
 def _label(group: str) -> str:
@@ -87,9 +96,8 @@ def compact_lines(rows: list[dict], width: int) -> list[str]:
 def _matrix(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     backends = [r["name"] for r in rows]
     served = {r["name"]: set(r["primitives"]) for r in rows}
-    order = {g: i for i, g in enumerate(groups())}
     body = []
-    for prim in sorted(primitives(), key=lambda p: order[family_group(p.name)]):
+    for prim in ordered_primitives():
         body.append([prim.name, prim.family, *("x" if prim.name in served[b] else "" for b in backends)])
     return ["primitive", "family", *backends], body
 
