@@ -20,7 +20,7 @@ y = turbo_core.ops.gemm(a, b)
 after_ops = [n for n in names if n in sys.modules]
 err = float((y.double() - a.double() @ b.double()).abs().max())
 layer = turbo_core.modules.Linear(4, 2)
-suite = turbo_core.testing.conformance.conformance_suite
+suite = turbo_core.testing.assert_close_to_reference
 try:
     turbo_core.no_such_thing
     missing = None
@@ -41,6 +41,6 @@ def test_submodules_are_attributes_imported_on_first_access():
     assert "turbo_core.ops" in seen["after_ops"] and "turbo_core.testing" not in seen["after_ops"]
     assert seen["err"] < 1e-5  # turbo_core.ops.gemm is the op: a @ b (fp32, against float64 math)
     assert seen["linear"].startswith("turbo_core.modules")
-    assert seen["suite"] == "turbo_core.testing.conformance"
+    assert seen["suite"] == "turbo_core.testing.numerics"
     assert seen["same"] is True
     assert seen["missing"] == "module 'turbo_core' has no attribute 'no_such_thing'"
