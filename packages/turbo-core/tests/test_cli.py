@@ -63,6 +63,45 @@ def test_backends_wide_table(capsys, use_plugins, fakekit):
     assert "turbo doctor" in out
 
 
+def test_backends_default_view_one_line_per_backend(capsys, use_plugins, fakekit, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "60")
+    fakekit.cfg("FAKEB")["unavailable"] = "needs a fake accelerator; none was found on this machine"
+    use_plugins("fake_a", "fake_b")
+    rc, out = run_cli(capsys, "backends")
+    assert rc == 0
+    lines = out.splitlines()
+    assert all(len(line) <= 60 for line in lines[1:-1])
+    assert [line.split()[0] for line in lines[2:-1]] == ["TORCH", "FAKEA", "FAKEB"]
+    assert lines[3].split()[1:] == ["turbo-fakea", "0.0.1", "1/-/-/-/-/-/-", "ok"]
+    # the reason's first clause, the words that fit, then an ellipsis; --wide gives it whole
+    assert lines[4].split()[4:] == ["needs", "a", "fake\u2026"]
+    assert lines[-1] == "--wide: every primitive and the full reasons; --matrix: primitive x backend"
+
+
+def test_backends_matrix_text_and_option_errors(capsys, use_plugins):
+    use_plugins("fake_a")
+    rc, out = run_cli(capsys, "backends", "--matrix")
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["primitive", "family", "TORCH", "FAKEA"]
+    assert lines[1].split() == ["gemm", "gemm", "x", "x"]
+    assert all(line.split()[2:] == ["x"] for line in lines[2:])  # the other primitives: TORCH only
+    for argv, message in ((["--markdown"], "--markdown goes with --matrix or --primitives"),
+                          (["--primitives"], "--primitives is markdown only: add --markdown")):
+        assert main(["backends", *argv]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_short_reason_keeps_what_fits():
+    from turbo_core.cli.backend_table import short_reason
+
+    reason = "no GPU (set TRITON_INTERPRET=1 to run the Triton kernels on the CPU interpreter)"
+    assert short_reason(reason, 200) == reason
+    assert short_reason(reason, 30) == "no GPU"
+    assert short_reason("built without Composable Kernel: hipcc not found", 20) == "built without\u2026"
+    assert short_reason("abcdefghijklmnopqrstuvwxyz", 10) == "abcdefghi\u2026"
+
+
 def test_doctor_json(capsys):
     rc, out = run_cli(capsys, "doctor", "--json")
     assert rc == 0
