@@ -390,8 +390,9 @@ def fp4_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_PAD, N_PAD, BM, BN)
     if PAIRS:
         c0 = tn.to(tl.int64) * BN
-        qr = qr_ptr + b * (M * (N_PAD // 2))
-        sr = sr_ptr + b * (M * (N_PAD // 32))
+        # batch offsets in int64 (b first): M * (N_PAD // 2) alone is an int32 product
+        qr = qr_ptr + b * M * (N_PAD // 2)
+        sr = sr_ptr + b * M * (N_PAD // 32)
         p0 = tm.to(tl.int64) * (BM // 2)
         r0 = 2 * (p0 + tl.arange(0, BM // 2))
         ptrs = x_ptr + b * sx_b + r0[:, None] * sx_m + cols[None, :] * sx_n
@@ -406,16 +407,16 @@ def fp4_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_
         _pairs_row(xe, ae, r0, c0, M, N_PAD, qr, N_PAD // 2, sr, N_PAD // 32, BM // 2, BN, ASM, F32MUL)
         _pairs_row(xo, ao, r0 + 1, c0, M, N_PAD, qr, N_PAD // 2, sr, N_PAD // 32, BM // 2, BN, ASM, F32MUL)
         _pairs_col(xe, xo, _pair_rows_amax(xe, xo, BM // 2, BN), p0, cols, M_PAD, N,
-                   qc_ptr + b * (N * (M_PAD // 2)), M_PAD // 2, sc_ptr + b * (N * (M_PAD // 32)), M_PAD // 32,
+                   qc_ptr + b * N * (M_PAD // 2), M_PAD // 2, sc_ptr + b * N * (M_PAD // 32), M_PAD // 32,
                    BM // 2, BN, C_GN, ASM, F32MUL)
         return
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
     bits = abs_bits(x)
-    _fp4_part(x, bits, b, tm, tn, rows, cols, M, N_PAD, qr_ptr, M * (N_PAD // 2), N_PAD // 2, sr_ptr,
-              M * (N_PAD // 32), N_PAD // 32, BM, BN, R_GM, 32, True)
-    _fp4_part(x, bits, b, tm, tn, rows, cols, M_PAD, N, qc_ptr, N * (M_PAD // 2), M_PAD // 2, sc_ptr,
-              N * (M_PAD // 32), M_PAD // 32, BM, BN, 32, C_GN, False)
+    _fp4_part(x, bits, b, tm, tn, rows, cols, M, N_PAD, qr_ptr + b * M * (N_PAD // 2), 0, N_PAD // 2,
+              sr_ptr + b * M * (N_PAD // 32), 0, N_PAD // 32, BM, BN, R_GM, 32, True)
+    _fp4_part(x, bits, b, tm, tn, rows, cols, M_PAD, N, qc_ptr + b * N * (M_PAD // 2), 0, M_PAD // 2,
+              sc_ptr + b * N * (M_PAD // 32), 0, M_PAD // 32, BM, BN, 32, C_GN, False)
 
 
 @triton.jit

@@ -277,10 +277,13 @@ def mx_with_trans_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, N, M_PAD, N_P
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_PAD, N_PAD, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
-    _mx_part(x, None, b, tm, tn, rows, cols, M, N_PAD, qr_ptr, M * N_PAD, N_PAD, sr_ptr, M * (N_PAD // 32),
-             N_PAD // 32, BM, BN, R_GM, 32, True, FMAX, MB, BIAS, FNUZ, SOFT, EMAX, HW_SAT)
-    _mx_part(x, None, b, tm, tn, rows, cols, M_PAD, N, qc_ptr, N * M_PAD, M_PAD, sc_ptr, N * (M_PAD // 32),
-             M_PAD // 32, BM, BN, 32, C_GN, False, FMAX, MB, BIAS, FNUZ, SOFT, EMAX, HW_SAT)
+    # batch offsets in int64 (b first): M * N_PAD alone is an int32 product, past 2^31 in one batch
+    _mx_part(x, None, b, tm, tn, rows, cols, M, N_PAD, qr_ptr + b * M * N_PAD, 0, N_PAD,
+             sr_ptr + b * M * (N_PAD // 32), 0, N_PAD // 32, BM, BN, R_GM, 32, True, FMAX, MB, BIAS, FNUZ, SOFT,
+             EMAX, HW_SAT)
+    _mx_part(x, None, b, tm, tn, rows, cols, M_PAD, N, qc_ptr + b * N * M_PAD, 0, M_PAD,
+             sc_ptr + b * N * (M_PAD // 32), 0, M_PAD // 32, BM, BN, 32, C_GN, False, FMAX, MB, BIAS, FNUZ, SOFT,
+             EMAX, HW_SAT)
 
 
 @triton.jit
