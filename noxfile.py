@@ -7,6 +7,7 @@ torch comes from TURBO_TORCH_SPEC (default torch==2.13.0, the CPU build on the d
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -25,6 +26,8 @@ EXAMPLE = "examples/turbo-flydsl-example"
 TORCH = os.environ.get("TURBO_TORCH_SPEC", "torch==2.13.0")
 
 nox.options.default_venv_backend = "venv"
+# The sessions use venv on purpose; nox's notice that it found no uv says nothing about them.
+logging.getLogger("nox").addFilter(lambda record: "uv binary not found" not in record.getMessage())
 nox.options.sessions = ["lint", "core", *[f"backend-{b}" for b in BACKENDS], "example", "wheels", "integrations-hf",
                         "integrations-torchtitan"]
 nox.options.error_on_missing_interpreters = True
