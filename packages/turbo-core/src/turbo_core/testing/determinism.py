@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["deterministic_check"]
+__all__ = ["assert_same_outputs", "clone_inputs", "deterministic_check"]
 
 
 def _clone(obj: Any) -> Any:
@@ -120,20 +120,33 @@ def deterministic_check(fn: Callable[..., Any], *args: Any, runs: int = 2, seed:
         if seed is not None:
             torch.manual_seed(seed)
         results.append(fn(*_clone(args), **_clone(kwargs)))
-    first = _leaves(results[0])
     for run, result in enumerate(results[1:], start=1):
-        other = _leaves(result)
-        if [p for p, _ in first] != [p for p, _ in other]:
-            raise AssertionError(f"deterministic_check: run {run} returned a different output structure "
-                                 f"than run 0: {[p for p, _ in other]} vs {[p for p, _ in first]}")
-        for (where, a), (_, b) in zip(first, other, strict=True):
-            if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-                if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-                    raise AssertionError(f"deterministic_check: output {where or '0'} is a tensor in one "
-                                         f"run and {type(a if not isinstance(a, torch.Tensor) else b).__name__} "
-                                         f"in run {run}")
-                _compare(where, a, b, run)
-            elif a != b:
-                raise AssertionError(f"deterministic_check: output {where or '0'} differs between run 0 "
-                                     f"and run {run}: {a!r} vs {b!r}")
+        assert_same_outputs(results[0], result, run)
     return results[0]
+
+
+def clone_inputs(obj: Any) -> Any:
+    """A copy of ``obj`` with every tensor in it cloned (tuples, lists, dicts and dataclasses such as a
+    primitive's argument object are walked; ``requires_grad`` is kept): what each run of
+    :func:`deterministic_check` gets."""
+    return _clone(obj)
+
+
+def assert_same_outputs(first: Any, other: Any, run: int = 1) -> None:
+    """Assert that ``other`` (the result of run ``run``) is bit-identical to ``first`` (run 0), as
+    :func:`deterministic_check` compares its runs: the same nesting, tensors with the same dtype,
+    shape and bytes, other leaves equal."""
+    lhs, rhs = _leaves(first), _leaves(other)
+    if [p for p, _ in lhs] != [p for p, _ in rhs]:
+        raise AssertionError(f"deterministic_check: run {run} returned a different output structure "
+                             f"than run 0: {[p for p, _ in rhs]} vs {[p for p, _ in lhs]}")
+    for (where, a), (_, b) in zip(lhs, rhs, strict=True):
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+                raise AssertionError(f"deterministic_check: output {where or '0'} is a tensor in one "
+                                     f"run and {type(a if not isinstance(a, torch.Tensor) else b).__name__} "
+                                     f"in run {run}")
+            _compare(where, a, b, run)
+        elif a != b:
+            raise AssertionError(f"deterministic_check: output {where or '0'} differs between run 0 "
+                                 f"and run {run}: {a!r} vs {b!r}")
