@@ -4,4 +4,4 @@ example runs the interpreted kernels and the TORCH reference)."""
 
 from turbo_core.testing.properties import property_tests
 
-TestPropertiesTriton = property_tests("TRITON", max_examples={"ci": 40}, max_dim={"ci": 24})
+TestPropertiesTriton = property_tests("TRITON", max_examples={"ci": 30}, max_dim={"ci": 20})

@@ -324,7 +324,7 @@ def _grouped_cases(draw, max_dim: int, fp4: bool, with_trans: bool = False):
     mx = gran == "MX_BLOCKWISE"
     bs = draw(st.sampled_from(_BLOCKS)) if gran == "BLOCKWISE" else 32
     dtype = None if fp4 else draw(st.sampled_from(OCP_FP8 if mx else OCP_FP8 + FNUZ_FP8))
-    return GroupedQuantCase(tuple(draw(group_lens(4, max_dim))), draw(st.sampled_from((0, 0, 1, 5))),
+    return GroupedQuantCase(tuple(draw(group_lens(3, max_dim))), draw(st.sampled_from((0, 0, 1, 5))),
                             draw(dims(0, max_dim)), gran, False if with_trans else draw(st.booleans()), bs, dtype,
                             draw(st.sampled_from(FLOAT_DTYPES)), draw(st.sampled_from((torch.int64, torch.int32))),
                             draw(st.sampled_from(VALUE_KINDS)), draw(st.sampled_from(LAYOUTS)), draw(seeds()))
