@@ -92,8 +92,7 @@ def _make_test(prop: Property, backend: str, device: torch.device, profile, max_
         _, reason = _served(backend, (prop.primitive,))
         if reason is not None:
             pytest.skip(reason)
-        with torch.autograd.set_multithreading_enabled(False):
-            inner()
+        inner()
 
     test.__name__ = f"test_{prop.primitive}"
     test.__doc__ = f"{prop.primitive} on {backend}: {max_examples} examples, dims up to {max_dim} ({profile.name})."
