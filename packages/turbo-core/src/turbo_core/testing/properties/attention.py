@@ -8,6 +8,10 @@ Drawn: batch 1-3, sequence lengths from 0 (s_q != s_kv both ways: fully masked r
 ratios 1-3, head dims from 1 (d_qk != d_v), causal, windows (left-only, right-only, two-sided,
 zero-wide), a sink, an explicit ``softmax_scale``, ``deterministic``, bshd / sbhd / bhsd strided
 layouts; varlen: 1-3 sequences with empty ones and rows past the last sequence.
+
+FP8 cases stay where the 20 dB gate is a statement about the kernel rather than about E4M3: head
+dims from 16, 16 queries and 16 visible keys or more, the default softmax scale or a smaller one
+(a sharper softmax, or a dq made of one row, sits near 18 dB from quantizing the inputs alone).
 """
 
 from __future__ import annotations
@@ -65,8 +69,9 @@ def _cases(draw, max_dim: int, fp8: bool):
     if varlen:
         lens_q = tuple(draw(st.lists(dims(0, max_dim), min_size=batch, max_size=batch)))
         lens_k = tuple(draw(st.lists(dims(0, max_dim), min_size=batch, max_size=batch)))
-    elif fp8:  # the 20 dB gate is statistical: rows see at least 16 keys (windows included)
-        lens_q, lens_k = (draw(dims(0, max_dim)),), (draw(dims(16, max(16, max_dim))),)
+    elif fp8:  # the 20 dB gate is statistical: 16 queries or more, each seeing 16 keys or more (windows
+        # included); one query row over 37 keys gives dq at 18 dB from E4M3 inputs alone
+        lens_q, lens_k = (draw(dims(16, max(16, max_dim))),), (draw(dims(16, max(16, max_dim))),)
     else:
         lens_q, lens_k = (draw(dims(0, max_dim)),), (draw(dims(0, max_dim)),)
     # FP8: head dims from 16 (the 20 dB gate is a statement about sums of many E4M3 products; at
