@@ -47,7 +47,7 @@ from rich.table import Table
 
 from turbo_core import timing
 from turbo_core.bench.hf_models import HF_MODELS, QUICK_HF_MODELS, HFTrainModel
-from turbo_core.bench.suites.train import LOSS_STEPS, LR, QUICK_LOSS_STEPS, SEED, WEIGHT_DECAY
+from turbo_core.bench.suites.train import LOSS_STEPS, LR, QUICK_LOSS_STEPS, SEED, WEIGHT_DECAY, _gib, _x
 from turbo_core.demo.data import SparseMarkovData
 from turbo_core.demo.model import fp8_recipe
 
@@ -283,14 +283,6 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         del state, batches
         _free(device)
     return rows
-
-
-def _x(value: float | None) -> str:
-    return f"{value:.2f}x" if value else "-"
-
-
-def _gib(value: int | None) -> str:
-    return f"{value / 2**30:.1f}" if value else "-"
 
 
 def print_table(rows: list[dict], console) -> None:
