@@ -282,6 +282,28 @@ def test_quick_host_suite_times_every_op_beside_its_torch_call(tmp_path):
     assert "gemm_fp8:TORCH" in step["kernels"] and step["pass"] == "fwd+bwd"
 
 
+def test_host_profile_top_ranks_the_functions_a_turbo_call_spends_its_time_in(tmp_path, capsys):
+    out = tmp_path / "h.json"
+    assert main(["bench", "host", "--quick", "--providers", "turbo:auto", "--profile-top", "5",
+                 "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    gemm_row = next(r for r in rows if r["op"] == "gemm")
+    prof = gemm_row["host_profile"]
+    assert len(prof) == 5 and all(isinstance(label, str) and us > 0 for label, us in prof)
+    assert [us for _l, us in prof] == sorted((us for _l, us in prof), reverse=True)
+    # the TORCH reference kernel of the gemm primitive is among the functions a CPU call spends time in
+    every = {label for r in rows for label, _us in r["host_profile"]}
+    assert any(label.startswith("turbo_core/") for label in every), every
+    assert "under cProfile" in capsys.readouterr().out
+    assert main(["bench", "host", "--quick", "--profile-top", "0"]) == 2
+    assert "--profile-top: expected a count >= 1, got 0" in capsys.readouterr().err
+
+
+def test_profile_top_belongs_to_the_host_suite(capsys):
+    assert main(["bench", "norm", "--quick", "--profile-top", "3"]) == 2
+    assert "--profile-top applies to host, not to norm" in capsys.readouterr().err
+
+
 def test_quick_linear_fp8_suite_times_a_training_step_per_recipe(tmp_path):
     from turbo_core.bench.suites import linear_fp8
 

@@ -21,10 +21,10 @@ from turbo_core.bench.suites import SUITES
 FP8_SUITES = ("gemm-fp8", "grouped-gemm-fp8")
 #: Options only some suites take: (option dest, the suite's keyword argument).
 SUITE_OPTIONS = (("granularities", "granularities"), ("fp8_format", "fp8_format"), ("passes", "passes"),
-                 ("operands", "operands"))
+                 ("operands", "operands"), ("profile_top", "profile_top"))
 #: The suites that take each option (for the error naming an option a suite lacks).
 OPTION_SUITES = {"granularities": FP8_SUITES, "fp8_format": FP8_SUITES, "passes": (*FP8_SUITES, "attention"),
-                 "operands": ("gemm-fp8",)}
+                 "operands": ("gemm-fp8",), "profile_top": ("host",)}
 #: ``--passes`` choices: GEMM passes (FP8 suites) and attention passes.
 GEMM_PASSES = ("fwd", "dgrad", "wgrad")
 #: Defaults shared with :mod:`turbo_core.bench.dataset` and :mod:`turbo_core.bench.markdown` (kept
@@ -88,6 +88,9 @@ def add_parser(sub) -> None:
     _option(p, "--operands", choices=["pass", "k-major"],
                help="gemm-fp8: the turbo providers' operand storage: the pass's own (default; backends that "
                     "need K-major operands time their re-layout) or the baseline's K-major tensors (GEMM alone)")
+    _option(p, "--profile-top", type=int, metavar="N",
+               help="host: also profile each turbo call with cProfile and record its N functions of most own "
+                    "time (rows' host_profile: function, us per call under the profiler)")
     p.set_defaults(bench_defaults={dest: p.get_default(dest) for dest in FLAGS})
 
 
@@ -104,8 +107,10 @@ def suite_options(args, suite) -> dict:
         if value is None:
             continue
         if kw not in params:
-            flag = "--format" if dest == "fp8_format" else f"--{dest}"
+            flag = FLAGS[dest][0]
             raise ValueError(f"{flag} applies to {', '.join(OPTION_SUITES[dest])}, not to {args.suite}")
+        if kw == "profile_top" and value < 1:
+            raise ValueError(f"--profile-top: expected a count >= 1, got {value}")
         if kw == "granularities":
             suite.granularities_of(value)  # names checked before any case runs
         if kw == "passes":

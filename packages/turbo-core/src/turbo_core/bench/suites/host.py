@@ -50,10 +50,18 @@ its primitive calls are replayed in two more timed loops with the same arguments
 So ``us_per_call - us_dispatch`` is the op layer (argument checks, reshapes, autograd), ``us_dispatch
 - us_kernels`` the dispatcher, and ``us_kernels`` the backends; ``primitive_calls`` counts the
 primitive calls of one op call.
+
+``--profile-top N`` goes one level further: :data:`CALLS` more turbo calls run under ``cProfile``, and
+the row's ``host_profile`` lists the N functions with the most own time (``[function, us per call]``,
+``function`` as ``file:line(name)`` relative to its package). The profiler adds its own cost to every
+Python call, so these figures rank the functions; they do not add up to ``us_per_call``.
 """
 
 from __future__ import annotations
 
+import cProfile
+import os
+import pstats
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -306,10 +314,40 @@ def _layers(calls: list, *, device: str, warmup: int, iters: int, n: int) -> dic
     return out
 
 
+def _where(filename: str) -> str:
+    """``filename`` from its top-level package on (``turbo_core/ops/gemm.py``, ``torch/...``)."""
+    parts = filename.replace(os.sep, "/").split("/")
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] in ("site-packages", "src", "dist-packages"):
+            return "/".join(parts[i + 1:])
+    return "/".join(parts[-2:])
+
+
+def _profile(fn: Callable[[], torch.Tensor], *, device: str, calls: int, top: int) -> list[list]:
+    """The ``top`` functions of most own time over ``calls`` calls of ``fn`` under ``cProfile``:
+    ``[[function, us per call], ...]``, most first."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        fn()
+    profiler.disable()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    entries = []
+    for (filename, line, name), (_cc, _nc, tottime, _ct, _callers) in pstats.Stats(profiler).stats.items():
+        label = f"{name}" if filename == "~" else f"{_where(filename)}:{line}({name})"
+        entries.append([label, tottime / calls * 1e6])
+    entries.sort(key=lambda e: -e[1])
+    return [[label, round(us, 2)] for label, us in entries[:top]]
+
+
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
-        include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
+        include_reference: bool, warmup: int, iters: int, device: str, progress=None,
+        profile_top: int | None = None) -> list[dict]:
     """Every case (``models`` and ``include_reference`` are unused: the cases have no model, and
-    ``turbo:auto`` is whatever the dispatcher selects)."""
+    ``turbo:auto`` is whatever the dispatcher selects); ``profile_top``: see the module doc."""
+    if profile_top is not None and profile_top < 1:
+        raise ValueError(f"--profile-top: expected a count >= 1, got {profile_top}")
     tokens = tokens or TOKENS
     calls = QUICK_CALLS if quick else CALLS
     gen = torch.Generator(device=device).manual_seed(0)
@@ -336,6 +374,8 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
                 t = timing.measure_batched(fn, device=device, warmup=warmup, iters=iters, calls=calls, clock="wall")
                 if name != "torch":
                     row.update(_layers(recorded, device=device, warmup=warmup, iters=iters, n=calls))
+                    if profile_top:
+                        row["host_profile"] = _profile(fn, device=device, calls=calls, top=profile_top)
             except Exception as exc:  # noqa: BLE001 - one failing provider is reported, the suite goes on
                 rows.append({**row, "status": f"error: {type(exc).__name__}: {str(exc)[:300]}"})
                 continue
@@ -380,3 +420,12 @@ def print_table(rows: list[dict], console) -> None:
                       str(r["primitive_calls"]), r.get("kernels", ""))
     if table.row_count:
         console.print(table)
+    for r in rows:
+        if r.get("host_profile"):
+            prof = Table(title=f"turbo bench host: {r['case']} under cProfile, functions of most own time "
+                               "(us per call, profiler-inflated)")
+            prof.add_column("function", overflow="fold")
+            prof.add_column("us/call", justify="right")
+            for label, us in r["host_profile"]:
+                prof.add_row(label, f"{us:.1f}")
+            console.print(prof)
