@@ -20,6 +20,7 @@ from turbo_core.dispatch.specs import (  # noqa: F401
     normalization,
     normalization_fp8,
     quantization,
+    sparse_mla,
 )
 from turbo_core.plugins.host import set_primitive_names
 

@@ -37,6 +37,9 @@ DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
     # FP8 attention: TRITON first on GPUs (within the FP8 SNR gate, far faster than TORCH's fp32 emulation).
     "attention_fp8_fwd": {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU},
     "attention_fp8_bwd": {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU},
+    # Sparse MLA (Primus-Turbo: FLYDSL on gfx950, else TRITON); the backward runs on the forward's backend.
+    "sparse_mla_fwd": {"gfx950": (B.FLYDSL, B.TRITON), "rocm": (B.TRITON,), "cuda": (B.TRITON,), **_CPU},
+    "sparse_mla_bwd": {"gfx950": (B.FLYDSL, B.TRITON), "rocm": (B.TRITON,), "cuda": (B.TRITON,), **_CPU},
 }
 
 # Norms and GLUs: TRITON (the `norm` and `activation` suites measure it); AITER also serves the RMSNorm forward on ROCm.

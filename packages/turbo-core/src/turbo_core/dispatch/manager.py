@@ -35,7 +35,7 @@ from turbo_core.plugins.host import get_host
 __all__ = ["FAMILIES", "GlobalBackendManager", "pinned_backend", "use_backend"]
 
 #: Families with their own setter and environment variable (Primus-Turbo's names).
-FAMILIES = ("gemm", "grouped_gemm", "attn", "moe_dispatch_combine")
+FAMILIES = ("gemm", "grouped_gemm", "attn", "sparse_attn", "moe_dispatch_combine")
 _UNTUNABLE_FAMILIES = {"moe_dispatch_combine"}
 
 _pinned: contextvars.ContextVar[tuple[str, frozenset | None] | None] = contextvars.ContextVar(
@@ -164,6 +164,15 @@ class GlobalBackendManager:
     @classmethod
     def get_attn_backend(cls, precision=None) -> BackendChoice | None:
         return cls.get_backend("attn", precision)
+
+    @classmethod
+    def set_sparse_attn_backend(cls, backend=None, precision=None, auto_tune=False) -> None:
+        """The backend of sparse MLA attention (``sparse_mla_fwd`` and ``sparse_mla_bwd``)."""
+        cls.set_backend("sparse_attn", backend, precision, auto_tune)
+
+    @classmethod
+    def get_sparse_attn_backend(cls, precision=None) -> BackendChoice | None:
+        return cls.get_backend("sparse_attn", precision)
 
     @classmethod
     def set_moe_dispatch_combine_backend(cls, backend=None, precision=None, auto_tune=False) -> None:

@@ -16,8 +16,9 @@ from turbo_core.ops.moe import *  # noqa: F401,F403
 from turbo_core.ops.normalization import *  # noqa: F401,F403
 from turbo_core.ops.normalization_fp8 import *  # noqa: F401,F403
 from turbo_core.ops.quantization import *  # noqa: F401,F403
+from turbo_core.ops.sparse_mla import *  # noqa: F401,F403
 from turbo_core.ops.weight_cache import *  # noqa: F401,F403
 
 _FAMILIES = ("activation", "activation_fp8", "async_tp", "attention", "fp8_all_to_all", "gemm", "gemm_fp4", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "moe", "normalization",
-             "normalization_fp8", "quantization", "weight_cache")
+             "normalization_fp8", "quantization", "sparse_mla", "weight_cache")
 __all__ = list(dict.fromkeys(name for fam in _FAMILIES for name in _sys.modules[f"{__name__}.{fam}"].__all__))
