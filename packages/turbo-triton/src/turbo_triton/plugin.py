@@ -22,7 +22,8 @@ def turbo_backend_info():
         notes="dense gemm, FP8 gemm (tensorwise, rowwise, blockwise, emulated MX), grouped gemm and grouped FP8 "
               "gemm (tensorwise, rowwise, blockwise; forward/dgrad and the variable-K wgrad), flash attention "
               "(forward and backward: dense and varlen, causal, window, GQA, sink, head dims up to 256; FP8 E4M3 "
-              "with 64-row block scales, dense), rmsnorm (and its FP8-output forward, ROWWISE/BLOCKWISE/MX) "
+              "with 64-row block scales, dense), sparse MLA attention (DeepSeek-V3.2 top-k over a shared latent, "
+              "forward and backward), rmsnorm (and its FP8-output forward, ROWWISE/BLOCKWISE/MX) "
               "and swiglu/geglu (forward and backward), FP8 quantize/dequantize (every granularity, fused row+column "
               "with_trans), MXFP4 quantize/with_trans/dequantize, grouped FP8 (BLOCKWISE, MX) and MXFP4 "
               "quantize/with_trans/dequantize, the MoE router (group-limited top-k, forward and "
@@ -80,6 +81,10 @@ def turbo_register_kernels(register):
     for name in ("attention_fp8_fwd", "attention_fp8_bwd"):
         register(Kernel(name, "TRITON", f"turbo_triton.attention.fp8_launch:{name}",
                         check="turbo_triton.attention.fp8_launch:can_handle", variants=fp8_attention))
+    for name in ("sparse_mla_fwd", "sparse_mla_bwd"):
+        register(Kernel(name, "TRITON", f"turbo_triton.sparse_mla.launch:{name}",
+                        check="turbo_triton.sparse_mla.launch:can_handle", variants=("fp32", "fp16", "bf16", "sink"),
+                        deterministic=name == "sparse_mla_fwd"))
     router = ("bf16", "fp16", "fp32", "sigmoid", "softmax")
     register(Kernel("moe_routing_fwd", "TRITON", "turbo_triton.moe.routing:moe_routing_fwd",
                     check="turbo_triton.moe.routing:can_handle", variants=router))
