@@ -13,12 +13,13 @@ from turbo_core.testing.cases import (
     normalization,
     normalization_fp8,
     quantization,
+    sparse_mla,
 )
 
 FAMILIES = ("gemm", "gemm_fp8", "grouped_gemm", "quantization", "attention", "normalization", "normalization_fp8",
-            "activation", "activation_fp8", "moe")
+            "activation", "activation_fp8", "moe", "sparse_mla")
 _MODULES = (gemm, gemm_fp8, grouped_gemm, quantization, attention, normalization, normalization_fp8, activation,
-            activation_fp8, moe)
+            activation_fp8, moe, sparse_mla)
 
 
 def collect():
