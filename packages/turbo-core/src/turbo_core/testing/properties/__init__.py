@@ -47,13 +47,15 @@ from turbo_core.testing.properties import (
     moe,
     normalization,
     quantization,
+    sparse_mla,
 )
 from turbo_core.testing.properties.harness import Declined, Property, Target
 from turbo_core.testing.properties.profiles import PROFILE_ENV, PROFILES, active_profile, hypothesis_settings, pick
 
 __all__ = ["PROFILES", "PROFILE_ENV", "Property", "all_properties", "property_tests"]
 
-_MODULES = (gemm, grouped_gemm, quantization, attention, normalization, activation, activation_fp8, moe)
+_MODULES = (gemm, grouped_gemm, quantization, attention, normalization, activation, activation_fp8, moe,
+            sparse_mla)
 
 
 def all_properties() -> list[Property]:
