@@ -1,0 +1,226 @@
+"""``fused_mega_moe``: a whole mixture-of-experts SwiGLU layer from external routing, forward and
+backward, expert-parallel over a process group (Primus-Turbo's "Mega MoE" names and arguments);
+``fused_mega_moe_fp8`` with turbo's FP8 recipes; the split form ``fused_mega_moe_stage1`` /
+``fused_mega_moe_stage2``; ``FusedMegaMoEFunction``.
+
+Semantics (every rank, its ``T`` tokens)::
+
+    y[t] = sum over slots k with e = topk_idx[t, k] in [0, E) of
+           topk_weights[t, k] * (silu(x[t] @ w1_e[:I].T) * (x[t] @ w1_e[I:].T)) @ w2_e.T
+
+``w1 [G, 2I, H]`` holds each local expert's gate rows ``[:I]`` then its up rows ``[I:]`` (split
+halves, not interleaved), ``w2 [G, H, I]``; both are applied NT (``x @ w.T``), as Primus-Turbo's.
+``group``: the expert-parallel process group of ``W`` ranks (``None`` or a group of one: one
+process); rank ``r`` holds experts ``[r G, (r + 1) G)`` of ``E = G W``, and ``topk_idx`` holds global
+ids (-1 = no expert; an id repeated in a row counts once with the repeats' weights summed).
+
+The forward is turbo's primitives through the dispatcher, no host sync on one process:
+``moe_dispatch`` (``W > 1``) -> ``moe_permute_preprocess`` + ``moe_permute`` (static cap ``N = R
+min(K, G)`` rows, ``R`` the received rows) -> ``grouped_gemm`` (L1) -> ``swiglu_fwd`` weighted by
+``topk_weights`` (fp32) -> ``grouped_gemm`` (L2) -> ``moe_unpermute`` -> ``moe_combine``. The
+backward is their conjugates: ``moe_dispatch_cached`` of ``dy`` -> ``moe_permute`` -> L2 dgrad (NN)
+and variable-K wgrad -> ``swiglu_bwd`` (the weights' gradient per row) -> L1 dgrad and wgrad ->
+``moe_unpermute`` (each token's rows summed, the weights' gradients scattered to their slots) ->
+``moe_combine``. It saves the received ``x`` (``x`` itself on one process) and the L1 output, and
+recomputes the permuted ``x`` and the activation (Primus-Turbo recomputes the dispatched ``x`` too).
+
+Expert parallel (``W > 1``): the dispatch and combine are those of the ``moe_dispatch_combine``
+backends (turbo-deepep). With ``num_worst_tokens=None`` every rank receives ``W T`` rows (the worst
+case, as Primus-Turbo's symmetric buffer): no host sync, and every rank must pass the same ``T``.
+``num_worst_tokens=0`` sizes the exchange from the data (one host sync; ``T`` may differ per rank);
+a positive value fixes the received rows (rows past it are dropped: a bound too small loses tokens).
+
+Numerics: each GEMM accumulates in fp32 (or wider) and rounds its output to x's dtype; SwiGLU and
+its weighting in fp32, rounded once; the unpermute and combine sums in fp32, rounded once.
+Primus-Turbo's FlyDSL kernel weights the L2 output in its fp32 top-k reduce instead and clamps the
+SwiGLU inputs to ±10; the two agree within bf16 rounding when the inputs stay inside the clamp.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from turbo_core.dispatch.specs.moe import _same_group
+from turbo_core.dispatch.specs.validate import require_same_dtype, require_shape, require_tensor
+from turbo_core.low_precision import Float8QuantConfig
+from turbo_core.ops import _mega_moe_steps as steps
+from turbo_core.ops.gemm_fp8 import fp8_config
+
+__all__ = ["FusedMegaMoEFunction", "MegaMoEHandle", "fused_mega_moe", "fused_mega_moe_fp8", "fused_mega_moe_stage1",
+           "fused_mega_moe_stage2"]
+
+Tensor = torch.Tensor
+
+
+def _gemm(config: Float8QuantConfig | None):
+    return steps.HighPrecisionGemm() if config is None else steps.Fp8Gemm(fp8_config(config))
+
+
+class FusedMegaMoEFunction(torch.autograd.Function):
+    """The whole layer as one autograd node: ``apply(x, topk_idx, topk_weights, w1, w2, group,
+    num_worst_tokens=None, config=None)`` (Primus-Turbo's first six arguments; ``config`` a
+    :class:`Float8QuantConfig` for the FP8 GEMMs). Gradients: x, topk_weights, w1, w2."""
+
+    @staticmethod
+    def forward(ctx, x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens=None, config=None):
+        dims = steps.check_inputs(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens)
+        gemm = _gemm(config)
+        need_x, need_w, need_w1, need_w2 = (ctx.needs_input_grad[i] for i in (0, 2, 3, 4))
+        upstream = need_x or need_w or need_w1
+        h, row_w, recv_x, lay, _, s1 = steps.stage1_forward(x, topk_idx, topk_weights, w1, group, dims,
+                                                            num_worst_tokens, gemm, need_x, need_w1)
+        y, _, s2 = steps.stage2_forward(h, row_w, w2, lay, gemm, upstream, need_w2)
+        ctx.save_for_backward(recv_x, w1, w2, h, row_w)
+        ctx.lay, ctx.gemm, ctx.states, ctx.weights_dtype = lay, gemm, (s1, s2), topk_weights.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        recv_x, w1, w2, h, row_w = ctx.saved_tensors
+        need_x, need_w, need_w1, need_w2 = (ctx.needs_input_grad[i] for i in (0, 2, 3, 4))
+        lay, gemm, (s1, s2) = ctx.lay, ctx.gemm, ctx.states
+        grad_h = grad_row_w = grad_w2 = None
+        if need_x or need_w or need_w1 or need_w2:
+            grad_h, grad_row_w, grad_w2 = steps.stage2_backward(grad_y, h, row_w, w2, None, s2, lay, gemm,
+                                                                need_x or need_w or need_w1, need_w2)
+        grad_x, grad_w, grad_w1 = steps.stage1_backward(grad_h, grad_row_w, recv_x, None, w1, s1, lay, gemm, need_x,
+                                                        need_w, need_w1)
+        grad_w = None if grad_w is None else grad_w.to(ctx.weights_dtype)
+        return grad_x, None, grad_w, grad_w1, grad_w2, None, None, None
+
+
+def fused_mega_moe(group: Any, x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1: Tensor, w2: Tensor, *,
+                   num_worst_tokens: int | None = None) -> Tensor:
+    """The MoE SwiGLU layer (module docstring) in the inputs' precision.
+
+    Args:
+        group: the expert-parallel ``ProcessGroup``, or ``None`` (one process).
+        x: ``[T, H]`` fp16/bf16/fp32 (Primus-Turbo: bf16 only).
+        topk_idx: int32/int64 ``[T, K]`` global expert ids in ``[0, E)``, -1 = none (on a GPU an
+            id outside the range counts as -1; on the CPU it raises).
+        topk_weights: ``[T, K]`` fp16/bf16/fp32, used in fp32; its gradient comes back in its dtype.
+        w1: ``[G, 2I, H]`` in x's dtype (gate rows, then up rows); w2: ``[G, H, I]`` in x's dtype.
+        num_worst_tokens: expert parallel only (see the module docstring); ``None``: ``W T``.
+
+    Returns:
+        ``y [T, H]`` in x's dtype. Gradients flow to x, topk_weights, w1 and w2.
+
+    Raises:
+        TypeError / ValueError naming the argument, before any kernel runs.
+    """
+    return FusedMegaMoEFunction.apply(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, None)
+
+
+def fused_mega_moe_fp8(group: Any, x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1: Tensor, w2: Tensor,
+                       config: Float8QuantConfig | None = None, *, num_worst_tokens: int | None = None) -> Tensor:
+    """:func:`fused_mega_moe` with both expert GEMMs (forward, dgrad, wgrad) through
+    ``grouped_gemm_fp8`` with ``config`` (``None``: TENSORWISE E4M3; ROWWISE, BLOCKWISE (block 128:
+    H and I multiples of 128) and MX_BLOCKWISE (H and I multiples of 32) as that op's recipe;
+    HYBRID takes E5M2 gradients). Routing, SwiGLU, permutation and communication stay in x's
+    precision. The weights are quantized on every call (Primus-Turbo's MXFP8 op caches them per
+    weight version). Runs eagerly (the FP8 GEMMs record their own autograd inside the forward)."""
+    return FusedMegaMoEFunction.apply(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens,
+                                      fp8_config(config))
+
+
+class MegaMoEHandle:
+    """What :func:`fused_mega_moe_stage1` hands to :func:`fused_mega_moe_stage2`: the routing
+    layout (the row map, the group lengths, the dispatch handle) and the GEMM precision. Opaque;
+    one handle serves one stage-2 call and its backward."""
+
+    def __init__(self) -> None:
+        self.layout: steps.Layout | None = None
+        self.gemm = None
+
+
+class _Stage1Function(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, topk_idx, topk_weights, w1, group, num_worst_tokens, handle):
+        dims = steps.check_inputs(x, topk_idx, topk_weights, w1, None, group, num_worst_tokens)
+        need_x, need_w, need_w1 = (ctx.needs_input_grad[i] for i in (0, 2, 3))
+        h, row_w, recv_x, lay, _, s1 = steps.stage1_forward(x, topk_idx, topk_weights, w1, group, dims,
+                                                            num_worst_tokens, handle.gemm, need_x, need_w1)
+        handle.layout = lay
+        ctx.save_for_backward(recv_x, w1)
+        ctx.lay, ctx.gemm, ctx.state, ctx.weights_dtype = lay, handle.gemm, s1, topk_weights.dtype
+        return h, row_w
+
+    @staticmethod
+    def backward(ctx, grad_h, grad_row_w):
+        recv_x, w1 = ctx.saved_tensors
+        need_x, need_w, need_w1 = (ctx.needs_input_grad[i] for i in (0, 2, 3))
+        grad_x, grad_w, grad_w1 = steps.stage1_backward(grad_h, grad_row_w, recv_x, None, w1, ctx.state, ctx.lay,
+                                                        ctx.gemm, need_x, need_w, need_w1)
+        grad_w = None if grad_w is None else grad_w.to(ctx.weights_dtype)
+        return grad_x, None, grad_w, grad_w1, None, None, None
+
+
+class _Stage2Function(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, row_w, w2, handle):
+        lay = handle.layout
+        need_act = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        y, _, s2 = steps.stage2_forward(h, row_w, w2, lay, handle.gemm, need_act, ctx.needs_input_grad[2])
+        ctx.save_for_backward(h, row_w, w2)
+        ctx.lay, ctx.gemm, ctx.state = lay, handle.gemm, s2
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        h, row_w, w2 = ctx.saved_tensors
+        need_h, need_w, need_w2 = ctx.needs_input_grad[:3]
+        grad_h, grad_row_w, grad_w2 = steps.stage2_backward(grad_y, h, row_w, w2, None, ctx.state, ctx.lay, ctx.gemm,
+                                                            need_h or need_w, need_w2)
+        return (grad_h if need_h else None), (grad_row_w if need_w else None), grad_w2, None
+
+
+def fused_mega_moe_stage1(x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1: Tensor, group: Any, *,
+                          num_worst_tokens: int | None = None, config: Float8QuantConfig | None = None
+                          ) -> tuple[Tensor, Tensor, MegaMoEHandle]:
+    """Stage 1 of :func:`fused_mega_moe` (the w1 half, a gradient boundary of its own): dispatch,
+    permute and the L1 GEMM.
+
+    Arguments as :func:`fused_mega_moe`; ``config``: ``None`` (x's precision) or a
+    :class:`Float8QuantConfig` (both stages' GEMMs in FP8, as :func:`fused_mega_moe_fp8`).
+
+    Returns:
+        ``(l1_out [N, 2I] in x's dtype, dispatch_weights fp32 [N], handle)``: the L1 output of
+        every permuted row (expert segments in order, zero rows past the used ones), each row's
+        routing weight, and the :class:`MegaMoEHandle` for :func:`fused_mega_moe_stage2`. The
+        gradient that stage 2 returns for ``dispatch_weights`` flows to ``topk_weights``.
+    """
+    if not isinstance(x, Tensor):  # the other checks run inside (before any kernel)
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    handle = MegaMoEHandle()
+    handle.gemm = _gemm(config)
+    h, row_w = _Stage1Function.apply(x, topk_idx, topk_weights, w1, group, num_worst_tokens, handle)
+    return h, row_w, handle
+
+
+def fused_mega_moe_stage2(l1_out: Tensor, dispatch_weights: Tensor, handle: MegaMoEHandle, topk_idx: Tensor,
+                          topk_weights: Tensor, w2: Tensor, group: Any) -> Tensor:
+    """Stage 2 of :func:`fused_mega_moe` (the w2 half): weighted SwiGLU, the L2 GEMM, unpermute and
+    combine. ``l1_out``, ``dispatch_weights`` and ``handle`` are stage 1's results; ``topk_idx``,
+    ``topk_weights`` and ``group`` are the ones given to stage 1 (Primus-Turbo's signature: the
+    weights enter through ``dispatch_weights``, so only their shapes are checked here). ``w2``:
+    ``[G, H, I]`` in l1_out's dtype. Returns ``y [T, H]``; gradients flow to l1_out,
+    dispatch_weights and w2."""
+    if not isinstance(handle, MegaMoEHandle) or handle.layout is None:
+        raise TypeError(f"handle: expected the MegaMoEHandle returned by fused_mega_moe_stage1, got {type(handle).__name__}")
+    lay = handle.layout
+    d = lay.dims
+    require_tensor("l1_out", l1_out, ndim=2)
+    require_shape("l1_out", l1_out, (lay.rows, 2 * d.inter), "stage 1's l1_out")
+    require_tensor("dispatch_weights", dispatch_weights, ndim=1, dtypes=(torch.float32,))
+    require_shape("dispatch_weights", dispatch_weights, (lay.rows,), "stage 1's dispatch_weights")
+    for name, v in (("topk_idx", topk_idx), ("topk_weights", topk_weights)):
+        require_tensor(name, v, ndim=2)
+        require_shape(name, v, (d.tokens, d.topk), "stage 1's")
+    if not _same_group(group, lay.group):
+        raise ValueError("group: expected the process group given to fused_mega_moe_stage1")
+    require_tensor("w2", w2, ndim=3)
+    require_same_dtype("w2", w2, "l1_out", l1_out)
+    require_shape("w2", w2, (d.local_experts, d.hidden, d.inter), "[G, H, I] of stage 1's w1 and x")
+    return _Stage2Function.apply(l1_out.contiguous(), dispatch_weights.contiguous(), w2, handle)
