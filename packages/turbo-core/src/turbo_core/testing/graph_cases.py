@@ -281,6 +281,12 @@ def _moe_cases(d: _Dims) -> list[GraphCase]:
         return r(t, h, dtype=dt), idx, torch.rand(t, topk, device=device,
                                                   generator=torch.Generator(device).manual_seed(seed))
 
+    def mega(device, seed):
+        """``fused_mega_moe``'s inputs: tokens, the routed ids, weights, ``w1 [E, 2I, H]``, ``w2 [E, H, I]``."""
+        x, idx, p = routed(device, seed)
+        r, inter = _rand(device, seed + 1), d.n // 2
+        return x, idx, p, r(e, 2 * inter, h, dtype=dt, scale=h ** -0.5), r(e, h, inter, dtype=dt, scale=inter ** -0.5)
+
     def logits(device, seed):
         return (_rand(device, seed)(t, 8, scale=4.0),)
 
@@ -320,6 +326,9 @@ def _moe_cases(d: _Dims) -> list[GraphCase]:
         GraphCase("token_permute+token_unpermute", _fn(token_perm), routed, (0, 2), d.tol,
                   ("moe_permute_preprocess", "moe_permute", "moe_unpermute", "moe_unpermute_bwd")),
         GraphCase("moe_dispatch+moe_combine", _fn(dispatch), routed, (0, 2), d.tol, ("moe_dispatch", "moe_combine")),
+        GraphCase("fused_mega_moe", _fn(lambda *a: ops.fused_mega_moe(None, *a)), mega, (0, 2, 3, 4), d.tol,
+                  ("moe_permute_preprocess", "moe_permute", "tokens_per_expert_to_mask", "grouped_gemm",
+                   "grouped_gemm_variable_k", "swiglu_fwd", "swiglu_bwd", "moe_unpermute")),
     ]
 
 
@@ -374,7 +383,7 @@ def _module_cases(d: _Dims) -> list[GraphCase]:
 def graph_cases(device: torch.device | str) -> dict[str, GraphCase]:
     """Every case for ``device`` by name: the GEMMs (each FP8 granularity the reference serves, FP4),
     grouped GEMMs, attention (dense, varlen, FP8), RMSNorm (plain, residual, FP8 output), SwiGLU and
-    GeGLU, quantization round trips, MoE routing, permutation and dispatch, and the modules Linear,
+    GeGLU, quantization round trips, MoE routing, permutation, dispatch and the fused layer, and the modules Linear,
     Float8Linear, GroupedLinear, RMSNorm, Attention and MoELayer."""
     device = torch.device(device)
     d = _dims(device)
