@@ -20,12 +20,15 @@ __all__ = ["compact_lines", "family_group", "groups", "matrix_lines", "ordered_p
 _GROUPS = {"gemm": "gemm", "grouped_gemm": "grouped", "attention": "attn", "activation": "act",
            "normalization": "norm", "moe": "moe", "quantization": "quant"}
 _ELLIPSIS = "\u2026"
+#: Spec modules counted in another module's group (sparse MLA is attention).
+_FOLDED = {"sparse_mla": "attention"}
 
 
 def family_group(primitive: str) -> str:
-    """The group of a primitive: its spec module's name without ``_fp8`` (``gemm_fp8`` -> ``gemm``)."""
+    """The group of a primitive: its spec module's name without ``_fp8`` (``gemm_fp8`` -> ``gemm``),
+    or the group :data:`_FOLDED` puts the module in."""
     module = get_primitive(primitive).args_type.__module__.rsplit(".", 1)[-1]
-    return re.sub(r"_fp8$", "", module)
+    return _FOLDED.get(module, re.sub(r"_fp8$", "", module))
 
 
 def groups() -> list[str]:
