@@ -157,7 +157,27 @@ def _attention_cases(d: _Dims) -> list[GraphCase]:
         GraphCase("flash_attn_fp8_func",
                   _fn(lambda q, k_, v: ops.flash_attn_fp8_func(q, k_, v, causal=True)), qkv, (0, 1, 2),
                   max(d.tol, 2e-2), ("attention_fp8_fwd", "attention_fp8_bwd")),
+        _sparse_mla_case(d),
     ]
+
+
+def _sparse_mla_case(d: _Dims) -> GraphCase:
+    """``sparse_mla_func`` with a sink: ``b * s`` tokens, each over ``s`` of ``2 s`` latent rows (a quarter
+    of the slots ``-1``); DeepSeek's 576/512 head dims on a GPU, 20/16 on the CPU. The indices are the
+    same for every seed."""
+    t, heads, num_kv, topk = d.batch * d.seq, d.heads, 2 * d.seq, d.seq
+    d_qk, rank = (20, 16) if d.dtype == torch.float32 else (576, 512)
+
+    def inputs(device, seed):
+        r = _rand(device, seed)
+        g = torch.Generator().manual_seed(0)
+        idx = torch.randint(0, num_kv, (t, topk), generator=g, dtype=torch.int32)
+        idx = idx.masked_fill(torch.rand(t, topk, generator=g) < 0.25, -1).to(device)
+        return r(t, heads, d_qk, dtype=d.dtype), r(num_kv, 1, d_qk, dtype=d.dtype), idx, r(heads)
+
+    return GraphCase("sparse_mla_func",
+                     _fn(lambda q, kv, idx, sink: ops.sparse_mla_func(q, kv, idx, sink, kv_lora_rank=rank)),
+                     inputs, (0, 1, 3), d.tol, ("sparse_mla_fwd", "sparse_mla_bwd"))
 
 
 def _norm_activation_cases(d: _Dims) -> list[GraphCase]:
@@ -382,7 +402,7 @@ def _module_cases(d: _Dims) -> list[GraphCase]:
 
 def graph_cases(device: torch.device | str) -> dict[str, GraphCase]:
     """Every case for ``device`` by name: the GEMMs (each FP8 granularity the reference serves, FP4),
-    grouped GEMMs, attention (dense, varlen, FP8), RMSNorm (plain, residual, FP8 output), SwiGLU and
+    grouped GEMMs, attention (dense, varlen, FP8, sparse MLA), RMSNorm (plain, residual, FP8 output), SwiGLU and
     GeGLU, quantization round trips, MoE routing, permutation, dispatch and the fused layer, and the modules Linear,
     Float8Linear, GroupedLinear, RMSNorm, Attention and MoELayer."""
     device = torch.device(device)
