@@ -53,7 +53,7 @@ def _routes(probs: torch.Tensor, mode: str, topk: int, g: torch.Generator):
     return {"routing_map": sel}, sel
 
 
-def _case(rank, world, group, *, seed, mode, tp=1, pad_multiple=0, cap=False, worst=False, capacity=False):
+def _case(rank, world, group, dev, *, seed, mode, tp=1, pad_multiple=0, cap=False, worst=False, capacity=False):
     from turbo_core.modules import DeepEPTokenDispatcher
 
     ep_group, tp_group, tp_ep_group, ep_rank, tp_rank = _groups(rank, world, tp, group)
@@ -84,20 +84,20 @@ def _case(rank, world, group, *, seed, mode, tp=1, pad_multiple=0, cap=False, wo
     # this rank: its experts' shards, its tokens
     mine = slice(ep_rank * e_l, (ep_rank + 1) * e_l)
     shard = slice(tp_rank * fs, (tp_rank + 1) * fs)
-    wa = a[mine, shard].float().clone().requires_grad_()
-    wb = b[mine, :, shard].float().clone().requires_grad_()
-    x = xs[rank].float().requires_grad_()
-    p = probs[rank].float().requires_grad_()
+    wa = a[mine, shard].float().to(dev).requires_grad_()
+    wb = b[mine, :, shard].float().to(dev).requires_grad_()
+    x = xs[rank].float().to(dev).requires_grad_()
+    p = probs[rank].float().to(dev).requires_grad_()
     kw = {"pad_multiple": pad_multiple, "deepep_num_worst_tokens": t * world if worst else 0,
           "permute_max_token_num": t * world * min(topk * tp, e_l) + e_l * max(pad_multiple, 1) if cap else -1,
           "deepep_use_cuda_num_tokens_per_expert": worst, "expert_capacity_factor": 1.0 if capacity else None}
     disp = DeepEPTokenDispatcher(e, topk, ep_group, tp_group, tp_ep_group, **kw)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        rows, tpe, pp = disp.token_dispatch(x.reshape(2, t // 2, h), p, **routes[rank][0])
+        rows, tpe, pp = disp.token_dispatch(x.reshape(2, t // 2, h), p, **{k: v.to(dev) for k, v in routes[rank][0].items()})
     if mode == "routing_map":
         assert any(issubclass(w.category, UserWarning) and "routing_map" in str(w.message) for w in caught), caught
-    assert tpe.device.type == "cpu" and tpe.dtype == torch.int64
+    assert tpe.device.type == (dev.type if worst else "cpu") and tpe.dtype == torch.int64
     if pad_multiple:
         assert all(n % pad_multiple == 0 for n in tpe.tolist()), tpe
     if cap:
@@ -111,20 +111,20 @@ def _case(rank, world, group, *, seed, mode, tp=1, pad_multiple=0, cap=False, wo
     out = disp.token_combine(torch.cat(pieces))
     assert out.shape == (2, t // 2, h)
     _close(out.reshape(t, h), outs[rank], "dispatcher output")
-    (out.reshape(t, h) * grads[rank].float()).sum().backward()
+    (out.reshape(t, h) * grads[rank].float().to(dev)).sum().backward()
     _close(x.grad, ref_x[rank].grad, "grad hidden_states")
     _close(p.grad, ref_p[rank].grad, "grad probs")
     _close(wa.grad, ref_a.grad[mine, shard], "grad A (this rank's shard)")
     _close(wb.grad, ref_b.grad[mine, :, shard], "grad B (this rank's shard)")
 
 
-def cases(rank: int, world: int, group, *, seed: int):
+def cases(rank: int, world: int, group, dev, *, seed: int):
     return [
-        ("dispatcher top-k", lambda: _case(rank, world, group, seed=seed, mode="topk")),
-        ("dispatcher indices, pad_multiple, cap", lambda: _case(rank, world, group, seed=seed + 1, mode="indices",
+        ("dispatcher top-k", lambda: _case(rank, world, group, dev, seed=seed, mode="topk")),
+        ("dispatcher indices, pad_multiple, cap", lambda: _case(rank, world, group, dev, seed=seed + 1, mode="indices",
                                                                pad_multiple=4, cap=True)),
-        ("dispatcher routing_map, worst tokens, device counts", lambda: _case(rank, world, group, seed=seed + 2,
+        ("dispatcher routing_map, worst tokens, device counts", lambda: _case(rank, world, group, dev, seed=seed + 2,
                                                                              mode="routing_map", worst=True, cap=True)),
-        ("dispatcher capacity factor", lambda: _case(rank, world, group, seed=seed + 3, mode="indices", capacity=True)),
-        ("dispatcher tensor parallel", lambda: _case(rank, world, group, seed=seed + 4, mode="topk", tp=2)),
+        ("dispatcher capacity factor", lambda: _case(rank, world, group, dev, seed=seed + 3, mode="indices", capacity=True)),
+        ("dispatcher tensor parallel", lambda: _case(rank, world, group, dev, seed=seed + 4, mode="topk", tp=2)),
     ]

@@ -11,6 +11,7 @@ rank's inputs from one seed, so each computes its own expectations.
 from __future__ import annotations
 
 import datetime
+import os
 
 import deep_ep_oracle as oracle
 import pytest
@@ -74,7 +75,7 @@ def _custom_in_rank(in_rank: torch.Tensor, src: int) -> torch.Tensor:
 
 # -- the Buffer cases -----------------------------------------------------------------------------
 
-def _topk_case(rank, world, group, *, dtype, seed, alignment=1, custom=False, worst=False,
+def _topk_case(rank, world, group, dev, *, dtype, seed, alignment=1, custom=False, worst=False,
                idx_dtype=torch.int64):
     """get_dispatch_layout, fresh dispatch (with the stream arguments), cached dispatch, combine
     with weights and two biases, each against the oracle."""
@@ -87,6 +88,7 @@ def _topk_case(rank, world, group, *, dtype, seed, alignment=1, custom=False, wo
     in_ranks = [_custom_in_rank(lay[2], s) if custom else lay[2] for s, lay in enumerate(layouts)]
     buf = Buffer(group)
     x64, idx, w64 = data[rank]
+    idx = idx.to(dev)
     per_rank, per_rdma, per_expert, in_rank, event = buf.get_dispatch_layout(idx, e)
     _eq(per_rank, layouts[rank][0], "num_tokens_per_rank")
     _eq(per_expert, layouts[rank][1], "num_tokens_per_expert")
@@ -95,8 +97,8 @@ def _topk_case(rank, world, group, *, dtype, seed, alignment=1, custom=False, wo
     event.current_stream_wait()
     nwt = tokens[0] * world if worst else 0
     recv, recv_idx, recv_w, counts, handle, event = buf.dispatch(
-        x64.to(dtype), num_tokens_per_rank=per_rank, is_token_in_rank=in_ranks[rank], num_tokens_per_expert=per_expert,
-        topk_idx=idx, topk_weights=w64.float(), expert_alignment=alignment, num_worst_tokens=nwt,
+        x64.to(dtype).to(dev), num_tokens_per_rank=per_rank, is_token_in_rank=in_ranks[rank].to(dev),
+        num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w64.float().to(dev), expert_alignment=alignment, num_worst_tokens=nwt,
         previous_event=buf.capture(), async_finish=True, allocate_on_comm_stream=True)
     event.current_stream_wait()
     rows, rx, ri, rw = oracle.received(data, in_ranks, rank, world, e)
@@ -109,7 +111,7 @@ def _topk_case(rank, world, group, *, dtype, seed, alignment=1, custom=False, wo
     assert counts == want_counts, (counts, want_counts)
     # cached dispatch: other rows along the same layout
     data2 = [(x * 2 + 0.125, i, w) for x, i, w in data]
-    again, *rest, _ = buf.dispatch(data2[rank][0].to(dtype), handle=handle)
+    again, *rest, _ = buf.dispatch(data2[rank][0].to(dtype).to(dev), handle=handle)
     assert all(r is None for r in rest[:4]), rest
     _eq(again, _pad(oracle.received(data2, in_ranks, rank, world, e)[1], n, 0.0).to(dtype), "cached recv_x")
     # combine: rank d returns x * (d + 1) for each row, and the weights it received
@@ -117,7 +119,7 @@ def _topk_case(rank, world, group, *, dtype, seed, alignment=1, custom=False, wo
     t = x64.shape[0]
     biases = [torch.randint(-8, 8, (t, H), generator=g).to(F64) / 4 for _ in range(2)]
     combined, cw, event = buf.combine(recv * (rank + 1), handle, topk_weights=recv_w,
-                                      bias=tuple(b.to(dtype) for b in biases))
+                                      bias=tuple(b.to(dtype).to(dev) for b in biases))
     event.current_stream_wait()
     x_rows, w_rows = [], []
     for d in range(world):
@@ -130,7 +132,7 @@ def _topk_case(rank, world, group, *, dtype, seed, alignment=1, custom=False, wo
     _eq(cw, oracle.combined(w_rows, in_ranks[rank], rank, k), "combined_topk_weights")
 
 
-def _no_topk_case(rank, world, group, *, seed):
+def _no_topk_case(rank, world, group, dev, *, seed):
     """bf16 rows without top-k: the layout alone decides; no ids or weights come back."""
     from turbo_deepep.deep_ep import Buffer
 
@@ -140,9 +142,9 @@ def _no_topk_case(rank, world, group, *, seed):
     in_ranks = [lay[2] for lay in layouts]
     buf = Buffer(group)
     x64, idx, _ = data[rank]
-    per_rank, _, per_expert, in_rank, _ = buf.get_dispatch_layout(idx, e)
+    per_rank, _, per_expert, in_rank, _ = buf.get_dispatch_layout(idx.to(dev), e)
     recv, recv_idx, recv_w, counts, handle, _ = buf.dispatch(
-        x64.bfloat16(), num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+        x64.bfloat16().to(dev), num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
         expert_alignment=3)
     bare = [(x, None, None) for x, _, _ in data]
     rows, rx, _, _ = oracle.received(bare, in_ranks, rank, world, e)
@@ -155,7 +157,7 @@ def _no_topk_case(rank, world, group, *, seed):
     _eq(combined, (x64 * n_ranks[:, None]).bfloat16(), "combined_x (no top-k)")
 
 
-def _fp8_case(rank, world, group, *, seed, worst):
+def _fp8_case(rank, world, group, dev, *, seed, worst):
     """FP8 rows and their scales travel as (x, x_scales), bit-exact, fresh and cached."""
     from turbo_deepep.deep_ep import Buffer
 
@@ -170,10 +172,11 @@ def _fp8_case(rank, world, group, *, seed, worst):
     nwt = tokens[0] * world if worst else 0
     buf = Buffer(group)
     _, idx, w64 = data[rank]
+    idx = idx.to(dev)
     per_rank, _, per_expert, in_rank, _ = buf.get_dispatch_layout(idx, e)
     (rx8, rs), _, _, _, handle, _ = buf.dispatch(
-        (raw[rank].view(FP8), scl[rank]), num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
-        num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w64.float(), num_worst_tokens=nwt)
+        (raw[rank].to(dev).view(FP8), scl[rank].to(dev)), num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+        num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w64.float().to(dev), num_worst_tokens=nwt)
     rows, *_ = oracle.received(data, in_ranks, rank, world, e)
     n = nwt or len(rows)
     want_raw = torch.zeros((n, H), dtype=torch.uint8)
@@ -183,7 +186,7 @@ def _fp8_case(rank, world, group, *, seed, worst):
     assert rx8.dtype == FP8
     _eq(rx8.view(torch.uint8), want_raw, "recv_x bytes (fp8)")
     _eq(rs, want_s, "recv_x_scales")
-    (again, again_s), *_ = buf.dispatch(((raw[rank] ^ 0x5A).view(FP8), -scl[rank]), handle=handle)
+    (again, again_s), *_ = buf.dispatch(((raw[rank] ^ 0x5A).to(dev).view(FP8), -scl[rank].to(dev)), handle=handle)
     want2 = want_raw ^ 0x5A
     want2[len(rows):] = 0
     _eq(again.view(torch.uint8), want2, "cached recv_x bytes (fp8)")
@@ -252,26 +255,27 @@ def _c(s: int, t: int, j: int) -> float:
     return (s + 1) + t / 4 + j / 8
 
 
-def _autograd_case(rank, world, group, *, seed):
+def _autograd_case(rank, world, group, dev, *, seed):
     """dispatch -> y = recv_x * (the row's local probs summed) -> combine; loss = <combined, G> +
     <local recv probs, C>: the output and the gradients of x and the probs, exactly."""
     e, k = 2 * world, 3
     data = _data(world, seed, _tokens(world, False), k, e)
     x64, idx, w64 = data[rank]
-    x = x64.float().requires_grad_()
-    p = w64.float().requires_grad_()
-    recv_x, recv_idx, recv_p, counts, handle = _FusedDispatch.apply(x, idx, p, e, group)
+    x = x64.float().to(dev).requires_grad_()
+    p = w64.float().to(dev).requires_grad_()
+    recv_x, recv_idx, recv_p, counts, handle = _FusedDispatch.apply(x, idx.to(dev), p, e, group)
     assert counts.dtype == torch.int64
     local = recv_idx >= 0
     lp = recv_p * local
     combined = _FusedCombine.apply(recv_x * lp.sum(dim=1, keepdim=True), group, handle)
     rows = oracle.received(data, [oracle.layout(i, e, world)[2] for _, i, _ in data], rank, world, e)[0]
     cmat = torch.tensor([[_c(s, t, j) for j in range(k)] for s, t in rows], dtype=torch.float32).reshape(len(rows), k)
+    cmat = cmat.to(dev)
     valid = ((idx >= 0) & (idx < e)).double()
     scale = (valid * w64).sum(dim=1)
     _eq(combined, x64 * scale[:, None], "combined (autograd)")
     g64 = torch.randint(-4, 5, tuple(x64.shape), generator=torch.Generator().manual_seed(seed + rank)).to(F64) / 4
-    ((combined * g64.float()).sum() + (lp * cmat).sum()).backward()
+    ((combined * g64.float().to(dev)).sum() + (lp * cmat).sum()).backward()
     _eq(x.grad, g64 * scale[:, None], "grad x")
     t = x64.shape[0]
     own_c = torch.tensor([[_c(rank, tt, j) for j in range(k)] for tt in range(t)], dtype=F64).reshape(t, k)
@@ -280,23 +284,23 @@ def _autograd_case(rank, world, group, *, seed):
 
 # -- runner ---------------------------------------------------------------------------------------
 
-def _run_cases(rank, world, group):
+def _run_cases(rank, world, group, dev):
     import deepep_dispatcher_cases as dispatcher
 
     cases = [
-        ("fp32 top-k", lambda: _topk_case(rank, world, group, dtype=torch.float32, seed=1)),
-        ("bf16 top-k, int32 ids, alignment 4", lambda: _topk_case(rank, world, group, dtype=torch.bfloat16, seed=2,
+        ("fp32 top-k", lambda: _topk_case(rank, world, group, dev, dtype=torch.float32, seed=1)),
+        ("bf16 top-k, int32 ids, alignment 4", lambda: _topk_case(rank, world, group, dev, dtype=torch.bfloat16, seed=2,
                                                                    alignment=4, idx_dtype=torch.int32)),
-        ("fp32 custom is_token_in_rank", lambda: _topk_case(rank, world, group, dtype=torch.float32, seed=3,
+        ("fp32 custom is_token_in_rank", lambda: _topk_case(rank, world, group, dev, dtype=torch.float32, seed=3,
                                                             custom=True)),
-        ("fp32 num_worst_tokens", lambda: _topk_case(rank, world, group, dtype=torch.float32, seed=4, worst=True)),
-        ("bf16 without top-k", lambda: _no_topk_case(rank, world, group, seed=5)),
-        ("megatron autograd", lambda: _autograd_case(rank, world, group, seed=6)),
-        *dispatcher.cases(rank, world, group, seed=20),
+        ("fp32 num_worst_tokens", lambda: _topk_case(rank, world, group, dev, dtype=torch.float32, seed=4, worst=True)),
+        ("bf16 without top-k", lambda: _no_topk_case(rank, world, group, dev, seed=5)),
+        ("megatron autograd", lambda: _autograd_case(rank, world, group, dev, seed=6)),
+        *dispatcher.cases(rank, world, group, dev, seed=20),
     ]
     if FP8 is not None:
-        cases += [("fp8", lambda: _fp8_case(rank, world, group, seed=7, worst=False)),
-                  ("fp8 num_worst_tokens", lambda: _fp8_case(rank, world, group, seed=8, worst=True))]
+        cases += [("fp8", lambda: _fp8_case(rank, world, group, dev, seed=7, worst=False)),
+                  ("fp8 num_worst_tokens", lambda: _fp8_case(rank, world, group, dev, seed=8, worst=True))]
     for name, run in cases:
         try:
             run()
@@ -304,19 +308,45 @@ def _run_cases(rank, world, group):
             raise AssertionError(f"rank {rank}/{world}, case {name!r}: {exc}") from exc
 
 
-def _worker(rank: int, world: int, store: str) -> None:
+def _worker(rank: int, world: int, store: str, backend: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+    dev = torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
     try:
-        _run_cases(rank, world, dist.group.WORLD)
+        _run_cases(rank, world, dist.group.WORLD, dev)
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
+def _launch(world: int, tmp_path, backend: str) -> None:
+    method = "fork" if backend == "gloo" else "spawn"  # forked children skip the imports (CPU only)
+    mp.start_processes(_worker, args=(world, str(tmp_path / f"store-{backend}-{world}"), backend), nprocs=world,
+                       join=True, start_method=method)
+
+
 @pytest.mark.distributed
 @pytest.mark.parametrize("world", [2, 4])
 def test_gloo(world, tmp_path):
-    mp.start_processes(_worker, args=(world, str(tmp_path / f"store-{world}")), nprocs=world, join=True,
-                       start_method="fork")
+    _launch(world, tmp_path, "gloo")
+
+
+def _gpu_reason() -> str | None:
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        return "needs 2 GPUs for NCCL/RCCL"
+    if not dist.is_nccl_available():
+        return "this torch has no NCCL/RCCL"
+    return None
+
+
+# The same cases on two GPUs: turbo's fused all-to-all path (symmetric memory between GPUs of one host).
+@pytest.mark.gpu
+@pytest.mark.distributed
+@pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
+def test_nccl(tmp_path):
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    _launch(2, tmp_path, "nccl")
