@@ -10,11 +10,12 @@ experts. fp32 against float64 (rtol 1e-4, atol 1e-4 of the largest magnitude); F
 
 Cases per world size: the worst-case exchange (``num_worst_tokens=None``: no host sync), the exact
 exchange with a different token count per rank (one of them none at 4 ranks), the split form
-(stage 1 + stage 2), and TENSORWISE FP8.
+(stage 1 + stage 2), and TENSORWISE FP8; on two GPUs the same over NCCL/RCCL (gpu-marked).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import sys
@@ -65,17 +66,17 @@ def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     torch.testing.assert_close(got.detach().double(), want, rtol=1e-4, atol=atol, msg=lambda m: f"{what}: {m}")
 
 
-def _run(rank, world, group, data, fn, dtype=torch.float32):
+def _run(rank, group, dev, data, fn, dtype=torch.float32):
     x, idx, w, w1, w2, gy = data[rank]
-    ins = [t.to(dtype).requires_grad_() for t in (x, w, w1, w2)]
-    y = fn(group, ins[0], idx, ins[1], ins[2], ins[3])
-    (y * gy.to(dtype)).sum().backward()
-    return [y] + [t.grad for t in ins]
+    ins = [t.to(dev, dtype).requires_grad_() for t in (x, w, w1, w2)]
+    y = fn(group, ins[0], idx.to(dev), ins[1], ins[2], ins[3])
+    (y * gy.to(dev, dtype)).sum().backward()
+    return [t.detach().cpu() for t in [y] + [t.grad for t in ins]]
 
 
-def _case(rank, world, group, *, tokens, seed, fn, check):
+def _case(rank, world, group, dev, *, tokens, seed, fn, check):
     data = _data(world, tokens, seed)
-    got = _run(rank, world, group, data, fn)
+    got = _run(rank, group, dev, data, fn)
     want = _reference(data)[rank]
     for name, a, b in zip(("y", "grad x", "grad topk_weights", "grad w1", "grad w2"), got, want, strict=True):
         check(a, b, name)
@@ -87,7 +88,8 @@ def _fp8_check(a, b, what):
     assert snr_db(b, a) >= 20.0, f"{what}: SNR {snr_db(b, a):.1f} dB < 20 dB"
 
 
-def _check_all(rank: int, world: int) -> None:
+def _check_all(rank: int, world: int, dev: torch.device) -> None:
+    from turbo_core import use_backend
     from turbo_core.low_precision import Float8QuantConfig
     from turbo_core.ops import fused_mega_moe, fused_mega_moe_fp8, fused_mega_moe_stage1, fused_mega_moe_stage2
 
@@ -107,19 +109,27 @@ def _check_all(rank: int, world: int) -> None:
         "fp8 tensorwise": dict(tokens=equal, seed=4, check=_fp8_check,
                                fn=lambda *a: fused_mega_moe_fp8(*a, config=Float8QuantConfig())),
     }
-    for name, kw in cases.items():
-        try:
-            _case(rank, world, group, **kw)
-        except Exception as exc:
-            raise AssertionError(f"rank {rank}/{world}, case {name!r}: {exc}") from exc
+    # on a GPU the fp32 GEMMs stay fp32 (no TF32 tiles), to compare with float64
+    pin = use_backend("TORCH", primitives=("grouped_gemm", "grouped_gemm_variable_k")) if dev.type != "cpu" \
+        else contextlib.nullcontext()
+    with pin:
+        for name, kw in cases.items():
+            try:
+                _case(rank, world, group, dev, **kw)
+            except Exception as exc:
+                raise AssertionError(f"rank {rank}/{world}, case {name!r}: {exc}") from exc
 
 
-def _worker(rank: int, world: int, store: str) -> None:
+def _worker(rank: int, world: int, store: str, backend: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
+    dev, kw = torch.device("cpu"), {}
+    if backend == "nccl":
+        dev = kw["device_id"] = torch.device("cuda", rank)
+        torch.cuda.set_device(dev)
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120), **kw)
     try:
-        _check_all(rank, world)
+        _check_all(rank, world, dev)
     except BaseException:
         traceback.print_exc()  # the other ranks may wait in a collective: leave at once
         sys.stderr.flush()
@@ -128,7 +138,30 @@ def _worker(rank: int, world: int, store: str) -> None:
     dist.destroy_process_group()
 
 
+def _launch(world: int, tmp_path, backend: str) -> None:
+    mp.start_processes(_worker, args=(world, str(tmp_path / "store"), backend), nprocs=world, join=True,
+                       start_method="fork" if backend == "gloo" else "spawn")  # CUDA cannot be used in forked children
+
+
 @pytest.mark.distributed
 @pytest.mark.parametrize("world", [2, 4])
 def test_fused_mega_moe_gloo(world, tmp_path):
-    mp.start_processes(_worker, args=(world, str(tmp_path / "store")), nprocs=world, join=True, start_method="fork")
+    _launch(world, tmp_path, "gloo")
+
+
+def _gpu_reason() -> str | None:
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        return "needs 2 GPUs for NCCL/RCCL"
+    if not dist.is_nccl_available():
+        return "this torch has no NCCL/RCCL"
+    return None
+
+
+# The same cases over NCCL/RCCL with one GPU per rank (the dispatch/combine backend and the kernels
+# selection picks there, but the fp32 grouped GEMMs of the reference backend).
+@pytest.mark.gpu
+@pytest.mark.distributed
+@pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
+def test_fused_mega_moe_nccl(tmp_path):
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    _launch(2, tmp_path, "nccl")
