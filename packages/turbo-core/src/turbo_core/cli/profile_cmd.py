@@ -4,11 +4,19 @@ attributed to the turbo op and backend that launched it (``turbo_core.profiling`
 
 Options go before the target. ``--tool nsys|ncu|rocprof`` instead re-runs the same target in a
 subprocess under that tool, with the turbo ranges emitted as NVTX / roctx ranges.
+
+A Python target that calls no turbo op (no call reaches the dispatcher, so the table holds PyTorch's
+own ops only) exits 1 after the table, or with the target's own non-zero status, and says so on
+stderr with every installed backend and whether it can run here (Triton on a CPU: set
+``TRITON_INTERPRET=1``). When its turbo ops all ran on the reference backend TORCH while other
+backends are installed, a note names those backends and why they ran nothing; the status is the
+target's. A bench target reports for itself (``turbo bench`` exits 1 when no turbo provider ran).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import shlex
 import subprocess
@@ -19,6 +27,8 @@ import torch
 from turbo_core import timing
 from turbo_core.bench.runner import environment
 from turbo_core.cli import bench_cmd
+from turbo_core.cli.inventory import backend_rows
+from turbo_core.profiling.labels import parse_label
 from turbo_core.profiling.session import (
     TOOLS,
     ProfileError,
@@ -74,6 +84,47 @@ def _target(words: list[str]):
     return python_target(words), None
 
 
+def turbo_calls(events) -> collections.Counter:
+    """``{(primitive, backend): calls}`` from the profiler's events: one ``turbo::<primitive>[<backend>]``
+    range (its CPU copy) per dispatched call."""
+    calls: collections.Counter = collections.Counter()
+    for event in events:
+        parsed = parse_label(event.name)
+        if parsed is not None and getattr(event.device_type, "name", "CPU") == "CPU":
+            calls[parsed] += 1
+    return calls
+
+
+def _backend_line(row: dict) -> str:
+    status = "can run here" if row["available"] else f"cannot run here: {row['reason']}"
+    return f"  {row['name']} ({row['package']} {row['version']}): {status}"
+
+
+def explain_turbo_calls(calls: collections.Counter) -> list[str]:
+    """stderr lines about which backends served the target's turbo calls: why none ran when there was no
+    call (every installed backend and its status), or, when every call ran on the reference backend TORCH,
+    the other installed backends and why they served none; no line when another backend ran a call."""
+    rows = backend_rows()
+    if not calls:
+        return ["turbo profile: the target ran no turbo op: none of its calls reached turbo's dispatcher "
+                "(turbo_core.ops, turbo_core.modules, or a model converted by turbo_core.integrations); "
+                "the table above is PyTorch's own ops", "turbo profile: installed backends:",
+                *(_backend_line(r) for r in rows)]
+    if {backend for _, backend in calls} != {"TORCH"}:
+        return []
+    others = [r for r in rows if r["name"] != "TORCH"]
+    if not others:
+        return []
+    down = [r for r in others if not r["available"]]
+    up = [r["name"] for r in others if r["available"]]
+    head = "turbo profile: every turbo op ran on the reference backend TORCH"
+    if up:
+        head += (f" ({', '.join(up)} can run here but served none of its calls; choose a backend with "
+                 "turbo_core.use_backend or TURBO_<FAMILY>_BACKEND)")
+    return [head + ("; these backends cannot run here:" if down else "")] + [
+        f"  {r['name']}: {r['reason']}" for r in down]
+
+
 def run(args) -> int:
     words = list(args.target)
     if words and words[0] == "--":
@@ -103,7 +154,8 @@ def run(args) -> int:
         return 2
 
     prof, code = profile_call(fn, with_stack=args.with_stack)
-    rows = hot_rows(prof.events())
+    events = prof.events()
+    rows = hot_rows(events)
     print(format_table(rows, top=args.top or None))
     if args.trace:
         prof.export_chrome_trace(args.trace)
@@ -115,6 +167,13 @@ def run(args) -> int:
             json.dump({"environment": env, "kind": rows[0].kind if rows else None,
                        "rows": [r.as_dict() for r in rows]}, fh, indent=1)
         print(f"turbo profile: wrote {args.out}", file=sys.stderr)
+    status = code if isinstance(code, int) else (0 if code is None else 1)
     if code not in (0, None):
         print(f"turbo profile: the target exited with {code}", file=sys.stderr)
-    return code if isinstance(code, int) else (0 if code is None else 1)
+    if words[0] != "bench":
+        calls = turbo_calls(events)
+        for line in explain_turbo_calls(calls):
+            print(line, file=sys.stderr)
+        if not calls and status == 0:
+            return 1
+    return status
