@@ -1,6 +1,6 @@
 """Every dev task. `nox` runs the CI matrix: the core alone, the core with each backend (each in its
 own venv with only what that backend needs), the example third-party plugin, the wheel-install
-check and lint. `nox -s main` is the README's main job.
+check, lint, and the README followed on the CPU. `nox -s main` is the README's main job.
 
 torch comes from TURBO_TORCH_SPEC (default torch==2.13.0, the CPU build on the dev/CI machines).
 """
@@ -29,7 +29,7 @@ nox.options.default_venv_backend = "venv"
 # The sessions use venv on purpose; nox's notice that it found no uv says nothing about them.
 logging.getLogger("nox").addFilter(lambda record: "uv binary not found" not in record.getMessage())
 nox.options.sessions = ["lint", "core", *[f"backend-{b}" for b in BACKENDS], "example", "wheels", "integrations-hf",
-                        "integrations-torchtitan"]
+                        "integrations-torchtitan", "readme"]
 nox.options.error_on_missing_interpreters = True
 
 
@@ -133,6 +133,22 @@ def wheels(session: nox.Session) -> None:
 
 
 @nox.session
+def readme(session: nox.Session) -> None:
+    """The README followed on the CPU: its `pip install -e ...` line, run as written in a fresh venv, then
+    its Python quick start and every `turbo` command it shows (turbo-core's tests/test_readme_run.py;
+    TURBO_README_TESTS=1 makes a missing turbo-triton an error there rather than a skip)."""
+    _base(session)
+    install = [line.split(" #")[0].split() for line in (ROOT / "README.md").read_text().splitlines()
+               if line.startswith("pip install -e packages/")]
+    if len(install) != 1:
+        session.error(f"README.md: expected one `pip install -e packages/...` line, found {len(install)}")
+    session.run("python", "-m", *install[0])
+    session.install("pytest")
+    session.run("pytest", "-q", f"{CORE}/tests/test_readme_run.py", *session.posargs,
+                env={"TURBO_README_TESTS": "1"})
+
+
+@nox.session
 def main(session: nox.Session) -> None:
     """The README's main job: install the core with every backend, `turbo doctor` and `turbo backends`,
     then `turbo demo` (a small Llama-style model with a dense and an MoE block, built from turbo
@@ -155,7 +171,8 @@ SUITE_ARGS = {"train-hf": ("train", "--hf")}
 @nox.session(venv_backend="none")
 def gpu(session: nox.Session) -> None:
     """On a GPU machine: every package's GPU tests, then every single-process `turbo bench` suite appending
-    its rows to benchmarks/data, then `turbo bench report` (docs/performance.md).
+    its rows to benchmarks/data, then `turbo bench report` (docs/performance.md) and the README's generated
+    blocks (python -m turbo_core.cli.readme_blocks README.md).
 
     Runs in the current Python environment, the one nox runs in: its torch, CUDA and Triton are what is
     measured, and a GPU machine has no package index. This repository's packages are installed into it
@@ -195,3 +212,4 @@ def gpu(session: nox.Session) -> None:
                         external=True)
         if "report" in steps:
             session.run(python, "-m", "turbo_core.cli", "bench", "report", external=True)
+            session.run(python, "-m", "turbo_core.cli.readme_blocks", "README.md", external=True)
