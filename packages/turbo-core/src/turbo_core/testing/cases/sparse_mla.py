@@ -62,6 +62,23 @@ def make_indices(t: int, num_kv: int, topk: int, pattern: str, gen: torch.Genera
     return rows
 
 
+def causal_topk_indices(tokens: int, num_kv: int, topk: int, gen: torch.Generator) -> torch.Tensor:
+    """int32 ``[tokens, topk]`` like DeepSeek-V3.2's indexer output over a causal prefix: token ``t``
+    (the last ``tokens`` of ``num_kv`` positions) selects ``topk`` distinct random rows among the
+    ``num_kv - tokens + t + 1`` it may see, or all of them followed by ``-1`` padding when there are
+    fewer. On ``gen``'s device."""
+    device = gen.device
+    pos = torch.arange(tokens, device=device)[:, None] + (num_kv - tokens)
+    scores = torch.rand(tokens, num_kv, generator=gen, device=device)
+    scores = scores.masked_fill(torch.arange(num_kv, device=device)[None, :] > pos, -1.0)
+    k = min(topk, num_kv)
+    top, rows = scores.topk(k, dim=1)
+    rows = torch.where(top >= 0, rows, -1)
+    if k < topk:
+        rows = torch.cat([rows, rows.new_full((tokens, topk - k), -1)], dim=1)
+    return rows.to(torch.int32)
+
+
 def counts(idx: torch.Tensor, num_kv: int) -> torch.Tensor:
     """float64 ``[t, num_kv]``: how many valid slots of each token select each row."""
     valid = (idx >= 0) & (idx < num_kv)
