@@ -5,7 +5,8 @@ without a GPU; run with ``TRITON_INTERPRET=0``, see ``gpu_support``).
 (``testing.cases.sparse_mla.causal_topk_indices``: the first 2047 tokens pad with ``-1``), bf16, 64
 and 128 heads at 4096 tokens, a sink; plus odd sizes (heads not a multiple of a tile, top-k not a
 multiple of a tile, out-of-range and repeated indices, all-invalid rows) in bf16, fp16 and fp32.
-The oracle is float64 math on the same GPU, token blocks gathered by index (the spec's formula).
+The oracle is float64 math on the same GPU (``testing.cases.sparse_mla.gathered_reference``: token
+blocks gathered by index, the spec's formula).
 Before every launch the allocator's free memory is filled with NaN, so an element a kernel forgets
 to write shows up. Gates: ``out`` element-wise at the dtype's tolerance, ``lse`` at 1e-4 (fp32 sums;
 exact products), ``dq``/``dkv`` normwise (P and dS are rounded to the input dtype), ``dsink`` normwise
@@ -20,7 +21,7 @@ from gpu_support import COMPILED, DEV, poison_free_memory
 
 from turbo_core.dispatch.specs.sparse_mla import SparseMlaBwdArgs, SparseMlaFwdArgs
 from turbo_core.testing import assert_close_normwise, assert_close_to_reference
-from turbo_core.testing.cases.sparse_mla import causal_topk_indices
+from turbo_core.testing.cases.sparse_mla import causal_topk_indices, gathered_reference
 
 pytestmark = [pytest.mark.gpu, COMPILED]
 
@@ -33,7 +34,6 @@ SHAPES = {
     "odd-h20-k777-fp16": (513, 20, 3001, 777, 576, 512, False, torch.float16, "mixed"),
     "odd-h7-k300-d192x128-fp32": (257, 7, 1001, 300, 192, 128, True, torch.float32, "mixed"),
 }
-_BLOCK = 16  # tokens per block of the float64 oracle
 
 
 @pytest.fixture(scope="module")
@@ -52,45 +52,6 @@ def _indices(t, num_kv, topk, pattern, gen):
     return idx
 
 
-def _oracle(q, kv, idx, sink, dout, rank, scale):
-    """float64 ``(out, lse, dq, dkv, dsink)`` on the GPU, ``_BLOCK`` tokens at a time."""
-    t, h, d = q.shape
-    kv64 = kv.double()
-    num_kv = kv64.shape[0]
-    out = torch.zeros(t, h, rank, dtype=torch.float64, device=DEV)
-    lse = torch.full((t, h), float("-inf"), dtype=torch.float64, device=DEV)
-    dq = torch.zeros(t, h, d, dtype=torch.float64, device=DEV)
-    dkv = torch.zeros(num_kv, d, dtype=torch.float64, device=DEV)
-    dsink = torch.zeros(h, dtype=torch.float64, device=DEV)
-    s64 = sink.double() if sink is not None else None
-    for r0 in range(0, t, _BLOCK):
-        r1 = min(r0 + _BLOCK, t)
-        ix = idx[r0:r1].long()
-        valid = (ix >= 0) & (ix < num_kv)
-        safe = torch.where(valid, ix, 0)
-        keys = kv64[safe] * valid[..., None]
-        qb, do = q[r0:r1].double(), dout[r0:r1].double()
-        s = torch.einsum("nhd,nkd->nhk", qb, keys) * scale
-        s = s.masked_fill(~valid[:, None, :], float("-inf"))
-        lb = torch.logsumexp(s, -1)
-        if s64 is not None:
-            lb = torch.logaddexp(lb, s64.expand_as(lb))
-        fin = torch.where(torch.isinf(lb), 0.0, lb)
-        p = torch.exp(s - fin[..., None])
-        o = torch.einsum("nhk,nkd->nhd", p, keys[..., :rank])
-        out[r0:r1], lse[r0:r1] = o, lb
-        dp = torch.einsum("nhd,nkd->nhk", do, keys[..., :rank])
-        delta = (o * do).sum(-1, keepdim=True)
-        ds = p * (dp - delta)
-        dq[r0:r1] = torch.einsum("nhk,nkd->nhd", ds, keys) * scale
-        part = torch.einsum("nhk,nhd->nkd", ds, qb) * scale
-        part[..., :rank] += torch.einsum("nhk,nhd->nkd", p, do)
-        dkv.index_add_(0, safe.reshape(-1), (part * valid[..., None]).reshape(-1, d))
-        if s64 is not None:
-            dsink -= (torch.where(torch.isinf(lb), 0.0, torch.exp(s64 - fin)) * delta[..., 0]).sum(0)
-    return out, lse, dq, dkv, (dsink if sink is not None else None)
-
-
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_forward_and_backward_against_float64(launch, name):
     t, h, num_kv, topk, d, rank, with_sink, dtype, pattern = SHAPES[name]
@@ -101,7 +62,8 @@ def test_forward_and_backward_against_float64(launch, name):
     sink = torch.randn(h, generator=gen, device=DEV) if with_sink else None
     dout = torch.randn(t, h, rank, generator=gen, device=DEV).to(dtype)
     scale = d ** -0.5
-    want_out, want_lse, want_dq, want_dkv, want_dsink = _oracle(q, kv[:, 0], idx, sink, dout, rank, scale)
+    want_out, want_lse, want_dq, want_dkv, want_dsink = gathered_reference(q, kv[:, 0], idx, sink, dout, rank,
+                                                                           scale)
 
     poison_free_memory()
     out, lse = launch.sparse_mla_fwd(SparseMlaFwdArgs(q, kv, idx, sink, rank))

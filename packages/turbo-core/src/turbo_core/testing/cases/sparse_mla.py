@@ -109,6 +109,53 @@ def reference(q, kv, idx, sink, kv_lora_rank: int, scale: float):
     return out, lse
 
 
+def gathered_reference(q, kv, idx, sink, dout, kv_lora_rank: int, scale: float, *, block: int = 16):
+    """float64 ``(out, lse, dq, dkv, dsink | None)`` on the inputs' device, by the spec's formula:
+    ``block`` tokens at a time, each token's rows of ``kv [num_kv, d_qk]`` gathered by index (for
+    shapes too large for :func:`reference`'s dense scores; ``dout=None`` skips the gradients, which
+    are then ``None``). ``delta = rowsum(dout * out)`` uses the float64 ``out``."""
+    t, h, d = q.shape
+    dev = q.device
+    kv64 = kv.double()
+    num_kv = kv64.shape[0]
+    f64 = dict(dtype=torch.float64, device=dev)
+    out, lse = torch.zeros(t, h, kv_lora_rank, **f64), torch.full((t, h), float("-inf"), **f64)
+    grads = dout is not None
+    dq, dkv = (torch.zeros(t, h, d, **f64), torch.zeros(num_kv, d, **f64)) if grads else (None, None)
+    s64 = sink.double() if sink is not None else None
+    dsink = torch.zeros(h, **f64) if grads and sink is not None else None
+    for r0 in range(0, t, block):
+        r1 = min(r0 + block, t)
+        ix = idx[r0:r1].long()
+        valid = (ix >= 0) & (ix < num_kv)
+        safe = torch.where(valid, ix, 0)
+        keys = kv64[safe] * valid[..., None] if num_kv else torch.zeros(*ix.shape, d, **f64)
+        qb = q[r0:r1].double()
+        s = torch.einsum("nhd,nkd->nhk", qb, keys) * scale
+        s = s.masked_fill(~valid[:, None, :], float("-inf"))
+        lb = torch.logsumexp(s, -1) if s.shape[-1] else torch.full(s.shape[:-1], float("-inf"), **f64)
+        if s64 is not None:
+            lb = torch.logaddexp(lb, s64.expand_as(lb))
+        fin = torch.where(torch.isinf(lb), 0.0, lb)
+        p = torch.exp(s - fin[..., None])
+        o = torch.einsum("nhk,nkd->nhd", p, keys[..., :kv_lora_rank])
+        out[r0:r1], lse[r0:r1] = o, lb
+        if not grads:
+            continue
+        do = dout[r0:r1].double()
+        dp = torch.einsum("nhd,nkd->nhk", do, keys[..., :kv_lora_rank])
+        delta = (o * do).sum(-1, keepdim=True)
+        ds = p * (dp - delta)
+        dq[r0:r1] = torch.einsum("nhk,nkd->nhd", ds, keys) * scale
+        part = torch.einsum("nhk,nhd->nkd", ds, qb) * scale
+        part[..., :kv_lora_rank] += torch.einsum("nhk,nhd->nkd", p, do)
+        if num_kv:
+            dkv.index_add_(0, safe.reshape(-1), (part * valid[..., None]).reshape(-1, d))
+        if dsink is not None:
+            dsink -= (torch.where(torch.isinf(lb), 0.0, torch.exp(s64 - fin)) * delta[..., 0]).sum(0)
+    return out, lse, dq, dkv, dsink
+
+
 def _check(dtype, what, got, want, normwise: bool) -> None:
     assert got is not None, f"{what}: no gradient"
     assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
