@@ -7,7 +7,9 @@ suites ``gemm-fp8`` / ``grouped-gemm-fp8`` (modules ``gemm_fp8`` / ``grouped_gem
 ``granularities``, ``fp8_format`` and ``passes``. ``attention`` (flash attention, forward and
 backward) is scored in TFLOP/s against SDPA's cuDNN and flash backends and also takes ``passes``
 (``fwd``, ``bwd``). ``moe`` (the router and the token permutation, forward and backward, at
-DeepSeek-V3 / Qwen3-235B / Mixtral shapes) is memory-bound, scored like ``norm``. ``norm`` and
+DeepSeek-V3 / Qwen3-235B / Mixtral shapes) is memory-bound, scored like ``norm``; its fused-layer
+cases (``fused_mega_moe`` against the eager loop over experts and its ``torch.compile``, module
+``moe_mega``) in TFLOP/s by the wall clock. ``norm`` and
 ``activation`` also time liger-kernel where it has the op and is importable. ``moe-dispatch``
 (module ``moe_dispatch``) starts its own processes (NCCL over the visible GPUs; gloo on the CPU) and
 scores expert-parallel dispatch/combine in GB/s against a raw ``all_to_all_single`` of the same rows.
@@ -21,7 +23,10 @@ a user would write instead. ``linear-fp8`` (module ``linear_fp8``) times a linea
 expert-parallel rank): plain PyTorch eager and ``torch.compile``, turbo bf16 and its FP8 recipes,
 torchao's float8 training; wall clock per step, tokens/s, peak memory and the loss after a fixed
 number of steps beside plain PyTorch's. ``train --hf`` (:mod:`turbo_core.bench.hf_train`) times
-Hugging Face Transformers models instead: unpatched, Liger-Kernel's patch, turbo's ``apply_turbo``."""
+Hugging Face Transformers models instead: unpatched, Liger-Kernel's patch, turbo's ``apply_turbo``.
+``sparse-mla`` (module ``sparse_mla``) times DeepSeek-V3.2's sparse MLA attention (forward and backward,
+also ``passes``) against dense masked SDPA, by the device clock and the wall clock."""
 
 SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8", "attention",
-          "moe", "moe-dispatch", "async-tp", "host", "linear-fp8", "train")
+          "moe", "moe-dispatch", "async-tp", "host", "linear-fp8", "train",
+          "sparse-mla")

@@ -1,5 +1,6 @@
 """MoE router, token permutation and index ops (``turbo bench moe``): memory-bound, scored in GB/s
-(the index ops: by the wall clock per eager call, the device time beside it).
+(the index ops: by the wall clock per eager call, the device time beside it); and the whole fused MoE
+layer, ``fused_mega_moe``, in TFLOP/s by the wall clock (:mod:`turbo_core.bench.suites.moe_mega`).
 
 Ops, each forward (``fwd``) and backward (``bwd``):
 
@@ -68,7 +69,7 @@ import torch
 from turbo_core import timing
 from turbo_core.bench.console import print_tables
 from turbo_core.bench.runner import available_backends, max_rel_err
-from turbo_core.bench.suites import norm
+from turbo_core.bench.suites import moe_mega, norm
 from turbo_core.bench.suites.norm import MemCase, compile_skip_reason, copy_bandwidth, run_bandwidth
 from turbo_core.dispatch import call, decline_reason, get_primitive, use_backend
 from turbo_core.dispatch.specs import moe as spec
@@ -615,7 +616,10 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
     common = {"providers": providers, "include_reference": include_reference, "warmup": warmup, "iters": iters,
               "device": device, "progress": progress, "copy_gbps": copy_gbps}
     rows = run_bandwidth(sys.modules[__name__], [c for c in all_cases if not _index(c)], **common)
-    return rows + run_index([c for c in all_cases if _index(c)], calls=QUICK_CALLS if quick else CALLS, **common)
+    rows += run_index([c for c in all_cases if _index(c)], calls=QUICK_CALLS if quick else CALLS, **common)
+    return rows + moe_mega.run(moe_mega.cases(tokens, quick, models), providers=providers,
+                               include_reference=include_reference, warmup=warmup, iters=iters, device=device,
+                               progress=progress)
 
 
 def _index_cell(r: dict, provider: str) -> str:
@@ -625,7 +629,10 @@ def _index_cell(r: dict, provider: str) -> str:
 
 def print_table(rows: list[dict], console) -> None:
     """The bandwidth rows as :func:`turbo_core.bench.suites.norm.print_table`; the index ops' rows in
-    microseconds: the wall clock per eager call (the ratio to torch's) {the device time} [the error]."""
+    microseconds: the wall clock per eager call (the ratio to torch's) {the device time} [the error];
+    the fused layer's in TFLOP/s by the wall clock (:mod:`turbo_core.bench.suites.moe_mega`)."""
+    layer = [r for r in rows if r.get("mode") == moe_mega.MODE]
+    rows = [r for r in rows if r.get("mode") != moe_mega.MODE]
     timed = [r for r in rows if r.get("timing") == WALL]
     rest = [r for r in rows if r.get("timing") != WALL]
     if rest:
@@ -634,3 +641,6 @@ def print_table(rows: list[dict], console) -> None:
         print_tables(timed, console, cell=_index_cell,
                      title="turbo bench moe index ops: wall clock per eager call, us (ratio to torch) "
                            "{device time, us} [max rel err]")
+    if layer:
+        print_tables(layer, console, title="turbo bench moe fused layer: TFLOP/s by the wall clock per call "
+                                           "(ratio to torch) [max rel err]")
