@@ -134,15 +134,17 @@ def wheels(session: nox.Session) -> None:
 
 @nox.session
 def readme(session: nox.Session) -> None:
-    """The README followed on the CPU: its `pip install -e ...` line, run as written in a fresh venv, then
-    its Python quick start and every `turbo` command it shows (turbo-core's tests/test_readme_run.py;
-    TURBO_README_TESTS=1 makes a missing turbo-triton an error there rather than a skip)."""
-    _base(session)
-    install = [line.split(" #")[0].split() for line in (ROOT / "README.md").read_text().splitlines()
-               if line.startswith("pip install -e packages/")]
-    if len(install) != 1:
-        session.error(f"README.md: expected one `pip install -e packages/...` line, found {len(install)}")
-    session.run("python", "-m", *install[0])
+    """The README followed on the CPU: into a fresh venv with torch alone, the `pip install ...` lines of its
+    Install section, run as written; then its Python quick start and every `turbo` command it shows
+    (turbo-core's tests/test_readme_run.py, with the section's `export` lines; TURBO_README_TESTS=1 makes a
+    missing turbo-triton an error there rather than a skip)."""
+    session.install(TORCH)  # the torch build first, as the README says; nothing else before its own lines
+    section = (ROOT / "README.md").read_text().split("\n## Install\n", 1)[-1].split("\n## ", 1)[0]
+    install = [line.split(" #")[0].split() for line in section.splitlines() if line.startswith("pip install ")]
+    if not install:
+        session.error("README.md: no `pip install ...` line in its Install section")
+    for words in install:
+        session.run("python", "-m", *words)
     session.install("pytest")
     session.run("pytest", "-q", f"{CORE}/tests/test_readme_run.py", *session.posargs,
                 env={"TURBO_README_TESTS": "1"})

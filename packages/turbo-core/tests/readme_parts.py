@@ -39,6 +39,18 @@ def shell_lines(text: str) -> list[str]:
     return lines
 
 
+def install_lines(text: str) -> list[str]:
+    """The command lines of the README's Install section (its first plain fenced block)."""
+    section = text.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    return shell_lines(section)
+
+
+def install_env(text: str) -> dict[str, str]:
+    """The variables that the Install section's ``export NAME=value`` lines set."""
+    pairs = [line.removeprefix("export ").split("=", 1) for line in install_lines(text) if line.startswith("export ")]
+    return dict(pairs)
+
+
 def turbo_commands(text: str) -> list[list[str]]:
     """The argument lists of the ``turbo ...`` lines of the plain fenced blocks, in order, without duplicates."""
     found: list[list[str]] = []

@@ -12,7 +12,7 @@ import re
 import shlex
 
 import pytest
-from readme_parts import README, ROOT, inline_turbo_commands, shell_lines, turbo_commands
+from readme_parts import README, ROOT, inline_turbo_commands, install_env, install_lines, shell_lines, turbo_commands
 
 from turbo_core.cli import readme_blocks
 from turbo_core.cli.main import _parser
@@ -116,12 +116,18 @@ def test_the_two_commands_are_what_ci_and_the_noxfile_run(text):
     assert '"readme"' in sessions and '"core"' in sessions  # the README's commands run in the test command
 
 
-def test_the_install_line_is_the_one_the_readme_session_runs(text):
-    """nox -s readme runs the README's ``pip install -e`` line as written (noxfile ``_readme_install``)."""
-    installs = [line for line in shell_lines(text) if line.startswith("pip install -e packages/")]
-    assert installs == ["pip install -e packages/turbo-core -e packages/turbo-triton"]
-    for word in shlex.split(installs[0])[2:]:
-        assert word == "-e" or (ROOT / word / "pyproject.toml").is_file(), word
+def test_the_install_section_installs_the_core_and_triton_from_the_clone(text):
+    """nox -s readme runs the section's ``pip install`` lines as written (into a venv with torch alone) and
+    test_readme_run the quick start and commands with its ``export`` lines set."""
+    lines = install_lines(text)
+    assert lines[0] == "python3 -m venv .venv && . .venv/bin/activate"
+    assert "pip install -e packages/turbo-core -e packages/turbo-triton" in lines
+    for line in lines:
+        words = shlex.split(line)
+        if words[:3] == ["pip", "install", "-e"]:
+            assert all(w == "-e" or (ROOT / w / "pyproject.toml").is_file() for w in words[2:]), line
+    # Triton's interpreter imports numpy, which neither torch nor triton installs
+    assert "pip install numpy" in lines and install_env(text) == {"TRITON_INTERPRET": "1"}
 
 
 def test_every_turbo_command_parses(text):

@@ -1,13 +1,14 @@
-"""README.md run as a newcomer runs it on a CPU, after its install step (turbo-core and turbo-triton
-installed, ``TRITON_INTERPRET=1``): the Python quick start in a fresh interpreter, its results checked
-against float64 math; every ``turbo ...`` line of its command blocks through the installed console script,
-each with exit status 0 and a real result; the example third-party plugin found and run.
+"""README.md run as a newcomer runs it on a CPU, after its install step (turbo-core, turbo-triton and
+numpy installed, ``TRITON_INTERPRET=1`` exported): the Python quick start in a fresh interpreter, its
+results checked against float64 math; every ``turbo ...`` line of its command blocks through the
+installed console script, each with exit status 0 and a real result; the example third-party plugin
+found and run.
 
-``nox -s readme`` runs this module after running the README's install line as written; elsewhere it needs
-turbo-triton and triton installed and skips without them (``TURBO_README_TESTS=1``: an error instead).
-Quick options: ``turbo accuracy --quick`` runs its gemm family only here (every family takes about a minute
-under Triton's interpreter); every other command runs as the README shows it. The commands run in
-parallel, each in its own process.
+``nox -s readme`` runs this module after running the README's ``pip install`` lines as written;
+elsewhere it needs turbo-triton and triton installed and skips without them (``TURBO_README_TESTS=1``:
+an error instead). Quick options: ``turbo accuracy --quick`` runs its gemm family only here (every
+family takes about a minute under Triton's interpreter); every other command runs as the README shows
+it. The commands run in parallel, each in its own process.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from console_script import clean_env, turbo
-from readme_parts import README, ROOT, quick_start, turbo_commands
+from readme_parts import README, ROOT, install_env, quick_start, turbo_commands
 
 _TRITON = [ep for ep in importlib.metadata.entry_points(group="turbo.backends") if ep.value == "turbo_triton.plugin"]
 if not _TRITON or importlib.util.find_spec("triton") is None:
@@ -31,8 +32,8 @@ if not _TRITON or importlib.util.find_spec("triton") is None:
     pytest.skip("needs turbo-triton and triton installed, as the README's install step leaves them "
                 "(nox -s readme runs this)", allow_module_level=True)
 
-#: What the README's install step leaves set on a machine without a GPU.
-ENV = {"TRITON_INTERPRET": "1"}
+#: What the README's install step leaves set on a machine without a GPU (its ``export`` lines).
+ENV = install_env(README.read_text())
 #: Options added to a README command here, to keep this module's time down.
 QUICK = {("accuracy", "--quick"): ("--families", "gemm")}
 EXAMPLE_SRC = ROOT / "examples" / "turbo-flydsl-example" / "src"
