@@ -17,7 +17,7 @@ from turbo_core.dispatch import call, select
 from turbo_core.dispatch.catalog import get_primitive
 from turbo_core.dispatch.specs.sparse_mla import SparseMlaBwdArgs, SparseMlaFwdArgs
 from turbo_core.ops import SparseMLAFunc, sparse_mla_func
-from turbo_core.testing.cases.sparse_mla import reference
+from turbo_core.testing.cases.sparse_mla import gathered_reference, make_indices, reference
 
 
 def _inputs(t=6, h=3, num_kv=10, topk=5, d=24, seed=0, dtype=torch.float32, grad=False):
@@ -116,6 +116,23 @@ def test_forward_backward_match_float64_with_sink_scale_and_2d_kv():
     assert kv2.grad.shape == kv2.shape
     for got, ref in ((q.grad, q64.grad), (kv2.grad, kv64.grad), (sink.grad, s64.grad)):
         torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_the_two_float64_oracles_agree():
+    # the conformance kit's dense formulation (counts of each selected row) and the gathered one
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(9, 3, 20, generator=g, dtype=torch.float64).requires_grad_()
+    kv = torch.randn(11, 20, generator=g, dtype=torch.float64).requires_grad_()
+    idx = make_indices(9, 11, 7, "repeats", g)
+    idx[2] = -1
+    idx[5, :3] = torch.tensor([11, -4, 40])
+    sink = torch.randn(3, generator=g, dtype=torch.float64).requires_grad_()
+    dout = torch.randn(9, 3, 16, generator=g, dtype=torch.float64)
+    out, lse = reference(q, kv, idx, sink, 16, 0.3)
+    out.backward(dout)
+    got = gathered_reference(q.detach(), kv.detach(), idx, sink.detach(), dout, 16, 0.3, block=4)
+    for a, b in zip((out, lse, q.grad, kv.grad, sink.grad), got, strict=True):
+        torch.testing.assert_close(a.detach(), b, rtol=1e-12, atol=1e-12)
 
 
 def test_no_grad_path_and_lse_is_not_differentiable():
