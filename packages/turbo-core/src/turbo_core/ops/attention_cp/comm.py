@@ -22,10 +22,10 @@ def group_size(name: str, group) -> int:
     """The size of ``group`` (``None``: 1), after checking that it is a process group."""
     if group is None:
         return 1
-    if not dist.is_available() or not dist.is_initialized():
-        raise ValueError(f"{name}: torch.distributed is not initialized (call init_process_group first)")
     if not isinstance(group, dist.ProcessGroup):
         raise ValueError(f"{name}: expected a torch.distributed ProcessGroup or None, got {type(group).__name__}")
+    if not dist.is_initialized():
+        raise ValueError(f"{name}: torch.distributed is not initialized (call init_process_group first)")
     return dist.get_world_size(group)
 
 
