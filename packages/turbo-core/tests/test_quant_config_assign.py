@@ -228,3 +228,15 @@ def test_a_compiled_function_sees_an_assignment():
     second = compiled(a, b)
     want = gemm_fp8(a, b, trans_b=True, config=Float8QuantConfig(format="E5M2"))
     assert not torch.equal(first, want) and torch.equal(second, want)
+
+
+def test_configs_are_built_inside_a_fullgraph_compiled_region():
+    """A model's forward may build its config (``gemm_fp4(..., config=Float4QuantConfig())``): the
+    checks on construction trace without a graph break."""
+
+    def f(x):
+        c4, c8 = Float4QuantConfig(), Float8QuantConfig(granularity="ROWWISE")
+        return x * c4.block_size + (1.0 if c8.granularity == ScalingGranularity.ROWWISE else 0.0)
+
+    out = torch.compile(f, backend="eager", fullgraph=True)(torch.ones(2))
+    torch.testing.assert_close(out, torch.full((2,), 33.0))

@@ -395,6 +395,8 @@ def _f8_field(name: str, value: object) -> object:
     if name == "granularity":
         return as_granularity(value, "granularity")
     if name == "strategy":
+        if value is ScalingStrategy.DYNAMIC:  # the common case, without an Enum lookup (torch.compile traces this)
+            return value
         try:
             return ScalingStrategy(value)
         except ValueError:
@@ -529,6 +531,8 @@ def _f4_field(name: str, value: object) -> object:
         except ValueError:
             raise ValueError(f"strategy: only DYNAMIC scaling exists, got {value!r}") from None
     if name == "scale_dtype":
+        if value is ScaleDtype.E8M0:
+            return value
         try:
             scale_dtype = ScaleDtype(value)
         except ValueError:

@@ -56,9 +56,14 @@ def _src_token(handle: MoeDispatchHandle) -> torch.Tensor:
 def _dispatch_op(x: torch.Tensor, x_scales: torch.Tensor | None, token_indices: torch.Tensor,
                  token_probs: torch.Tensor, num_experts: int, group: str, num_worst_tokens: int,
                  async_finish: bool, allocate_on_comm_stream: bool) -> list[torch.Tensor]:
-    args = MoeDispatchArgs(x, x_scales, token_indices, token_probs, num_experts, group_from_name(group), None,
+    pg = group_from_name(group)
+    args = MoeDispatchArgs(x, x_scales, token_indices, token_probs, num_experts, pg, None,
                            async_finish, allocate_on_comm_stream, num_worst_tokens)
-    recv_x, recv_scales, recv_idx, recv_probs, tpe, handle = call("moe_dispatch", args)
+    # A compiled region carries the handle as its source-token tensor alone. In one process that is
+    # TORCH's handle (row t holds token t), so TORCH serves the dispatch there whichever backend would
+    # be chosen eagerly; across ranks the chosen backend must keep its state in that tensor.
+    with _pinned("TORCH" if group_size(pg) == 1 else ""):
+        recv_x, recv_scales, recv_idx, recv_probs, tpe, handle = call("moe_dispatch", args)
     outs = [recv_x] + ([recv_scales] if recv_scales is not None else [])
     return outs + [recv_idx, recv_probs, tpe, _src_token(handle).clone()]
 
@@ -134,7 +139,8 @@ def moe_dispatch(x, x_scales, token_indices, token_probs, num_experts, group=Non
         recv_scales = outs.pop(0) if x_scales is not None else None
         recv_idx, recv_probs, tpe, src = outs
         world = group_size(group)
-        handle = MoeDispatchHandle("", group, x.shape[0], src.shape[0], num_experts // world, (src,))
+        backend = "TORCH" if world == 1 else ""  # the backend _dispatch_op pins in one process
+        handle = MoeDispatchHandle(backend, group, x.shape[0], src.shape[0], num_experts // world, (src,))
         return recv_x, recv_scales, recv_idx, recv_probs, tpe, handle
     return call("moe_dispatch", MoeDispatchArgs(x, x_scales, token_indices, token_probs, num_experts, group, None,
                                                 async_finish, allocate_on_comm_stream, num_worst_tokens))
