@@ -345,6 +345,7 @@ class Buffer:
         self._check_topk(t, e, topk_idx, topk_weights)
         if scales is not None:
             require_rows("x_scales", scales, t, "one per token")
+        require_same_device(x=x, x_scales=scales, topk_idx=topk_idx, topk_weights=topk_weights)
         if self.group_size == 1 and 0 < worst < t:
             raise ValueError(f"num_worst_tokens: expected 0 or >= the number of tokens ({t}) on one process, got {worst}")
         _stream_args(previous_event, async_finish, allocate_on_comm_stream)
