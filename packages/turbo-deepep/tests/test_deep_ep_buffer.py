@@ -188,3 +188,18 @@ def test_events_on_the_gpu():
     handle.current_stream_wait()
     torch.cuda.current_stream().synchronize()
     assert handle.event.query()
+
+
+def test_layout_past_one_nvlink_domain():
+    """W = 16: the per-rank, per-expert and in-rank layout as the oracle's, plus the count per group
+    of 8 ranks (DeepEP's RDMA ranks), which DeepEP returns only past 8 ranks."""
+    from turbo_deepep.deep_ep.layout import dispatch_layout
+
+    g = torch.Generator().manual_seed(3)
+    idx = torch.randint(-1, 32, (20, 4), generator=g)
+    per_rank, per_rdma, per_expert, in_rank = dispatch_layout(idx, 32, 16)
+    want_rank, want_expert, want_in = oracle.layout(idx, 32, 16)
+    assert torch.equal(per_rank.long(), want_rank) and torch.equal(per_expert.long(), want_expert)
+    assert torch.equal(in_rank, want_in)
+    want_rdma = [sum(bool(want_in[t, n * 8:(n + 1) * 8].any()) for t in range(20)) for n in range(2)]
+    assert per_rdma.dtype == torch.int32 and per_rdma.tolist() == want_rdma
