@@ -83,7 +83,7 @@ def _compare(what: str, got: torch.Tensor, want: torch.Tensor, case: Case) -> No
         assert_close_normwise(got, want, dtype=case.dtype, what=what)
 
 
-def _run_case(case: Case, groups: dict, seed: int) -> None:
+def _run_case(case: Case, groups: dict, seed: int, dev: torch.device | str = "cpu") -> None:
     ulysses_group, ring_group = groups[case.mode]
     (u, u_rank), (r, r_rank) = _size_rank(ulysses_group), _size_rank(ring_group)
     (q, k, v, dout), cu, total = _global_inputs(case, seed)
@@ -96,7 +96,7 @@ def _run_case(case: Case, groups: dict, seed: int) -> None:
     seq_dim = 0 if case.varlen else 1
 
     def local(x: torch.Tensor) -> torch.Tensor:
-        x = x.index_select(seq_dim, pos).to(case.dtype)
+        x = x.index_select(seq_dim, pos).to(dev, case.dtype)
         if case.sbhd:
             x = x.transpose(0, 1).contiguous().transpose(0, 1)
         return x.requires_grad_()
@@ -105,22 +105,23 @@ def _run_case(case: Case, groups: dict, seed: int) -> None:
     common = dict(causal=case.causal, window_size=case.window, return_lse=True, ulysses_group=ulysses_group,
                   ring_group=ring_group, ring_layout=case.layout)
     if case.varlen:
-        cu_t = torch.tensor(cu, dtype=torch.int32)
+        cu_t = torch.tensor(cu, dtype=torch.int32, device=dev)
         longest = max(b - a for a, b in zip(cu, cu[1:], strict=False))
         out, lse = flash_attn_varlen_usp_func(lq, lk, lv, cu_t, cu_t, longest, longest, **common)
     elif case.fp8:
         out, lse = flash_attn_fp8_usp_func(lq, lk, lv, **common)
     else:
         out, lse = flash_attn_usp_func(lq, lk, lv, **common)
-    out.backward(dout.index_select(seq_dim, pos).to(case.dtype))
+    out.backward(dout.index_select(seq_dim, pos).to(dev, case.dtype))
 
     assert out.dtype == case.dtype and lse.dtype == torch.float32
     if case.sbhd:
         assert out.transpose(0, 1).is_contiguous(), f"{case}: out does not keep q's sbhd memory order"
-    got = {"out": out, "dq": lq.grad, "dk": lk.grad, "dv": lv.grad}
+    got = {name: t.detach().cpu() for name, t in (("out", out), ("dq", lq.grad), ("dk", lk.grad), ("dv", lv.grad))}
+    lse = lse.cpu()
     want = {"out": want_out, "dq": leaves[0].grad, "dk": leaves[1].grad, "dv": leaves[2].grad}
     for name, t in got.items():
-        _compare(f"{name} of {case}", t.detach(), want[name].detach().index_select(seq_dim, pos), case)
+        _compare(f"{name} of {case}", t, want[name].detach().index_select(seq_dim, pos), case)
     want_lse = want_lse.detach().index_select(want_lse.dim() - 1, pos)
     finite = torch.isfinite(want_lse)
     assert torch.equal(torch.isfinite(lse), finite), f"lse of {case}: -inf rows differ"
