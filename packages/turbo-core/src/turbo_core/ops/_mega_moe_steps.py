@@ -169,51 +169,54 @@ class Fp8Gemm:
 
 def stage1_forward(x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1: Tensor, group: Any, dims: Dims,
                    num_worst_tokens: int | None, gemm, need_x: bool, need_w1: bool
-                   ) -> tuple[Tensor, Tensor, Tensor, Layout, Tensor, Any]:
-    """Dispatch, permute, the L1 GEMM. Returns ``(h [N, 2I], row weights fp32 [N], received x
-    [R, H], layout, permuted x [N, H], L1 GEMM state)``."""
+                   ) -> tuple[Tensor, Tensor, Layout, Any]:
+    """Dispatch, permute, the L1 GEMM. Returns ``(h [N, 2I], row weights fp32 [N], layout, L1 GEMM
+    state)``. ``N = R min(K, G)`` rows (static), or exactly the routed rows with the exact exchange
+    (``num_worst_tokens=0``, which reads counts on the host anyway)."""
     idx, weights, owner, valid = merge_repeats(topk_idx, topk_weights.float(), dims.experts)
-    handle = None
+    handle, exact = None, False
     if dims.world > 1:
         worst = dims.tokens * dims.world if num_worst_tokens is None else num_worst_tokens
+        exact = worst == 0
         recv_x, _, recv_idx, recv_w, _, handle = moe_launch.moe_dispatch(
             x.contiguous(), None, idx, weights, dims.experts, group, num_worst_tokens=worst)
     else:
         recv_x, recv_idx, recv_w = x.contiguous(), idx, weights
     g = dims.local_experts
-    n = recv_x.shape[0] * min(dims.topk, g)
+    n = -1 if exact else recv_x.shape[0] * min(dims.topk, g)
     row_id_map, lens, _, _ = moe_launch.moe_permute_preprocess(recv_idx, g, num_permuted_tokens=n,
                                                                probs_layout="topk")
+    if exact:
+        n = int(lens.sum())  # a host read, in the mode that syncs for its row counts already
     xp, _, row_w = moe_launch.moe_permute(recv_x, row_id_map, n, probs=recv_w)
     lay = Layout(dims, group, handle, n, row_id_map, lens, grouped_gemm_compute_offs(lens),
                  moe_launch.tokens_per_expert_to_mask(lens, n), owner, valid)
     h, state = gemm.forward(xp, w1, lay, need_x, need_w1)
-    return h, row_w, recv_x, lay, xp, state
+    return h, row_w, lay, state
 
 
 def stage2_forward(h: Tensor, row_w: Tensor, w2: Tensor, lay: Layout, gemm, need_act: bool, need_w2: bool
-                   ) -> tuple[Tensor, Tensor, Any]:
-    """Weighted SwiGLU, the L2 GEMM, unpermute, combine. Returns ``(y [T, H], act [N, I], L2 GEMM
-    state)``."""
+                   ) -> tuple[Tensor, Any]:
+    """Weighted SwiGLU, the L2 GEMM, unpermute, combine. Returns ``(y [T, H], L2 GEMM state)``."""
     act = act_launch.glu_fwd("swiglu", h, row_w, lay.row_mask)
     out, state = gemm.forward(act, w2, lay, need_act, need_w2)
     rows, _ = moe_launch.moe_unpermute(out, lay.row_id_map)
     if lay.dispatch is None:
-        return rows, act, state
+        return rows, state
     y, _ = moe_launch.moe_combine(rows, lay.dispatch)
-    return y, act, state
+    return y, state
 
 
-def stage2_backward(grad_y: Tensor, h: Tensor, row_w: Tensor, w2: Tensor, act: Tensor | None, state: Any,
-                    lay: Layout, gemm, need_act: bool, need_w2: bool
-                    ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+def stage2_backward(grad_y: Tensor, h: Tensor, row_w: Tensor, w2: Tensor, state: Any, lay: Layout, gemm,
+                    need_act: bool, need_w2: bool) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """Returns ``(grad h [N, 2I], grad row weights fp32 [N], grad w2)`` (the first two None unless
-    ``need_act``, the last unless ``need_w2``); ``act`` None is recomputed when the wgrad needs it."""
+    ``need_act``, the last unless ``need_w2``); the activation is recomputed for the wgrad."""
     grad_y = grad_y.contiguous()
     if lay.dispatch is not None:
         grad_y, _ = moe_launch.moe_dispatch_cached(grad_y, None, lay.dispatch)
     grad_out, _, _ = moe_launch.moe_permute(grad_y, lay.row_id_map, lay.rows)
-    if need_w2 and act is None and not gemm.keeps_inputs:
+    act = None
+    if need_w2 and not gemm.keeps_inputs:
         act = act_launch.glu_fwd("swiglu", h, row_w, lay.row_mask)
     grad_act, grad_w2 = gemm.backward(state, grad_out, act, w2, lay, need_act, need_w2)
     if not need_act:
@@ -222,14 +225,19 @@ def stage2_backward(grad_y: Tensor, h: Tensor, row_w: Tensor, w2: Tensor, act: T
     return grad_h, grad_row_w, grad_w2
 
 
-def stage1_backward(grad_h: Tensor | None, grad_row_w: Tensor | None, recv_x: Tensor, xp: Tensor | None,
-                    w1: Tensor, state: Any, lay: Layout, gemm, need_x: bool, need_weights: bool, need_w1: bool
+def stage1_backward(grad_h: Tensor | None, grad_row_w: Tensor | None, x: Tensor, w1: Tensor, state: Any,
+                    lay: Layout, gemm, need_x: bool, need_weights: bool, need_w1: bool
                     ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """Returns ``(grad x [T, H], grad topk_weights fp32 [T, K], grad w1)``, each None when not needed
-    (or when no gradient reached stage 1)."""
+    (or when no gradient reached stage 1). The permuted x of the wgrad is made again from ``x``
+    (dispatched again along the handle with ``W > 1``: the received rows are not kept)."""
     grad_xp = grad_w1 = None
     if grad_h is not None and (need_x or need_w1):
-        if need_w1 and xp is None and not gemm.keeps_inputs:
+        xp = None
+        if need_w1 and not gemm.keeps_inputs:
+            recv_x = x.contiguous()
+            if lay.dispatch is not None:
+                recv_x, _ = moe_launch.moe_dispatch_cached(recv_x, None, lay.dispatch)
             xp, _, _ = moe_launch.moe_permute(recv_x, lay.row_id_map, lay.rows)
         grad_xp, grad_w1 = gemm.backward(state, grad_h.contiguous(), xp, w1, lay, need_x, need_w1)
     need_x = need_x and grad_xp is not None

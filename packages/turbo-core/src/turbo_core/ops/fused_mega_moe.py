@@ -21,14 +21,17 @@ min(K, G)`` rows, ``R`` the received rows) -> ``grouped_gemm`` (L1) -> ``swiglu_
 backward is their conjugates: ``moe_dispatch_cached`` of ``dy`` -> ``moe_permute`` -> L2 dgrad (NN)
 and variable-K wgrad -> ``swiglu_bwd`` (the weights' gradient per row) -> L1 dgrad and wgrad ->
 ``moe_unpermute`` (each token's rows summed, the weights' gradients scattered to their slots) ->
-``moe_combine``. It saves the received ``x`` (``x`` itself on one process) and the L1 output, and
-recomputes the permuted ``x`` and the activation (Primus-Turbo recomputes the dispatched ``x`` too).
+``moe_combine``. It saves ``x``, the L1 output and the row weights, and makes the dispatched and
+permuted ``x`` (a second dispatch with ``W > 1``) and the activation again (Primus-Turbo recomputes
+the dispatched ``x`` too).
 
 Expert parallel (``W > 1``): the dispatch and combine are those of the ``moe_dispatch_combine``
-backends (turbo-deepep). With ``num_worst_tokens=None`` every rank receives ``W T`` rows (the worst
-case, as Primus-Turbo's symmetric buffer): no host sync, and every rank must pass the same ``T``.
-``num_worst_tokens=0`` sizes the exchange from the data (one host sync; ``T`` may differ per rank);
-a positive value fixes the received rows (rows past it are dropped: a bound too small loses tokens).
+backends (turbo-deepep). With ``num_worst_tokens=None`` every rank receives ``R = W T`` rows (the
+worst case, as Primus-Turbo's symmetric buffer): no host sync, and every rank must pass the same
+``T``; the permuted tensors then have ``W T min(K, G)`` rows, most of them zero (memory, and the
+bandwidth of writing the zero tail, scale with that bound). ``num_worst_tokens=0`` sizes the
+exchange and the permuted rows from the data (two host reads; ``T`` may differ per rank); a
+positive value fixes the received rows (rows past it are dropped: a bound too small loses tokens).
 
 Numerics: each GEMM accumulates in fp32 (or wider) and rounds its output to x's dtype; SwiGLU and
 its weighting in fp32, rounded once; the unpermute and combine sums in fp32, rounded once.
@@ -46,6 +49,7 @@ from turbo_core.dispatch.specs.moe import _same_group
 from turbo_core.dispatch.specs.validate import require_same_dtype, require_shape, require_tensor
 from turbo_core.low_precision import Float8QuantConfig
 from turbo_core.ops import _mega_moe_steps as steps
+from turbo_core.ops._autograd import grad_needed
 from turbo_core.ops.gemm_fp8 import fp8_config
 
 __all__ = ["FusedMegaMoEFunction", "MegaMoEHandle", "fused_mega_moe", "fused_mega_moe_fp8", "fused_mega_moe_stage1",
@@ -58,37 +62,50 @@ def _gemm(config: Float8QuantConfig | None):
     return steps.HighPrecisionGemm() if config is None else steps.Fp8Gemm(fp8_config(config))
 
 
+def _layer(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, config, needs):
+    """The forward of the whole layer: ``(y, x, h, row weights, layout, GEMM, GEMM states)``;
+    ``needs``: which of x, topk_weights, w1, w2 will get a gradient."""
+    dims = steps.check_inputs(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens)
+    gemm = _gemm(config)
+    need_x, need_w, need_w1, need_w2 = needs
+    h, row_w, lay, s1 = steps.stage1_forward(x, topk_idx, topk_weights, w1, group, dims, num_worst_tokens, gemm,
+                                             need_x, need_w1)
+    y, s2 = steps.stage2_forward(h, row_w, w2, lay, gemm, need_x or need_w or need_w1, need_w2)
+    return y, h, row_w, lay, gemm, (s1, s2)
+
+
 class FusedMegaMoEFunction(torch.autograd.Function):
     """The whole layer as one autograd node: ``apply(x, topk_idx, topk_weights, w1, w2, group,
     num_worst_tokens=None, config=None)`` (Primus-Turbo's first six arguments; ``config`` a
-    :class:`Float8QuantConfig` for the FP8 GEMMs). Gradients: x, topk_weights, w1, w2."""
+    :class:`Float8QuantConfig` for the FP8 GEMMs). Gradients: x, topk_weights, w1, w2. Saves x,
+    the weights, the L1 output and the row weights."""
 
     @staticmethod
     def forward(ctx, x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens=None, config=None):
-        dims = steps.check_inputs(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens)
-        gemm = _gemm(config)
-        need_x, need_w, need_w1, need_w2 = (ctx.needs_input_grad[i] for i in (0, 2, 3, 4))
-        upstream = need_x or need_w or need_w1
-        h, row_w, recv_x, lay, _, s1 = steps.stage1_forward(x, topk_idx, topk_weights, w1, group, dims,
-                                                            num_worst_tokens, gemm, need_x, need_w1)
-        y, _, s2 = steps.stage2_forward(h, row_w, w2, lay, gemm, upstream, need_w2)
-        ctx.save_for_backward(recv_x, w1, w2, h, row_w)
-        ctx.lay, ctx.gemm, ctx.states, ctx.weights_dtype = lay, gemm, (s1, s2), topk_weights.dtype
+        needs = tuple(ctx.needs_input_grad[i] for i in (0, 2, 3, 4))
+        y, h, row_w, lay, gemm, states = _layer(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, config,
+                                                needs)
+        ctx.save_for_backward(x, w1, w2, h, row_w)
+        ctx.lay, ctx.gemm, ctx.states, ctx.weights_dtype = lay, gemm, states, topk_weights.dtype
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
-        recv_x, w1, w2, h, row_w = ctx.saved_tensors
+        x, w1, w2, h, row_w = ctx.saved_tensors
         need_x, need_w, need_w1, need_w2 = (ctx.needs_input_grad[i] for i in (0, 2, 3, 4))
         lay, gemm, (s1, s2) = ctx.lay, ctx.gemm, ctx.states
-        grad_h = grad_row_w = grad_w2 = None
-        if need_x or need_w or need_w1 or need_w2:
-            grad_h, grad_row_w, grad_w2 = steps.stage2_backward(grad_y, h, row_w, w2, None, s2, lay, gemm,
-                                                                need_x or need_w or need_w1, need_w2)
-        grad_x, grad_w, grad_w1 = steps.stage1_backward(grad_h, grad_row_w, recv_x, None, w1, s1, lay, gemm, need_x,
-                                                        need_w, need_w1)
+        grad_h, grad_row_w, grad_w2 = steps.stage2_backward(grad_y, h, row_w, w2, s2, lay, gemm,
+                                                            need_x or need_w or need_w1, need_w2)
+        grad_x, grad_w, grad_w1 = steps.stage1_backward(grad_h, grad_row_w, x, w1, s1, lay, gemm, need_x, need_w,
+                                                        need_w1)
         grad_w = None if grad_w is None else grad_w.to(ctx.weights_dtype)
         return grad_x, None, grad_w, grad_w1, grad_w2, None, None, None
+
+
+def _apply(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, config) -> Tensor:
+    if not grad_needed(x, topk_weights, w1, w2):  # no graph: the forward alone, no copies kept for a backward
+        return _layer(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, config, (False,) * 4)[0]
+    return FusedMegaMoEFunction.apply(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, config)
 
 
 def fused_mega_moe(group: Any, x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1: Tensor, w2: Tensor, *,
@@ -110,7 +127,7 @@ def fused_mega_moe(group: Any, x: Tensor, topk_idx: Tensor, topk_weights: Tensor
     Raises:
         TypeError / ValueError naming the argument, before any kernel runs.
     """
-    return FusedMegaMoEFunction.apply(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, None)
+    return _apply(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, None)
 
 
 def fused_mega_moe_fp8(group: Any, x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1: Tensor, w2: Tensor,
@@ -121,8 +138,7 @@ def fused_mega_moe_fp8(group: Any, x: Tensor, topk_idx: Tensor, topk_weights: Te
     HYBRID takes E5M2 gradients). Routing, SwiGLU, permutation and communication stay in x's
     precision. The weights are quantized on every call (Primus-Turbo's MXFP8 op caches them per
     weight version). Runs eagerly (the FP8 GEMMs record their own autograd inside the forward)."""
-    return FusedMegaMoEFunction.apply(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens,
-                                      fp8_config(config))
+    return _apply(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, fp8_config(config))
 
 
 class MegaMoEHandle:
@@ -140,19 +156,19 @@ class _Stage1Function(torch.autograd.Function):
     def forward(ctx, x, topk_idx, topk_weights, w1, group, num_worst_tokens, handle):
         dims = steps.check_inputs(x, topk_idx, topk_weights, w1, None, group, num_worst_tokens)
         need_x, need_w, need_w1 = (ctx.needs_input_grad[i] for i in (0, 2, 3))
-        h, row_w, recv_x, lay, _, s1 = steps.stage1_forward(x, topk_idx, topk_weights, w1, group, dims,
-                                                            num_worst_tokens, handle.gemm, need_x, need_w1)
+        h, row_w, lay, s1 = steps.stage1_forward(x, topk_idx, topk_weights, w1, group, dims, num_worst_tokens,
+                                                 handle.gemm, need_x, need_w1)
         handle.layout = lay
-        ctx.save_for_backward(recv_x, w1)
+        ctx.save_for_backward(x, w1)
         ctx.lay, ctx.gemm, ctx.state, ctx.weights_dtype = lay, handle.gemm, s1, topk_weights.dtype
         return h, row_w
 
     @staticmethod
     def backward(ctx, grad_h, grad_row_w):
-        recv_x, w1 = ctx.saved_tensors
+        x, w1 = ctx.saved_tensors
         need_x, need_w, need_w1 = (ctx.needs_input_grad[i] for i in (0, 2, 3))
-        grad_x, grad_w, grad_w1 = steps.stage1_backward(grad_h, grad_row_w, recv_x, None, w1, ctx.state, ctx.lay,
-                                                        ctx.gemm, need_x, need_w, need_w1)
+        grad_x, grad_w, grad_w1 = steps.stage1_backward(grad_h, grad_row_w, x, w1, ctx.state, ctx.lay, ctx.gemm,
+                                                        need_x, need_w, need_w1)
         grad_w = None if grad_w is None else grad_w.to(ctx.weights_dtype)
         return grad_x, None, grad_w, grad_w1, None, None, None
 
@@ -162,7 +178,7 @@ class _Stage2Function(torch.autograd.Function):
     def forward(ctx, h, row_w, w2, handle):
         lay = handle.layout
         need_act = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-        y, _, s2 = steps.stage2_forward(h, row_w, w2, lay, handle.gemm, need_act, ctx.needs_input_grad[2])
+        y, s2 = steps.stage2_forward(h, row_w, w2, lay, handle.gemm, need_act, ctx.needs_input_grad[2])
         ctx.save_for_backward(h, row_w, w2)
         ctx.lay, ctx.gemm, ctx.state = lay, handle.gemm, s2
         return y
@@ -171,7 +187,7 @@ class _Stage2Function(torch.autograd.Function):
     def backward(ctx, grad_y):
         h, row_w, w2 = ctx.saved_tensors
         need_h, need_w, need_w2 = ctx.needs_input_grad[:3]
-        grad_h, grad_row_w, grad_w2 = steps.stage2_backward(grad_y, h, row_w, w2, None, ctx.state, ctx.lay, ctx.gemm,
+        grad_h, grad_row_w, grad_w2 = steps.stage2_backward(grad_y, h, row_w, w2, ctx.state, ctx.lay, ctx.gemm,
                                                             need_h or need_w, need_w2)
         return (grad_h if need_h else None), (grad_row_w if need_w else None), grad_w2, None
 
