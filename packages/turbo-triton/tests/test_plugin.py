@@ -27,17 +27,20 @@ GROUPED_QUANT = {"grouped_quantize_fp8", "grouped_quantize_fp8_with_trans", "gro
 GROUPED_FP4 = {"grouped_quantize_fp4", "grouped_quantize_fp4_with_trans", "grouped_dequantize_fp4"}
 ATTENTION = {"attention_fwd", "attention_bwd"}
 FP8_ATTENTION = {"attention_fp8_fwd", "attention_fp8_bwd"}
+SPARSE_MLA = {"sparse_mla_fwd", "sparse_mla_bwd"}
 # Producers whose output comes out quantized to FP8 (the norm, the GLUs).
 PRODUCER_FP8 = {"rmsnorm_fwd_fp8", "swiglu_fwd_fp8", "geglu_fwd_fp8"}
-SERVED = QUANT | FP4 | GROUPED_QUANT | GROUPED_FP4 | MOE | ATTENTION | FP8_ATTENTION | PRODUCER_FP8 | {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
+SERVED = QUANT | FP4 | GROUPED_QUANT | GROUPED_FP4 | MOE | ATTENTION | FP8_ATTENTION | SPARSE_MLA | PRODUCER_FP8 | {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
           "swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd"}
 
 
 def test_registers_only_what_it_can_run(row):
     assert set(row["primitives"]) == SERVED
     for name in (SERVED - {"gemm_fp8", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k"} - QUANT - FP4 - GROUPED_QUANT
-                 - GROUPED_FP4 - MOE - ATTENTION - FP8_ATTENTION - PRODUCER_FP8):
+                 - GROUPED_FP4 - MOE - ATTENTION - FP8_ATTENTION - SPARSE_MLA - PRODUCER_FP8):
         assert row["primitives"][name]["variants"] == ["bf16", "fp16", "fp32"]
+    for name in SPARSE_MLA:
+        assert row["primitives"][name]["variants"] == ["fp32", "fp16", "bf16", "sink"]
     for name in PRODUCER_FP8:
         assert row["primitives"][name]["variants"] == ["bf16", "fp16", "fp32", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE"]
     assert row["primitives"]["gemm_fp8"]["variants"] == ["TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE",
