@@ -150,6 +150,7 @@ def _check_bad_input(groups: dict) -> None:
 
 def _check_module(groups: dict, seed: int) -> None:
     """``Attention(ulysses_group=...)`` runs the usp function (same bits as calling it)."""
+    from turbo_core.low_precision import Float8QuantConfig, ScalingGranularity
     from turbo_core.modules import Attention
 
     ulysses, ring = groups["ring" if dist.get_world_size() == 2 else "both"]
@@ -158,6 +159,14 @@ def _check_module(groups: dict, seed: int) -> None:
     module = Attention(causal=True, ulysses_group=ulysses, ring_group=ring, ring_layout="zigzag")
     want = flash_attn_usp_func(q, k, v, causal=True, ulysses_group=ulysses, ring_group=ring, ring_layout="zigzag")
     assert torch.equal(module(q, k, v), want)
+    with pytest.raises(ValueError, match="^sink: not supported with ulysses_group/ring_group"):
+        module(q, k, v, sink=torch.zeros(2))
+    config = Float8QuantConfig(granularity=ScalingGranularity.BLOCKWISE, block_size=64)
+    module = Attention(fp8_config=config, ulysses_group=ulysses, ring_group=ring)
+    want = flash_attn_fp8_usp_func(q, k, v, fp8_config=config, ulysses_group=ulysses, ring_group=ring)
+    assert torch.equal(module(q, k, v), want)
+    with pytest.raises(ValueError, match="^dropout_p: context-parallel attention"):
+        Attention(dropout_p=0.1, ring_group=ring)
 
 
 CASES_2 = [
