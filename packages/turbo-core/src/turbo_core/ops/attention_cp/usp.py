@@ -35,18 +35,21 @@ _QKV_FORMATS = ("bshd", "sbhd", "bhsd")
 class _Setup:
     """Everything about one call that is not a tensor."""
 
-    def __init__(self, kern: Kernels, ulysses: Ulysses, ring: Ring, plan: RingPlan, local: Call | None,
+    def __init__(self, kern: Kernels, ulysses: Ulysses, ring: Ring, plan: RingPlan, window: tuple[int, int],
                  return_lse: bool) -> None:
         self.kern, self.ulysses, self.ring, self.plan = kern, ulysses, ring, plan
-        self.local = local  # the one call of a ring of one rank (q, k, v filled in later)
-        self.return_lse = return_lse
+        self.window, self.return_lse = window, return_lse
+
+    def whole(self, q, k, v) -> Call:
+        """The one attention call of a ring of one rank, on the head-sharded ``q, k, v``."""
+        p = self.plan
+        return Call(q, k, v, p.causal, self.window, p.cu_q, p.cu_k, p.max_q, p.max_k)
 
 
 def _attend(st: _Setup, q, k, v):
     """Head-sharded attention: ``(out, lse, backends)``."""
     if st.ring.size == 1:
-        c = st.local
-        out, lse, backend = st.kern.fwd(Call(q, k, v, c.causal, c.window, c.cu_q, c.cu_k, c.max_q, c.max_k))
+        out, lse, backend = st.kern.fwd(st.whole(q, k, v))
         return out, lse, [backend]
     return ring_forward(st.kern, st.ring, st.plan, q, k, v)
 
@@ -76,9 +79,7 @@ class _UspFunction(torch.autograd.Function):
         st = ctx.st
         (dout_h,) = st.ulysses.seq_to_head(dout.contiguous())
         if st.ring.size == 1:
-            c = st.local
-            call = Call(qh, kh, vh, c.causal, c.window, c.cu_q, c.cu_k, c.max_q, c.max_k)
-            dq, dk, dv = st.kern.bwd(call, dout_h, out_h, lse_h, ctx.backends[0])
+            dq, dk, dv = st.kern.bwd(st.whole(qh, kh, vh), dout_h, out_h, lse_h, ctx.backends[0])
         else:
             dq, dk, dv = ring_backward(st.kern, st.ring, st.plan, dout_h, qh, kh, vh, out_h, lse_h, ctx.backends)
         dq, dk, dv = st.ulysses.head_to_seq(dq, dk, dv)
@@ -108,7 +109,7 @@ def _check_ring_mask(causal: bool, window: tuple[int, int], r: int) -> None:
                          f"(got {window}); use (-1, -1)")
 
 
-def _setup(q, k, v, *, scale, causal, window, deterministic, fp8, ulysses_group, ring_group, ring_layout,
+def _setup(q, k, *, scale, causal, window, deterministic, fp8, ulysses_group, ring_group, ring_layout,
            return_lse, cu=None) -> _Setup:
     ulysses, ring = Ulysses(ulysses_group), Ring(ring_group)
     _check_heads(q, k, ulysses.size)
@@ -127,8 +128,7 @@ def _setup(q, k, v, *, scale, causal, window, deterministic, fp8, ulysses_group,
         cu_q, cu_k = (torch.div(c, r, rounding_mode="floor").to(torch.int32) for c in (cu_q, cu_k))
         max_q, max_k = -(-max_q // r), -(-max_k // r)
     plan = RingPlan(causal=causal, layout=ring_layout, cu_q=cu_q, cu_k=cu_k, max_q=max_q, max_k=max_k)
-    local = Call(q, k, v, causal, window, cu_q, cu_k, max_q, max_k)
-    return _Setup(kern, ulysses, ring, plan, local, return_lse)
+    return _Setup(kern, ulysses, ring, plan, window, return_lse)
 
 
 def _run(q, k, v, st: _Setup, ref: torch.Tensor):
@@ -194,7 +194,7 @@ def flash_attn_usp_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropo
     scale = _scale(softmax_scale, qc)
     ATTENTION_FWD.check_args(AttentionFwdArgs(qc, kc, vc, None, None, 0, 0, scale, causal, window, None, 0.0,
                                               deterministic))
-    st = _setup(qc, kc, vc, scale=scale, causal=causal, window=window, deterministic=deterministic, fp8=False,
+    st = _setup(qc, kc, scale=scale, causal=causal, window=window, deterministic=deterministic, fp8=False,
                 ulysses_group=ulysses_group, ring_group=ring_group, ring_layout=ring_layout, return_lse=return_lse)
     return _run(qc, kc, vc, st, q)
 
@@ -265,7 +265,7 @@ def flash_attn_varlen_usp_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     if (r > 1 and causal and values_readable(cu_seqlens_q)
             and not torch.equal(cu_seqlens_q, cu_seqlens_k.to(cu_seqlens_q.device))):
         raise ValueError("cu_seqlens_k: a causal ring needs the key offsets equal to cu_seqlens_q")
-    st = _setup(qc, kc, vc, scale=scale, causal=causal, window=window, deterministic=deterministic, fp8=False,
+    st = _setup(qc, kc, scale=scale, causal=causal, window=window, deterministic=deterministic, fp8=False,
                 ulysses_group=ulysses_group, ring_group=ring_group, ring_layout=ring_layout, return_lse=return_lse,
                 cu=(cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k)))
     return _run(qc, kc, vc, st, q)
@@ -289,6 +289,6 @@ def flash_attn_fp8_usp_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d
     window = check_window_size(window_size)
     scale = _scale(softmax_scale, qc)
     ATTENTION_FP8_FWD.check_args(AttentionFp8FwdArgs(qc, kc, vc, scale, causal, window, 0.0, deterministic))
-    st = _setup(qc, kc, vc, scale=scale, causal=causal, window=window, deterministic=deterministic, fp8=True,
+    st = _setup(qc, kc, scale=scale, causal=causal, window=window, deterministic=deterministic, fp8=True,
                 ulysses_group=ulysses_group, ring_group=ring_group, ring_layout=ring_layout, return_lse=return_lse)
     return _run(qc, kc, vc, st, q)
