@@ -102,6 +102,27 @@ def test_partial_gradients(grads):
         assert torch.equal(fused_mega_moe(None, x.float(), idx, w.float(), w1.float(), w2.float()), full[0])
 
 
+def test_strided_inputs():
+    """Transposed views of x, topk_weights, w1 and w2 give the contiguous tensors' results."""
+    data = _inputs(seed=7)
+    want = _run(_ops, data, torch.float32)
+
+    def strided(x, idx, w, w1, w2):
+        views = [t.detach().transpose(-1, -2).contiguous().transpose(-1, -2) for t in (x, w, w1, w2)]
+        for v, t in zip(views, (x, w, w1, w2), strict=True):
+            v.requires_grad_(t.requires_grad)
+        assert not any(v.is_contiguous() for v in views)
+        y = fused_mega_moe(None, views[0], idx, *views[1:])
+        y.backward(data[5].float())
+        return y, [v.grad for v in views]
+
+    x, idx, w, w1, w2, _ = data
+    y, grads = strided(x.float().requires_grad_(), idx, w.float().requires_grad_(), w1.float().requires_grad_(),
+                       w2.float().requires_grad_())
+    for name, a, b in zip(NAMES, [y, *grads], want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
 def test_no_tokens():
     x, idx, w, w1, w2, gy = _inputs(t=0)
     got = _run(_ops, (x, idx, w, w1, w2, gy), torch.float32)

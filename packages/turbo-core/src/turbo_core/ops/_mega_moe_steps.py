@@ -130,12 +130,12 @@ class HighPrecisionGemm:
     keeps_inputs = False
 
     def forward(self, a: Tensor, w: Tensor, lay: Layout, need_a: bool, need_w: bool) -> tuple[Tensor, Any]:
-        return gg_launch.grouped_gemm(a, w, lay.tokens_per_expert, lay.group_offs, trans_b=True), None
+        return gg_launch.grouped_gemm(a, w.contiguous(), lay.tokens_per_expert, lay.group_offs, trans_b=True), None
 
     def backward(self, state: Any, grad_c: Tensor, a: Tensor | None, w: Tensor, lay: Layout, need_a: bool,
                  need_w: bool) -> tuple[Tensor | None, Tensor | None]:
         lens, offs = lay.tokens_per_expert, lay.group_offs
-        ga = gg_launch.grouped_gemm(grad_c, w, lens, offs, trans_b=False) if need_a else None
+        ga = gg_launch.grouped_gemm(grad_c, w.contiguous(), lens, offs, trans_b=False) if need_a else None
         gw = gg_launch.grouped_gemm_variable_k(a, grad_c, lens, offs, trans_c=True) if need_w else None
         return ga, gw
 

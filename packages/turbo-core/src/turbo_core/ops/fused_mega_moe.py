@@ -207,8 +207,6 @@ def fused_mega_moe_stage1(x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1:
         routing weight, and the :class:`MegaMoEHandle` for :func:`fused_mega_moe_stage2`. The
         gradient that stage 2 returns for ``dispatch_weights`` flows to ``topk_weights``.
     """
-    if not isinstance(x, Tensor):  # the other checks run inside (before any kernel)
-        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
     handle = MegaMoEHandle()
     handle.gemm = _gemm(config)
     h, row_w = _Stage1Function.apply(x, topk_idx, topk_weights, w1, group, num_worst_tokens, handle)
