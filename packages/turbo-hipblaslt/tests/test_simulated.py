@@ -73,6 +73,27 @@ def test_gemm_every_layout(sim, dtype):
     assert len(sim.calls) == 24
 
 
+def test_gemm_repeats_launch_from_the_template_with_this_calls_pointers(sim):
+    """A second call of the same metadata takes the launch template: the same call tuple as a first
+    call would build, but for the data pointers (this call's), and the same float64-checked results."""
+    g = torch.Generator().manual_seed(3)
+    m, n, k = 6, 5, 7
+    for ta, tb, tc in itertools.product([False, True], repeat=3):
+        for how in ("row", "col"):
+            gemm._templates.clear()
+            for rep in range(3):
+                a = torch.randn(*((k, m) if ta else (m, k)), generator=g).to(torch.bfloat16)
+                b = torch.randn(*((n, k) if tb else (k, n)), generator=g).to(torch.bfloat16)
+                args = GemmArgs(view(a, how), view(b, how), ta, tb, torch.float16 if rep == 2 else None, tc)
+                c = gemm.gemm(args)
+                want = (a.double().t() if ta else a.double()) @ (b.double().t() if tb else b.double())
+                assert c.dtype == (torch.float16 if rep == 2 else torch.bfloat16)
+                assert_close_to_reference(c, want.t() if tc else want, dtype=c.dtype)
+            assert len(gemm._templates) == 2  # bf16 and fp16 results: two templates
+            first, second = sim.calls[-3], sim.calls[-2]  # fresh, then from the template
+            assert second._replace(a=first.a, b=first.b, d=first.d) == first
+
+
 @pytest.mark.parametrize("dtype,out_dtype,route", [(torch.bfloat16, torch.float32, "direct"),
                                                    (torch.float32, torch.bfloat16, "fp32 temporary"),
                                                    (torch.bfloat16, torch.float16, "fp32 temporary")])

@@ -19,7 +19,7 @@ from turbo_hipblaslt.codes import DTYPE_CODES, EPILOGUE_CODES
 from turbo_hipblaslt.layout import BlasPlan, plan_gemm
 from turbo_hipblaslt.matmul_args import Side, call_args, probe_args
 
-__all__ = ["HeldArgs", "algo_count", "args_for", "check", "launch", "launch_many", "meta", "plan"]
+__all__ = ["HeldArgs", "algo_count", "args_for", "check", "launch", "launch_many", "meta", "plan", "template_args"]
 
 
 def meta(t: torch.Tensor) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -58,6 +58,22 @@ def args_for(p: BlasPlan, a: Side, b: Side, d: torch.Tensor, *, beta: float = 0.
                      epilogue=EPILOGUE_CODES[epilogue], bias_ptr=bias.data_ptr() if bias is not None else 0,
                      bias_code=DTYPE_CODES[bias.dtype] if bias is not None else -1, stream=stream, workspace=ws,
                      workspace_size=ws_size, algo=algo)
+    if held is None:
+        return args
+    args = HeldArgs(args)
+    args.workspace = held
+    return args
+
+
+def template_args(head: tuple, swapped: bool, a_ptr: int, b_ptr: int, d: torch.Tensor) -> tuple:
+    """:func:`args_for`'s tuple from ``head``, an earlier call's tuple of the same metadata (plan,
+    dtypes, flags, device): its data pointers, stream and workspace replaced by this call's (turbo's
+    ``a``/``b`` are BLAS B/A when the plan is ``swapped``), ``algo`` 0."""
+    index = head[0]
+    stream = runtime.stream_handle(index)
+    ws, ws_size, held = runtime.workspace(index, stream)
+    first, second = (b_ptr, a_ptr) if swapped else (a_ptr, b_ptr)
+    args = (*head[:6], first, *head[7:9], second, *head[10:12], d.data_ptr(), *head[13:25], stream, ws, ws_size, 0)
     if held is None:
         return args
     args = HeldArgs(args)

@@ -9,6 +9,12 @@ and rounded once by torch (``out + C`` formed in fp32 for accumulation).
 
 Algorithm: the heuristic's first choice, or the rank a tuning database holds for the call's key
 (``turbo_hipblaslt.algos``; this module registers the ``("HIPBLASLT", "gemm")`` search space).
+
+Host cost: a call without ``out`` looks its *launch template* up by its metadata (shapes, strides,
+dtypes, flags, device, TF32 setting): the result's shape and dtype and the call tuple with every slot
+but the data pointers, stream and workspace filled in (:func:`blaslt.template_args`). Only those slots
+are written per call. The memo holds plain integers (no tensor) and keeps at most
+:data:`TEMPLATES` entries (cleared when full).
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from turbo_hipblaslt.matmul_args import Side, call_args
 __all__ = ["DIRECT", "call_for", "call_reason", "can_handle", "gemm", "plan_call", "plan_reason", "result_layout"]
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: Launch templates kept before the memo is cleared (one per distinct call metadata).
+TEMPLATES = 1024
+_templates: dict[tuple, tuple] = {}
 #: (input dtype, result dtype) pairs the library writes itself.
 DIRECT = frozenset({
     (torch.float32, torch.float32),
@@ -102,8 +111,21 @@ def plan_reason(what: str, p: blaslt.BlasPlan, a: torch.Tensor, b: torch.Tensor,
     return call_reason(what, plan_call(p, a, b, out, d_dtype))
 
 
+def _template_key(args: GemmArgs) -> tuple:
+    a, b = args.a, args.b
+    return (a.shape, a.stride(), b.shape, b.stride(), a.dtype, args.out_dtype, args.trans_a, args.trans_b,
+            args.trans_c, a.device, a.dtype is torch.float32 and runtime.tf32())
+
+
 def gemm(args: GemmArgs) -> torch.Tensor:
     a, b, out = args.a, args.b, args.out
+    if out is None:
+        key = _template_key(args)
+        t = _templates.get(key)
+        if t is not None:  # (shape, d dtype, result dtype or None when direct, swapped, head tuple)
+            d = torch.empty(t[0], dtype=t[1], device=a.device)
+            algos.launch("gemm", blaslt.template_args(t[4], t[3], a.data_ptr(), b.data_ptr(), d))
+            return d if t[2] is None else d.to(t[2])
     m, n, k = gemm_dims(args)
     shape = (n, m) if args.trans_c else (m, n)
     if m == 0 or n == 0 or k == 0:  # an empty sum: C = 0
@@ -115,7 +137,12 @@ def gemm(args: GemmArgs) -> torch.Tensor:
         d, beta = torch.empty(shape, dtype=d_dtype, device=a.device), 0.0
     p = blaslt.plan(a, args.trans_a, b, args.trans_b, d, args.trans_c)
     code = DTYPE_CODES[a.dtype]
-    algos.launch("gemm", blaslt.args_for(p, Side(a.data_ptr(), code), Side(b.data_ptr(), code), d, beta=beta))
+    call = blaslt.args_for(p, Side(a.data_ptr(), code), Side(b.data_ptr(), code), d, beta=beta)
+    algos.launch("gemm", call)
+    if out is None:
+        if len(_templates) >= TEMPLATES:
+            _templates.clear()
+        _templates[key] = (shape, d_dtype, None if direct else args.result_dtype, p.swapped, tuple(call))
     if direct:
         return d
     if out is not None:

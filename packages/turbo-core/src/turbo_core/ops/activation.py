@@ -47,7 +47,10 @@ def _glu(kind: str, x: object, probs: object, row_mask: object) -> torch.Tensor:
     p1d = probs.reshape(-1).contiguous()
     if isinstance(row_mask, torch.Tensor) and row_mask.dim() == 1:
         row_mask = row_mask.contiguous()
-    glu_primitive(kind, "fwd").check_args(GluFwdArgs(x2d, p1d, row_mask))
+    if torch.compiler.is_compiling() or not (row_mask is None or isinstance(row_mask, torch.Tensor)):
+        # Eagerly the dispatcher validates these very arguments before any kernel runs (its verdict
+        # cached per signature); at trace time the check runs here.
+        glu_primitive(kind, "fwd").check_args(GluFwdArgs(x2d, p1d, row_mask))
     if not grad_needed(x2d, p1d):
         return launch.glu_fwd(kind, x2d, p1d, row_mask)
     return _GluFunction.apply(x2d, p1d, row_mask, kind)

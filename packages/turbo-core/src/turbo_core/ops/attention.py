@@ -184,8 +184,11 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     qc, kc, vc = _qkv(q, k, v, 4, "[b, s, h, d]")
     window = check_window_size(window_size)
     scale = _scale(softmax_scale, qc)
-    ATTENTION_FWD.check_args(AttentionFwdArgs(qc, kc, vc, None, None, 0, 0, scale, causal, window, sink,
-                                              dropout_p, deterministic))
+    if torch.compiler.is_compiling() or not (sink is None or isinstance(sink, torch.Tensor)):
+        # Eagerly the dispatcher validates these very arguments before any kernel runs (its verdict
+        # cached per signature); at trace time, and before autograd reads sink, the check runs here.
+        ATTENTION_FWD.check_args(AttentionFwdArgs(qc, kc, vc, None, None, 0, 0, scale, causal, window, sink,
+                                                  dropout_p, deterministic))
     if not grad_needed(qc, kc, vc, sink):
         out, lse = launch.attention_fwd(AttentionFwdArgs(qc, kc, vc, None, None, 0, 0, scale, causal, window, sink,
                                                          dropout_p, deterministic))

@@ -54,7 +54,12 @@ def gemm(a: torch.Tensor, b: torch.Tensor, trans_a: bool = False, trans_b: bool 
         The backward computes ``dA = dC @ op(B)^T`` and ``dB = op(A)^T @ dC`` as two more ``gemm``
         primitives, each in the layout of its input, with a's / b's dtype.
     """
-    GEMM.check_args(GemmArgs(a, b, trans_a, trans_b, out_dtype))
+    if (torch.compiler.is_compiling() or fuse_bgrad_accum_pattern is not None
+            or not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor))):
+        # Eagerly the dispatcher validates these very arguments (its verdict cached per signature)
+        # before any kernel runs; here the check runs where errors must come first: at trace time,
+        # before the Megatron pattern marks b, and before autograd reads non-tensors.
+        GEMM.check_args(GemmArgs(a, b, trans_a, trans_b, out_dtype))
     fused = check_pattern(fuse_bgrad_accum_pattern, b)
     if fused:
         b.grad_added_to_main_grad = True

@@ -59,7 +59,12 @@ def _flatten(x: object, gamma: torch.Tensor | None, eps: float, zero_centered: b
     r2d = residual.reshape(-1, hidden).contiguous() if residual is not None else None
     if isinstance(gamma, torch.Tensor) and gamma.dim() == 1:
         gamma = gamma.contiguous()
-    RMSNORM_FWD.check_args(RmsNormFwdArgs(x2d, gamma, eps, zero_centered, r2d))
+    if (torch.compiler.is_compiling() or type(eps) is not float or type(zero_centered) is not bool
+            or not (gamma is None or isinstance(gamma, torch.Tensor))):
+        # Eagerly the dispatcher validates these very arguments before any kernel runs (its verdict
+        # cached per signature); here the check runs where errors must come first: at trace time, and
+        # before eps, zero_centered or gamma reach float() or autograd.
+        RMSNORM_FWD.check_args(RmsNormFwdArgs(x2d, gamma, eps, zero_centered, r2d))
     return x2d, r2d, gamma
 
 
