@@ -2,7 +2,7 @@
 runs are in turbo-deepep's tests), against the float64 loop over experts of
 ``turbo_core.testing.mega_moe_reference``: the output and the gradients of x, topk_weights, w1 and
 w2; the primitives it is made of; no host sync (the forward and backward traced whole by
-``torch.compile(fullgraph=True)``); the argument checks."""
+``torch.compile(fullgraph=True)``, the FP8 form too); the argument checks."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_bf16_weights_int32_ids_against_float64_loop():
 def test_primus_call_forms_and_stages_are_the_same_computation():
     data = _inputs(seed=2)
     fused = _run(_ops, data, torch.float32)
-    applied = _run(lambda *a: FusedMegaMoEFunction.apply(*a, None), data, torch.float32)
+    applied = _run(lambda *a: FusedMegaMoEFunction.apply(*a, None), data, torch.float32)  # (..., group=None)
     staged = _run(_stages, data, torch.float32)
     for name, a, b, c in zip(NAMES, fused, applied, staged, strict=True):
         assert torch.equal(a, b) and torch.equal(a, c), name
@@ -164,6 +164,25 @@ def test_compiles_whole_no_host_sync():
     compiled = _run(torch.compile(_ops, fullgraph=True, backend="aot_eager"), data, torch.float32)
     for name, a, b in zip(NAMES, compiled, eager, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_fp8_compiles_whole_and_stages_match():
+    """The FP8 form is made of ops: fullgraph-traceable, the split form the same computation."""
+    cfg = Float8QuantConfig(granularity=ScalingGranularity.MX_BLOCKWISE)
+    data = _inputs(t=9, h=32, inter=32, e=3, k=2, seed=8)
+
+    def fused(*a):
+        return fused_mega_moe_fp8(None, *a, config=cfg)
+
+    def staged(x, idx, w, w1, w2):
+        h, row_w, handle = fused_mega_moe_stage1(x, idx, w, w1, None, config=cfg)
+        return fused_mega_moe_stage2(h, row_w, handle, idx, w, w2, None)
+
+    eager = _run(fused, data, torch.float32)
+    torch._dynamo.reset()
+    compiled = _run(torch.compile(fused, fullgraph=True, backend="aot_eager"), data, torch.float32)
+    for name, a, b, c in zip(NAMES, compiled, eager, _run(staged, data, torch.float32), strict=True):
+        assert torch.equal(a, b) and torch.equal(c, b), name
 
 
 _FP8 = {

@@ -1,6 +1,6 @@
-"""The steps of :mod:`turbo_core.ops.fused_mega_moe`: argument checks, the routing layout, the two
-expert GEMMs (high precision or FP8) and the forward/backward of the two stages, each step a
-primitive through the dispatcher (or, for FP8, the ``grouped_gemm_fp8`` op).
+"""The steps of :mod:`turbo_core.ops.fused_mega_moe` in x's precision: argument checks, the routing
+layout, and the forward and backward of the two stages, each step a primitive through the
+dispatcher (the FP8 form, composed of ops: :mod:`turbo_core.ops._mega_moe_fp8`).
 
 Shapes: ``x [T, H]``, ``topk_idx`` / ``topk_weights [T, K]``, ``w1 [G, 2I, H]`` (gate rows
 ``[:I]``, up rows ``[I:]``), ``w2 [G, H, I]``; ``W`` ranks in the group, ``E = G W`` experts (rank
@@ -29,12 +29,10 @@ from turbo_core.dispatch.specs.validate import (
     require_shape,
     require_tensor,
 )
-from turbo_core.low_precision import Float8QuantConfig
 from turbo_core.ops.grouped_gemm import grouped_gemm_compute_offs
-from turbo_core.ops.grouped_gemm_fp8 import grouped_gemm_fp8
 
-__all__ = ["HighPrecisionGemm", "Fp8Gemm", "Layout", "check_inputs", "stage1_backward", "stage1_forward",
-           "stage2_backward", "stage2_forward"]
+__all__ = ["Dims", "Layout", "check_inputs", "merge_repeats", "stage1_backward", "stage1_forward", "stage2_backward",
+           "stage2_forward", "permuted_rows", "unmerge_grad", "worst_rows"]
 
 Tensor = torch.Tensor
 
@@ -109,137 +107,108 @@ def unmerge_grad(grad_merged: Tensor, owner: Tensor, valid: Tensor) -> Tensor:
 
 @dataclass
 class Layout:
-    """Where the rows went: what stage 2 and both backwards read."""
+    """Where the rows went: what stage 2 and the backwards read. ``owner`` / ``valid``: the merge of
+    repeated ids (:func:`merge_repeats`; None where autograd differentiates it); ``dispatched``:
+    the permute's count of dispatched tokens (the FP8 form's ``moe_unpermute`` takes it)."""
 
     dims: Dims
     group: Any
     dispatch: Any  # MoeDispatchHandle (W > 1) or None
+    received: int  # R, the received rows
     rows: int  # N, the permuted rows
     row_id_map: Tensor
     tokens_per_expert: Tensor
     group_offs: Tensor
     row_mask: Tensor
-    owner: Tensor
-    valid: Tensor
+    owner: Tensor | None = None
+    valid: Tensor | None = None
+    dispatched: Tensor | None = None
 
 
-class HighPrecisionGemm:
-    """``out_g = a_g @ w[g]^T`` (NT) through the ``grouped_gemm`` primitive; backward: dgrad (NN)
-    and the variable-K wgrad, recomputing nothing (the caller keeps ``a``)."""
-
-    keeps_inputs = False
-
-    def forward(self, a: Tensor, w: Tensor, lay: Layout, need_a: bool, need_w: bool) -> tuple[Tensor, Any]:
-        return gg_launch.grouped_gemm(a, w.contiguous(), lay.tokens_per_expert, lay.group_offs, trans_b=True), None
-
-    def backward(self, state: Any, grad_c: Tensor, a: Tensor | None, w: Tensor, lay: Layout, need_a: bool,
-                 need_w: bool) -> tuple[Tensor | None, Tensor | None]:
-        lens, offs = lay.tokens_per_expert, lay.group_offs
-        ga = gg_launch.grouped_gemm(grad_c, w.contiguous(), lens, offs, trans_b=False) if need_a else None
-        gw = gg_launch.grouped_gemm_variable_k(a, grad_c, lens, offs, trans_c=True) if need_w else None
-        return ga, gw
+def worst_rows(dims: Dims, num_worst_tokens: int | None) -> int:
+    """The dispatch's ``num_worst_tokens``: ``W T`` for None (0: the exact exchange)."""
+    return dims.tokens * dims.world if num_worst_tokens is None else num_worst_tokens
 
 
-class Fp8Gemm:
-    """The same GEMM through ``grouped_gemm_fp8`` with ``config`` (its recipe quantizes the tokens,
-    the weight and the gradient). The op's own autograd is recorded on detached inputs inside the
-    forward; the backward differentiates that small graph, whose nodes hold the FP8 copies."""
-
-    keeps_inputs = True
-
-    def __init__(self, config: Float8QuantConfig) -> None:
-        self.config = config
-
-    def forward(self, a: Tensor, w: Tensor, lay: Layout, need_a: bool, need_w: bool) -> tuple[Tensor, Any]:
-        lens, offs = lay.tokens_per_expert, lay.group_offs
-        if not (need_a or need_w):
-            return grouped_gemm_fp8(a, w, lens, offs, trans_b=True, out_dtype=a.dtype, config=self.config), None
-        with torch.enable_grad():
-            a_in, w_in = a.detach().requires_grad_(need_a), w.detach().requires_grad_(need_w)
-            c = grouped_gemm_fp8(a_in, w_in, lens, offs, trans_b=True, out_dtype=a.dtype, config=self.config)
-        return c.detach(), (c, a_in, w_in)
-
-    def backward(self, state: Any, grad_c: Tensor, a: Tensor | None, w: Tensor, lay: Layout, need_a: bool,
-                 need_w: bool) -> tuple[Tensor | None, Tensor | None]:
-        c, a_in, w_in = state
-        wanted = [t for t, need in ((a_in, need_a), (w_in, need_w)) if need]
-        grads = iter(torch.autograd.grad(c, wanted, grad_c))
-        return (next(grads) if need_a else None), (next(grads) if need_w else None)
+def permuted_rows(dims: Dims, received: int, exact: bool) -> int:
+    """``N = R min(K, G)`` (a static bound), or -1 (from the data) with the exact exchange."""
+    return -1 if exact else received * min(dims.topk, dims.local_experts)
 
 
 def stage1_forward(x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1: Tensor, group: Any, dims: Dims,
-                   num_worst_tokens: int | None, gemm, need_x: bool, need_w1: bool
-                   ) -> tuple[Tensor, Tensor, Layout, Any]:
-    """Dispatch, permute, the L1 GEMM. Returns ``(h [N, 2I], row weights fp32 [N], layout, L1 GEMM
-    state)``. ``N = R min(K, G)`` rows (static), or exactly the routed rows with the exact exchange
-    (``num_worst_tokens=0``, which reads counts on the host anyway)."""
+                   num_worst_tokens: int | None) -> tuple[Tensor, Tensor, Layout]:
+    """Dispatch, permute, the L1 GEMM (NT). Returns ``(h [N, 2I], row weights fp32 [N], layout)``.
+    ``N``: :func:`permuted_rows`; with the exact exchange (``num_worst_tokens=0``, which reads counts
+    on the host anyway) exactly the routed rows."""
     idx, weights, owner, valid = merge_repeats(topk_idx, topk_weights.float(), dims.experts)
     handle, exact = None, False
     if dims.world > 1:
-        worst = dims.tokens * dims.world if num_worst_tokens is None else num_worst_tokens
+        worst = worst_rows(dims, num_worst_tokens)
         exact = worst == 0
         recv_x, _, recv_idx, recv_w, _, handle = moe_launch.moe_dispatch(
             x.contiguous(), None, idx, weights, dims.experts, group, num_worst_tokens=worst)
     else:
         recv_x, recv_idx, recv_w = x.contiguous(), idx, weights
-    g = dims.local_experts
-    n = -1 if exact else recv_x.shape[0] * min(dims.topk, g)
+    g, r = dims.local_experts, recv_x.shape[0]
+    n = permuted_rows(dims, r, exact)
     row_id_map, lens, _, _ = moe_launch.moe_permute_preprocess(recv_idx, g, num_permuted_tokens=n,
                                                                probs_layout="topk")
-    if exact:
+    if n < 0:
         n = int(lens.sum())  # a host read, in the mode that syncs for its row counts already
     xp, _, row_w = moe_launch.moe_permute(recv_x, row_id_map, n, probs=recv_w)
-    lay = Layout(dims, group, handle, n, row_id_map, lens, grouped_gemm_compute_offs(lens),
-                 moe_launch.tokens_per_expert_to_mask(lens, n), owner, valid)
-    h, state = gemm.forward(xp, w1, lay, need_x, need_w1)
-    return h, row_w, lay, state
+    offs = grouped_gemm_compute_offs(lens)
+    lay = Layout(dims, group, handle, r, n, row_id_map, lens, offs, moe_launch.tokens_per_expert_to_mask(lens, n),
+                 owner, valid)
+    return gg_launch.grouped_gemm(xp, w1.contiguous(), lens, offs, trans_b=True), row_w, lay
 
 
-def stage2_forward(h: Tensor, row_w: Tensor, w2: Tensor, lay: Layout, gemm, need_act: bool, need_w2: bool
-                   ) -> tuple[Tensor, Any]:
-    """Weighted SwiGLU, the L2 GEMM, unpermute, combine. Returns ``(y [T, H], L2 GEMM state)``."""
+def stage2_forward(h: Tensor, row_w: Tensor, w2: Tensor, lay: Layout) -> Tensor:
+    """Weighted SwiGLU, the L2 GEMM (NT), unpermute, combine: ``y [T, H]``."""
     act = act_launch.glu_fwd("swiglu", h, row_w, lay.row_mask)
-    out, state = gemm.forward(act, w2, lay, need_act, need_w2)
+    out = gg_launch.grouped_gemm(act, w2.contiguous(), lay.tokens_per_expert, lay.group_offs, trans_b=True)
     rows, _ = moe_launch.moe_unpermute(out, lay.row_id_map)
     if lay.dispatch is None:
-        return rows, state
-    y, _ = moe_launch.moe_combine(rows, lay.dispatch)
-    return y, state
+        return rows
+    return moe_launch.moe_combine(rows, lay.dispatch)[0]
 
 
-def stage2_backward(grad_y: Tensor, h: Tensor, row_w: Tensor, w2: Tensor, state: Any, lay: Layout, gemm,
-                    need_act: bool, need_w2: bool) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+def stage2_backward(grad_y: Tensor, h: Tensor, row_w: Tensor, w2: Tensor, lay: Layout, need_act: bool,
+                    need_w2: bool) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """Returns ``(grad h [N, 2I], grad row weights fp32 [N], grad w2)`` (the first two None unless
-    ``need_act``, the last unless ``need_w2``); the activation is recomputed for the wgrad."""
+    ``need_act``, the last unless ``need_w2``); the activation is made again for the wgrad."""
+    lens, offs = lay.tokens_per_expert, lay.group_offs
     grad_y = grad_y.contiguous()
     if lay.dispatch is not None:
         grad_y, _ = moe_launch.moe_dispatch_cached(grad_y, None, lay.dispatch)
     grad_out, _, _ = moe_launch.moe_permute(grad_y, lay.row_id_map, lay.rows)
-    act = None
-    if need_w2 and not gemm.keeps_inputs:
+    grad_w2 = grad_h = grad_row_w = None
+    if need_w2:
         act = act_launch.glu_fwd("swiglu", h, row_w, lay.row_mask)
-    grad_act, grad_w2 = gemm.backward(state, grad_out, act, w2, lay, need_act, need_w2)
-    if not need_act:
-        return None, None, grad_w2
-    grad_h, grad_row_w = act_launch.glu_bwd("swiglu", grad_act, h, row_w, lay.row_mask)
+        grad_w2 = gg_launch.grouped_gemm_variable_k(act, grad_out, lens, offs, trans_c=True)  # [G, H, I]
+    if need_act:
+        grad_act = gg_launch.grouped_gemm(grad_out, w2.contiguous(), lens, offs, trans_b=False)  # NN
+        grad_h, grad_row_w = act_launch.glu_bwd("swiglu", grad_act, h, row_w, lay.row_mask)
     return grad_h, grad_row_w, grad_w2
 
 
-def stage1_backward(grad_h: Tensor | None, grad_row_w: Tensor | None, x: Tensor, w1: Tensor, state: Any,
-                    lay: Layout, gemm, need_x: bool, need_weights: bool, need_w1: bool
+def stage1_backward(grad_h: Tensor | None, grad_row_w: Tensor | None, x: Tensor, w1: Tensor, lay: Layout,
+                    need_x: bool, need_weights: bool, need_w1: bool
                     ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """Returns ``(grad x [T, H], grad topk_weights fp32 [T, K], grad w1)``, each None when not needed
     (or when no gradient reached stage 1). The permuted x of the wgrad is made again from ``x``
     (dispatched again along the handle with ``W > 1``: the received rows are not kept)."""
+    lens, offs = lay.tokens_per_expert, lay.group_offs
     grad_xp = grad_w1 = None
-    if grad_h is not None and (need_x or need_w1):
-        xp = None
-        if need_w1 and not gemm.keeps_inputs:
+    if grad_h is not None:
+        grad_h = grad_h.contiguous()
+        if need_w1:
             recv_x = x.contiguous()
             if lay.dispatch is not None:
                 recv_x, _ = moe_launch.moe_dispatch_cached(recv_x, None, lay.dispatch)
             xp, _, _ = moe_launch.moe_permute(recv_x, lay.row_id_map, lay.rows)
-        grad_xp, grad_w1 = gemm.backward(state, grad_h.contiguous(), xp, w1, lay, need_x, need_w1)
+            grad_w1 = gg_launch.grouped_gemm_variable_k(xp, grad_h, lens, offs, trans_c=True)  # [G, 2I, H]
+        if need_x:
+            grad_xp = gg_launch.grouped_gemm(grad_h, w1.contiguous(), lens, offs, trans_b=False)  # NN
     need_x = need_x and grad_xp is not None
     need_weights = need_weights and grad_row_w is not None
     if not (need_x or need_weights):

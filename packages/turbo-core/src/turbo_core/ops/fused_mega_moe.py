@@ -48,6 +48,7 @@ import torch
 from turbo_core.dispatch.specs.moe import _same_group
 from turbo_core.dispatch.specs.validate import require_same_dtype, require_shape, require_tensor
 from turbo_core.low_precision import Float8QuantConfig
+from turbo_core.ops import _mega_moe_fp8 as fp8
 from turbo_core.ops import _mega_moe_steps as steps
 from turbo_core.ops._autograd import grad_needed
 from turbo_core.ops.gemm_fp8 import fp8_config
@@ -58,54 +59,34 @@ __all__ = ["FusedMegaMoEFunction", "MegaMoEHandle", "fused_mega_moe", "fused_meg
 Tensor = torch.Tensor
 
 
-def _gemm(config: Float8QuantConfig | None):
-    return steps.HighPrecisionGemm() if config is None else steps.Fp8Gemm(fp8_config(config))
-
-
-def _layer(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, config, needs):
-    """The forward of the whole layer: ``(y, x, h, row weights, layout, GEMM, GEMM states)``;
-    ``needs``: which of x, topk_weights, w1, w2 will get a gradient."""
+def _layer(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens):
+    """The forward of the whole layer in x's precision: ``(y, h, row weights, layout)``."""
     dims = steps.check_inputs(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens)
-    gemm = _gemm(config)
-    need_x, need_w, need_w1, need_w2 = needs
-    h, row_w, lay, s1 = steps.stage1_forward(x, topk_idx, topk_weights, w1, group, dims, num_worst_tokens, gemm,
-                                             need_x, need_w1)
-    y, s2 = steps.stage2_forward(h, row_w, w2, lay, gemm, need_x or need_w or need_w1, need_w2)
-    return y, h, row_w, lay, gemm, (s1, s2)
+    h, row_w, lay = steps.stage1_forward(x, topk_idx, topk_weights, w1, group, dims, num_worst_tokens)
+    return steps.stage2_forward(h, row_w, w2, lay), h, row_w, lay
 
 
 class FusedMegaMoEFunction(torch.autograd.Function):
-    """The whole layer as one autograd node: ``apply(x, topk_idx, topk_weights, w1, w2, group,
-    num_worst_tokens=None, config=None)`` (Primus-Turbo's first six arguments; ``config`` a
-    :class:`Float8QuantConfig` for the FP8 GEMMs). Gradients: x, topk_weights, w1, w2. Saves x,
-    the weights, the L1 output and the row weights."""
+    """The whole layer in x's precision as one autograd node: ``apply(x, topk_idx, topk_weights, w1,
+    w2, group, num_worst_tokens=None)`` (Primus-Turbo's arguments, then turbo's optional one).
+    Gradients: x, topk_weights, w1, w2. Saves x, the weights, the L1 output and the row weights."""
 
     @staticmethod
-    def forward(ctx, x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens=None, config=None):
-        needs = tuple(ctx.needs_input_grad[i] for i in (0, 2, 3, 4))
-        y, h, row_w, lay, gemm, states = _layer(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, config,
-                                                needs)
+    def forward(ctx, x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens=None):
+        y, h, row_w, lay = _layer(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens)
         ctx.save_for_backward(x, w1, w2, h, row_w)
-        ctx.lay, ctx.gemm, ctx.states, ctx.weights_dtype = lay, gemm, states, topk_weights.dtype
+        ctx.lay, ctx.weights_dtype = lay, topk_weights.dtype
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
         x, w1, w2, h, row_w = ctx.saved_tensors
         need_x, need_w, need_w1, need_w2 = (ctx.needs_input_grad[i] for i in (0, 2, 3, 4))
-        lay, gemm, (s1, s2) = ctx.lay, ctx.gemm, ctx.states
-        grad_h, grad_row_w, grad_w2 = steps.stage2_backward(grad_y, h, row_w, w2, s2, lay, gemm,
-                                                            need_x or need_w or need_w1, need_w2)
-        grad_x, grad_w, grad_w1 = steps.stage1_backward(grad_h, grad_row_w, x, w1, s1, lay, gemm, need_x, need_w,
-                                                        need_w1)
+        grad_h, grad_row_w, grad_w2 = steps.stage2_backward(grad_y, h, row_w, w2, ctx.lay, need_x or need_w or need_w1,
+                                                            need_w2)
+        grad_x, grad_w, grad_w1 = steps.stage1_backward(grad_h, grad_row_w, x, w1, ctx.lay, need_x, need_w, need_w1)
         grad_w = None if grad_w is None else grad_w.to(ctx.weights_dtype)
-        return grad_x, None, grad_w, grad_w1, grad_w2, None, None, None
-
-
-def _apply(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, config) -> Tensor:
-    if not grad_needed(x, topk_weights, w1, w2):  # no graph: the forward alone, no copies kept for a backward
-        return _layer(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, config, (False,) * 4)[0]
-    return FusedMegaMoEFunction.apply(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, config)
+        return grad_x, None, grad_w, grad_w1, grad_w2, None, None
 
 
 def fused_mega_moe(group: Any, x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1: Tensor, w2: Tensor, *,
@@ -127,68 +108,66 @@ def fused_mega_moe(group: Any, x: Tensor, topk_idx: Tensor, topk_weights: Tensor
     Raises:
         TypeError / ValueError naming the argument, before any kernel runs.
     """
-    return _apply(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, None)
+    if not grad_needed(x, topk_weights, w1, w2):  # no graph: the forward alone, nothing kept for a backward
+        return _layer(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens)[0]
+    return FusedMegaMoEFunction.apply(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens)
 
 
 def fused_mega_moe_fp8(group: Any, x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1: Tensor, w2: Tensor,
                        config: Float8QuantConfig | None = None, *, num_worst_tokens: int | None = None) -> Tensor:
     """:func:`fused_mega_moe` with both expert GEMMs (forward, dgrad, wgrad) through
-    ``grouped_gemm_fp8`` with ``config`` (``None``: TENSORWISE E4M3; ROWWISE, BLOCKWISE (block 128:
-    H and I multiples of 128) and MX_BLOCKWISE (H and I multiples of 32) as that op's recipe;
-    HYBRID takes E5M2 gradients). Routing, SwiGLU, permutation and communication stay in x's
-    precision. The weights are quantized on every call (Primus-Turbo's MXFP8 op caches them per
-    weight version). Runs eagerly (the FP8 GEMMs record their own autograd inside the forward)."""
-    return _apply(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens, fp8_config(config))
+    ``grouped_gemm_fp8`` with ``config`` (``None``: TENSORWISE E4M3; ROWWISE; BLOCKWISE, block 128:
+    H and I multiples of 128; MX_BLOCKWISE: multiples of 32; HYBRID: E5M2 gradients), the recipe
+    of that op. Composed of turbo's ops, each with its own autograd (``moe_dispatch``,
+    ``moe_permute``, ``grouped_gemm_fp8``, ``swiglu_with_probs``, ``moe_unpermute``,
+    ``moe_combine``); routing, SwiGLU, permutation and communication stay in x's precision. The
+    weights are quantized on every call (Primus-Turbo's MXFP8 op caches them per weight version)."""
+    config = fp8_config(config)
+    dims = steps.check_inputs(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens)
+    h, row_w, lay = fp8.fp8_stage1(x, topk_idx, topk_weights, w1, group, dims, num_worst_tokens, config)
+    return fp8.fp8_stage2(h, row_w, w2, lay, config)
 
 
 class MegaMoEHandle:
     """What :func:`fused_mega_moe_stage1` hands to :func:`fused_mega_moe_stage2`: the routing
-    layout (the row map, the group lengths, the dispatch handle) and the GEMM precision. Opaque;
-    one handle serves one stage-2 call and its backward."""
+    layout (the row map, the group lengths, the dispatch handle) and the FP8 config (None: x's
+    precision). Opaque; one handle serves one stage-2 call and its backward."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: Float8QuantConfig | None) -> None:
+        self.config = config
         self.layout: steps.Layout | None = None
-        self.gemm = None
 
 
 class _Stage1Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, topk_idx, topk_weights, w1, group, num_worst_tokens, handle):
         dims = steps.check_inputs(x, topk_idx, topk_weights, w1, None, group, num_worst_tokens)
-        need_x, need_w, need_w1 = (ctx.needs_input_grad[i] for i in (0, 2, 3))
-        h, row_w, lay, s1 = steps.stage1_forward(x, topk_idx, topk_weights, w1, group, dims, num_worst_tokens,
-                                                 handle.gemm, need_x, need_w1)
-        handle.layout = lay
+        h, row_w, handle.layout = steps.stage1_forward(x, topk_idx, topk_weights, w1, group, dims, num_worst_tokens)
         ctx.save_for_backward(x, w1)
-        ctx.lay, ctx.gemm, ctx.state, ctx.weights_dtype = lay, handle.gemm, s1, topk_weights.dtype
+        ctx.lay, ctx.weights_dtype = handle.layout, topk_weights.dtype
         return h, row_w
 
     @staticmethod
     def backward(ctx, grad_h, grad_row_w):
         x, w1 = ctx.saved_tensors
         need_x, need_w, need_w1 = (ctx.needs_input_grad[i] for i in (0, 2, 3))
-        grad_x, grad_w, grad_w1 = steps.stage1_backward(grad_h, grad_row_w, x, w1, ctx.state, ctx.lay, ctx.gemm,
-                                                        need_x, need_w, need_w1)
+        grad_x, grad_w, grad_w1 = steps.stage1_backward(grad_h, grad_row_w, x, w1, ctx.lay, need_x, need_w, need_w1)
         grad_w = None if grad_w is None else grad_w.to(ctx.weights_dtype)
         return grad_x, None, grad_w, grad_w1, None, None, None
 
 
 class _Stage2Function(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, row_w, w2, handle):
-        lay = handle.layout
-        need_act = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-        y, s2 = steps.stage2_forward(h, row_w, w2, lay, handle.gemm, need_act, ctx.needs_input_grad[2])
+    def forward(ctx, h, row_w, w2, lay):
         ctx.save_for_backward(h, row_w, w2)
-        ctx.lay, ctx.gemm, ctx.state = lay, handle.gemm, s2
-        return y
+        ctx.lay = lay
+        return steps.stage2_forward(h, row_w, w2, lay)
 
     @staticmethod
     def backward(ctx, grad_y):
         h, row_w, w2 = ctx.saved_tensors
         need_h, need_w, need_w2 = ctx.needs_input_grad[:3]
-        grad_h, grad_row_w, grad_w2 = steps.stage2_backward(grad_y, h, row_w, w2, ctx.state, ctx.lay, ctx.gemm,
-                                                            need_h or need_w, need_w2)
+        grad_h, grad_row_w, grad_w2 = steps.stage2_backward(grad_y, h, row_w, w2, ctx.lay, need_h or need_w, need_w2)
         return (grad_h if need_h else None), (grad_row_w if need_w else None), grad_w2, None
 
 
@@ -198,8 +177,9 @@ def fused_mega_moe_stage1(x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1:
     """Stage 1 of :func:`fused_mega_moe` (the w1 half, a gradient boundary of its own): dispatch,
     permute and the L1 GEMM.
 
-    Arguments as :func:`fused_mega_moe`; ``config``: ``None`` (x's precision) or a
-    :class:`Float8QuantConfig` (both stages' GEMMs in FP8, as :func:`fused_mega_moe_fp8`).
+    Arguments as :func:`fused_mega_moe`; ``config``: ``None`` (x's precision: one autograd node
+    per stage) or a :class:`Float8QuantConfig` (both stages' GEMMs in FP8, composed of ops as
+    :func:`fused_mega_moe_fp8`).
 
     Returns:
         ``(l1_out [N, 2I] in x's dtype, dispatch_weights fp32 [N], handle)``: the L1 output of
@@ -207,8 +187,12 @@ def fused_mega_moe_stage1(x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1:
         routing weight, and the :class:`MegaMoEHandle` for :func:`fused_mega_moe_stage2`. The
         gradient that stage 2 returns for ``dispatch_weights`` flows to ``topk_weights``.
     """
-    handle = MegaMoEHandle()
-    handle.gemm = _gemm(config)
+    handle = MegaMoEHandle(None if config is None else fp8_config(config))
+    if handle.config is not None:
+        dims = steps.check_inputs(x, topk_idx, topk_weights, w1, None, group, num_worst_tokens)
+        h, row_w, handle.layout = fp8.fp8_stage1(x, topk_idx, topk_weights, w1, group, dims, num_worst_tokens,
+                                                 handle.config)
+        return h, row_w, handle
     h, row_w = _Stage1Function.apply(x, topk_idx, topk_weights, w1, group, num_worst_tokens, handle)
     return h, row_w, handle
 
@@ -237,4 +221,6 @@ def fused_mega_moe_stage2(l1_out: Tensor, dispatch_weights: Tensor, handle: Mega
     require_tensor("w2", w2, ndim=3)
     require_same_dtype("w2", w2, "l1_out", l1_out)
     require_shape("w2", w2, (d.local_experts, d.hidden, d.inter), "[G, H, I] of stage 1's w1 and x")
-    return _Stage2Function.apply(l1_out.contiguous(), dispatch_weights.contiguous(), w2, handle)
+    if handle.config is not None:
+        return fp8.fp8_stage2(l1_out, dispatch_weights, w2, lay, handle.config)
+    return _Stage2Function.apply(l1_out.contiguous(), dispatch_weights.contiguous(), w2, lay)
