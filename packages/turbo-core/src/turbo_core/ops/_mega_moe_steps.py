@@ -5,7 +5,8 @@ dispatcher (the FP8 form, composed of ops: :mod:`turbo_core.ops._mega_moe_fp8`).
 Shapes: ``x [T, H]``, ``topk_idx`` / ``topk_weights [T, K]``, ``w1 [G, 2I, H]`` (gate rows
 ``[:I]``, up rows ``[I:]``), ``w2 [G, H, I]``; ``W`` ranks in the group, ``E = G W`` experts (rank
 ``r`` holds ``[r G, (r + 1) G)``), ``R`` received rows (``T`` on one process), ``N = R min(K, G)``
-permuted rows (a static cap: no row is ever dropped, and no count is read on the host).
+permuted rows (a static bound: no row is ever dropped, and no count is read on the host), or
+exactly the routed rows with the exact exchange (``num_worst_tokens=0``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ Tensor = torch.Tensor
 
 @dataclass(frozen=True)
 class Dims:
+    """The sizes of one call: ``T``, ``H``, ``K``, ``G`` (local experts), ``I``, ``W``."""
+
     tokens: int
     hidden: int
     topk: int
