@@ -19,7 +19,7 @@ def test_cases_and_flops_by_hand():
     assert [(c.model, c.pass_, c.tokens) for c in cs] == [
         (m, p, 4096) for m in ("mixtral-8x7b", "deepseek-v2-lite", "deepseek-v3-ep8-rank") for p in ("fwd", "fwd+bwd")]
     assert len({c.label for c in cs}) == len(cs)
-    c = cs[4]  # DeepSeek-V3 rank, forward: 4096 x 8 routed pairs, L1 [7168 -> 2 x 2048], L2 [2048 -> 7168]
+    c = cs[4]  # DeepSeek-V3 rank, forward: 4096 x 8 routed pairs; L1 [H=7168 to 2I=4096], L2 [I=2048 to H=7168]
     assert c.label == "fused_mega_moe/fwd deepseek-v3-ep8-rank 4096x7168"
     assert moe_mega.flops(c) == 2 * 32768 * 7168 * 4096 + 2 * 32768 * 2048 * 7168
     assert moe_mega.flops(cs[5]) == 3 * moe_mega.flops(c)
