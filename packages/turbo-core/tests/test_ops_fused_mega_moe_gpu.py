@@ -48,8 +48,9 @@ def _inputs(experts: int, tokens: int = T, seed: int = 0):
 
 def _leaves(data, dtype):
     x, idx, w, w1, w2, _ = data
-    return [x.to(dtype).requires_grad_(), idx, w.float().requires_grad_(), w1.to(dtype).requires_grad_(),
-            w2.to(dtype).requires_grad_()]
+    w = w.detach().to(torch.float64 if dtype == torch.float64 else torch.float32)
+    return [x.detach().to(dtype).requires_grad_(), idx, w.requires_grad_(), w1.detach().to(dtype).requires_grad_(),
+            w2.detach().to(dtype).requires_grad_()]
 
 
 def _grads(y, ins, gy):
