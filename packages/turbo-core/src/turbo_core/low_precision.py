@@ -526,6 +526,8 @@ def _f4_field(name: str, value: object) -> object:
             raise ValueError(f"granularity: Float4QuantConfig needs MX_BLOCKWISE, got {value!r}")
         return ScalingGranularity.MX_BLOCKWISE
     if name == "strategy":
+        if value is ScalingStrategy.DYNAMIC:  # the common case, without an Enum lookup (torch.compile traces this)
+            return value
         try:
             return ScalingStrategy(value)
         except ValueError:

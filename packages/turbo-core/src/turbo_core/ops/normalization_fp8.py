@@ -76,7 +76,8 @@ def rmsnorm_fp8(x: torch.Tensor, gamma: torch.Tensor | None, eps: float = 1e-6, 
 
     Returns:
         A :class:`QuantizedTensor` of logical shape ``[T, H]`` and x's dtype, quantized along H
-        (``quantize_fp8(rmsnorm(x), axis=-1)`` bit for bit, see ``RmsNormFwdFp8Args``), or with
+        (``quantize_fp8(rmsnorm(x), axis=-1)``; the norm's ``rstd`` may differ from a separate
+        ``rmsnorm`` call in its last bit, see ``RmsNormFwdFp8Args``), or with
         ``with_trans`` a :class:`QuantizedTensorPair` whose ``data_t`` ``[H, T]`` is
         ``quantize_fp8(rmsnorm(x).t(), axis=-1)``. ``gemm_fp8(result, W, trans_b=True,
         config=config)`` computes what ``gemm_fp8(rmsnorm(x), W, ...)`` computes. The result

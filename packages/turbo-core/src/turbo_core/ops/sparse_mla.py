@@ -41,8 +41,10 @@ class SparseMLAFunc(torch.autograd.Function):
         ctx.save_for_backward(q, kv, out, lse, topk_indices, attn_sink)
         ctx.backend = backend
         ctx.attrs = (kv_lora_rank, scale)
-        ctx.mark_non_differentiable(lse)
-        return (out, lse) if return_lse else out
+        if not return_lse:
+            return out
+        ctx.mark_non_differentiable(lse)  # only an output may be marked (torch.compile asserts it)
+        return out, lse
 
     @staticmethod
     def backward(ctx, dout, *_dlse):

@@ -42,10 +42,12 @@ class RmsNormFwdFp8Args:
     * ``store_y``: also return ``y`` in x's dtype (for a column copy quantized from it, which the
       wgrad needs in training).
 
-    Numerics: exactly the backend's ``rmsnorm_fwd`` on the same arguments followed by its
-    ``quantize_fp8`` of that ``y`` (x's dtype, rounded once) along axis -1: the same ``y``, ``rstd``
-    and ``x_plus_r`` bits, and the same ``q`` and ``scale_inv`` bits, as the two primitive calls.
-    A backend fuses them so that ``y`` need not be written and read back.
+    Numerics: ``y``, ``rstd`` and ``x_plus_r`` are the backend's ``rmsnorm_fwd`` on the same arguments
+    (fp32 row statistics, ``y`` rounded once to x's dtype; ``x_plus_r`` the same bits). Compiled apart,
+    the two kernels may sum a row in another order, so ``rstd`` may differ from a separate
+    ``rmsnorm_fwd`` call in its last bit, and ``y`` by one rounding step where that moves it. ``q``
+    and ``scale_inv`` are exactly the backend's ``quantize_fp8`` of the returned ``y`` along axis -1
+    (the same bits). A backend fuses them so that ``y`` need not be written and read back.
 
     Result: a 5-tuple ``(q, scale_inv, y, rstd, x_plus_r)``: ``q`` and ``scale_inv`` with
     ``quantize_fp8``'s shapes for ``[T, H]`` along axis -1 (ROWWISE ``[T, H]`` / ``[T, 1]`` fp32;
