@@ -10,6 +10,8 @@ def probe() -> str | None:
     if importlib.util.find_spec("triton") is None:
         return "triton is not installed (pip install triton)"
     if os.environ.get("TRITON_INTERPRET") == "1":
+        if importlib.util.find_spec("numpy") is None:  # Triton's interpreter runs kernels on numpy arrays
+            return "TRITON_INTERPRET=1 needs numpy, which is not installed (pip install numpy)"
         return None
     from turbo_core.platform import gpu_count
 
