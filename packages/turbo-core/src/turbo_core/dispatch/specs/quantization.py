@@ -511,10 +511,12 @@ class GroupedDequantizeFp8Args:
     """Inverse of :class:`GroupedQuantizeFp8Args`: ``[total_m, n]`` in ``out_dtype`` with the group
     padding removed (row ``r`` of group ``g`` is read from padded row ``offs_padded[g] + r - offs[g]``).
 
-    ``total_m`` (an int, so the output shape is static) is the number of output rows; rows at or past
-    ``group_offs[-1]`` come out zero. MX row-wise keeps the padded N (``N_pad``); MX col-wise data
-    ``[N, M_c]`` comes back as ``[total_m, N]``. BLOCKWISE row-wise: ``x`` ``[M, N]`` with scales
-    ``[cdiv(N,bs), M]``, ``total_m`` must be M.
+    ``total_m`` (an int, so the output shape is static) is the number of output rows. In the padded
+    layouts (MX, BLOCKWISE col-wise) rows at or past ``group_offs[-1]`` belong to no group and come
+    out zero. MX row-wise keeps the padded N (``N_pad``); MX col-wise data ``[N, M_c]`` comes back as
+    ``[total_m, N]``. BLOCKWISE row-wise is not padded: ``x`` ``[M, N]`` with scales ``[cdiv(N,bs), M]``,
+    ``total_m`` must be M, and every row is dequantized from its own scales, rows past the last group
+    included (the quantizer's output for them).
     """
 
     x: torch.Tensor
