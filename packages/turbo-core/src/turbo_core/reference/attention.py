@@ -267,14 +267,15 @@ def attention_bwd(args: AttentionBwdArgs):
 def fake_quant_e4m3_blocks(x: torch.Tensor, block: int = FP8_BLOCK) -> torch.Tensor:
     """Quantize ``x [b, h, s, d]`` to E4M3 per (b, h, ``block`` rows along s) and dequantize (fp32).
 
-    ``scale = amax / 448`` (1 for an all-zero block); ``e4m3(clamp(x / scale, -448, 448)) * scale``.
+    ``scale = amax / 448`` (1 for an all-zero block; NaN for a block holding a NaN, which makes the
+    whole block NaN); ``e4m3(clamp(x / scale, -448, 448)) * scale``.
     """
     b, h, s, d = x.shape
     x = x.to(torch.float32)
     pad = (-s) % block
     xp = torch.nn.functional.pad(x, (0, 0, 0, pad)).view(b, h, (s + pad) // block, block, d)
     amax = xp.abs().amax(dim=(-1, -2), keepdim=True)
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    scale = torch.where(amax == 0, torch.ones_like(amax), amax / FP8_MAX)
     xq = (xp / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return (xq.to(torch.float32) * scale).view(b, h, s + pad, d)[:, :, :s]
 

@@ -25,12 +25,18 @@ import torch
 from turbo_core.backend import normalize_backend_name
 from turbo_core.dispatch.specs.activation import GluBwdArgs, GluFwdArgs
 from turbo_core.dispatch.specs.activation_fp8 import GluFwdFp8Args
-from turbo_core.dispatch.specs.attention import AttentionBwdArgs, AttentionFwdArgs
+from turbo_core.dispatch.specs.attention import AttentionBwdArgs, AttentionFp8FwdArgs, AttentionFwdArgs
 from turbo_core.dispatch.specs.gemm import GemmArgs
 from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args
 from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmVariableKArgs
 from turbo_core.dispatch.specs.grouped_gemm_fp8 import GroupedGemmFp8Args
-from turbo_core.dispatch.specs.moe import MoePermuteArgs, MoeRoutingFwdArgs, MoeUnpermuteArgs
+from turbo_core.dispatch.specs.moe import (
+    MoeCombineArgs,
+    MoeDispatchArgs,
+    MoePermuteArgs,
+    MoeRoutingFwdArgs,
+    MoeUnpermuteArgs,
+)
 from turbo_core.dispatch.specs.normalization import RmsNormBwdArgs, RmsNormFwdArgs
 from turbo_core.dispatch.specs.normalization_fp8 import RmsNormFwdFp8Args
 from turbo_core.dispatch.specs.quantization import DequantizeFp8Args, QuantizeFp4Args, QuantizeFp8Args
@@ -440,7 +446,41 @@ def _attention_sink(t: Target) -> None:
         raise AssertionError("attention_fwd: a NaN sink makes its head NaN, and only its head")
 
 
+def _attention_fp8(where: str):
+    """FP8 attention quantizes per (batch, head, 64-row block): a NaN in q, k or v makes its block's
+    scale NaN, so the rows of that (batch, head) that read the block are NaN; other batches and heads
+    stay finite."""
+    def run(t: Target) -> None:
+        q, k, v, _ = _attn_inputs(False)
+        {"q": q, "k": k, "v": v}[where][0, 2, 0, 1] = NAN  # batch 0, head 0
+        out, lse = t.call(AttentionFp8FwdArgs(t.put(q), t.put(k), t.put(v)))
+        o, ls = f64(out), f64(lse)
+        if not bool(o[0, :, 0].isnan().all()):
+            raise AssertionError(f"attention_fp8_fwd: NaN in {where}: every row of batch 0, head 0 reads its block")
+        if bool(o[1].isnan().any()) or bool(o[0, :, 1].isnan().any()) or bool(ls[1].isnan().any()):
+            raise AssertionError(f"attention_fp8_fwd: NaN in {where} reached another batch or head")
+        if where == "v" and bool(ls.isnan().any()):
+            raise AssertionError("attention_fp8_fwd: lse does not read v")
+    return run
+
+
 # -- MoE --------------------------------------------------------------------------------------------
+
+def _dispatch_combine(t: Target) -> None:
+    """One process: dispatch copies each token's row bit for bit (NaN and Inf included), combine sums
+    the rows returned for a token in IEEE (a NaN row makes its token NaN)."""
+    x = torch.tensor([[NAN, 1.0], [INF, 2.0], [3.0, -INF]])
+    idx = torch.tensor([[0, 1], [1, -1], [0, 0]])
+    probs = torch.full((3, 2), 0.5)
+    dispatch = Target(t.backend, t.device, "moe_dispatch")
+    recv_x, _s, _i, _p, _tpe, handle = dispatch.call(MoeDispatchArgs(t.put(x), None, t.put(idx), t.put(probs), 2))
+    _pattern("moe_dispatch", recv_x, x.double())
+    if t.primitive != "moe_combine":
+        return
+    y = recv_x * 2.0
+    combined, _ = t.call(MoeCombineArgs(y, handle))
+    _pattern("moe_combine", combined, 2.0 * x.double())
+
 
 def _permute(t: Target) -> None:
     tokens = torch.tensor([[NAN, 1.0], [INF, 2.0], [3.0, 4.0]])
@@ -507,6 +547,9 @@ NAN_CASES: list[NanCase] = [
       for where in (("q", "k", "v", "tail") if varlen else ("q", "k", "v")) + (("dout",) if prim == "attention_bwd"
                                                                                  else ())],
     NanCase("attention_fwd-sink", "attention_fwd", _attention_sink),
+    *[NanCase(f"attention_fp8_fwd-{where}", "attention_fp8_fwd", _attention_fp8(where)) for where in ("q", "k", "v")],
+    NanCase("moe_dispatch", "moe_dispatch", _dispatch_combine),
+    NanCase("moe_combine", "moe_combine", _dispatch_combine),
     NanCase("moe_permute", "moe_permute", _permute),
     NanCase("moe_unpermute", "moe_unpermute", _unpermute),
     NanCase("moe_routing_fwd", "moe_routing_fwd", _routing),

@@ -4,7 +4,8 @@
 tensor (any strides with a unit head-dim stride; fp16/bf16/fp32) and writes, bit-identical to
 ``turbo_core.reference.attention.fake_quant_e4m3_blocks``:
 
-- ``scale = amax(|block|) / 448`` (fp32, correctly rounded: ``div_rn``), 1 for an all-zero block;
+- ``scale = amax(|block|) / 448`` (fp32, correctly rounded: ``div_rn``), 1 for an all-zero block, NaN
+  for a block holding a NaN (the whole block comes out NaN);
 - ``x_q = e4m3(clamp(x / scale, -448, 448))`` with ``x / scale`` correctly rounded and the cast
   round-to-nearest-even (the native ``rtne`` cast on GPUs; under the CPU interpreter, whose float8
   cast rounds half-up, the software encoder of ``turbo_triton.quantization.numerics``, writing bytes).
@@ -68,7 +69,7 @@ def attn_fp8_quant_kernel(
     x = load_f32(ptrs, (rows < seq)[:, None] & (cols < D)[None, :], X_BITS)
     bits = abs_bits(x)  # int32, ordered like |x| (NaN above inf): amax as torch's, NaN included
     amax = (tl.zeros_like(bits) + tl.max(tl.max(bits, 1), 0)).to(tl.float32, bitcast=True)
-    scale = tl.where(amax > 0, tl.math.div_rn(amax, tl.full(x.shape, FMAX, tl.float32)), 1.0)
+    scale = tl.where(amax == 0, 1.0, tl.math.div_rn(amax, tl.full(x.shape, FMAX, tl.float32)))  # NaN amax: NaN
     v = saturate(tl.math.div_rn(x, scale), FMAX)
     if SOFT:
         code = encode_fp8(v, 3, 7, False).to(tl.uint8)

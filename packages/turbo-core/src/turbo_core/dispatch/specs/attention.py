@@ -39,7 +39,8 @@ Semantics (what every backend computes; the TORCH reference is the oracle):
 
 FP8 (``attention_fp8_*``, dense only, no sink): q, k and v (and ``dout`` in the backward) are
 quantized per (batch, head, block of 64 consecutive sequence rows) to OCP E4M3
-(``torch.float8_e4m3fn``): ``scale = amax(|block|) / 448`` in fp32 (1 for an all-zero block),
+(``torch.float8_e4m3fn``): ``scale = amax(|block|) / 448`` in fp32 (1 for an all-zero block; NaN,
+which makes the whole block NaN, for a block holding a NaN),
 ``x_q = e4m3(clamp(x / scale, -448, 448))``, round to nearest even. The scores use the dequantized
 q and k, accumulated in fp32; P (in [0, 1]) is quantized with the fixed scale 448 (``P_q =
 e4m3(P * 448) / 448``) before ``P_q @ v_q``; lse is computed from the unquantized P. Backward: P is
