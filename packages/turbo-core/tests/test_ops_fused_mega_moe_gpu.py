@@ -4,7 +4,8 @@ topk_weights, w1 and w2 against the float64 loop over experts (``turbo_core.test
 run on the GPU) by Primus-Turbo's gate for its bf16 mega MoE (SNR >= 40 dB, cosine >= 0.99) and the
 normwise bf16 gate on the output; the whole forward and backward with no host sync
 (``torch.cuda.set_sync_debug_mode("error")``, after a first call that loads the backends); the
-FP8 recipes by SNR. The CUDA-graph and compile-mode runs are the ``fused_mega_moe`` graph case."""
+FP8 recipes by SNR; the FP8 split form (``fused_mega_moe_fp8_stage1`` / ``_stage2``, MXFP8) with
+Parameter weights, whose second call reuses the weights' FP8 copies. The CUDA-graph and compile-mode runs are the ``fused_mega_moe`` graph case."""
 
 from __future__ import annotations
 
@@ -13,8 +14,15 @@ import contextlib
 import pytest
 import torch
 
+from turbo_core import dispatch
 from turbo_core.low_precision import Float8QuantConfig, ScalingGranularity
-from turbo_core.ops import fused_mega_moe, fused_mega_moe_fp8
+from turbo_core.ops import (
+    advance_weight_generation,
+    fused_mega_moe,
+    fused_mega_moe_fp8,
+    fused_mega_moe_fp8_stage1,
+    fused_mega_moe_fp8_stage2,
+)
 from turbo_core.testing import assert_close_normwise, snr_db
 from turbo_core.testing.mega_moe_reference import mega_moe_reference
 
@@ -98,3 +106,28 @@ def test_fp8_recipes(recipe):
     want = _reference(data)
     for name, a, b in zip(NAMES, got, want, strict=True):
         assert snr_db(b, a) >= 20.0, (name, snr_db(b, a))  # E4M3, two chained FP8 GEMMs (see the CPU test)
+
+
+def _weight_quantizations():
+    return sum(n for (prim, _b, _h), n in dispatch.stats().items() if prim == "quantize_fp8_with_trans")
+
+
+def test_fp8_stages_reuse_the_weights_fp8_copies():
+    data = _inputs(8, tokens=1024, seed=2)
+    x, idx, w, w1, w2, gy = data
+    w1p, w2p = torch.nn.Parameter(w1.bfloat16()), torch.nn.Parameter(w2.bfloat16())
+    advance_weight_generation()
+    runs = []
+    for _ in range(2):
+        before = _weight_quantizations()
+        ins = [x.bfloat16().requires_grad_(), idx, w.float().requires_grad_(), w1p, w2p]
+        l1_out, dispatch_weights, handle, state = fused_mega_moe_fp8_stage1(*ins[:4], None)
+        y = fused_mega_moe_fp8_stage2(l1_out, dispatch_weights, handle, state, idx, ins[2], w2p, None)
+        runs.append((_grads(y, ins, gy.bfloat16()), _weight_quantizations() - before))
+        w1p.grad = w2p.grad = None
+    assert [n for _, n in runs] == [2, 0]  # MX: one call per weight (row and column copies), first call only
+    want = _reference(data)
+    for got, _ in runs:
+        for name, a, b in zip(NAMES, got, want, strict=True):
+            assert snr_db(b, a) >= 20.0, (name, snr_db(b, a))
+    advance_weight_generation()

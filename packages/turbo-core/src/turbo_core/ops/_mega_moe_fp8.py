@@ -2,7 +2,16 @@
 each with its own autograd (``moe_dispatch``, ``moe_permute``, ``grouped_gemm_fp8``,
 ``swiglu_with_probs``, ``moe_unpermute``, ``moe_combine``), so the backward is theirs and the FP8
 recipe (quantized copies of the tokens, the weights and the gradients) is ``grouped_gemm_fp8``'s.
-Routing, permutation, SwiGLU and communication stay in x's precision."""
+Routing, permutation, SwiGLU and communication stay in x's precision.
+
+The expert weights go through one process-wide :class:`~turbo_core.ops.weight_cache.WeightQuantCache`
+(:func:`weight_cache`): a ``w1`` / ``w2`` given as a ``torch.nn.Parameter`` is quantized once per
+weight version (its ``_version``, data pointer, shape and recipe, and the update generation that
+every ``torch.optim`` step and ``invalidate_weight_caches`` advance) and its copies are reused by
+every later call until then, by the forward and by the dgrad of the backward. The rules of
+``turbo_core.ops.weight_cache`` apply unchanged: other tensors, ``torch.compile`` tracing, CUDA-graph
+capture and ``torch.inference_mode`` quantize on every call; the cache holds each weight weakly, so
+an entry and its copies go when the weight is freed, at its next miss, or with :func:`drop_weights`."""
 
 from __future__ import annotations
 
@@ -18,10 +27,30 @@ from turbo_core.ops.grouped_gemm import grouped_gemm_compute_offs
 from turbo_core.ops.grouped_gemm_fp8 import grouped_gemm_fp8
 from turbo_core.ops.moe_dispatch import moe_combine, moe_dispatch
 from turbo_core.ops.moe_permute import moe_permute, moe_unpermute
+from turbo_core.ops.weight_cache import WeightQuantCache
 
-__all__ = ["fp8_stage1", "fp8_stage2"]
+__all__ = ["drop_weights", "fp8_stage1", "fp8_stage2", "weight_cache"]
 
 Tensor = torch.Tensor
+
+_cache: WeightQuantCache | None = None  # made on the first FP8 call (its optimizer hook with it)
+
+
+def weight_cache() -> WeightQuantCache | None:
+    """The FP8 copies of the expert weights of every FP8 Mega MoE call in this process; ``None``
+    while ``torch.compile`` traces (the graph quantizes the weights itself)."""
+    global _cache
+    if torch.compiler.is_compiling():
+        return None
+    if _cache is None:
+        _cache = WeightQuantCache()
+    return _cache
+
+
+def drop_weights() -> None:
+    """Drop every cached weight copy (a pending backward keeps the copies its forward used)."""
+    if _cache is not None:
+        _cache.clear()
 
 
 def fp8_stage1(x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1: Tensor, group: Any, dims: Dims,
@@ -44,7 +73,8 @@ def fp8_stage1(x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1: Tensor, gr
     offs = grouped_gemm_compute_offs(lens)
     lay = Layout(dims, group, handle, r, n, res.row_id_map, lens, offs, moe_launch.tokens_per_expert_to_mask(lens, n),
                  dispatched=res.num_dispatched_tokens)
-    h = grouped_gemm_fp8(res.permuted_tokens, w1, lens, offs, trans_b=True, out_dtype=x.dtype, config=config)
+    h = grouped_gemm_fp8(res.permuted_tokens, w1, lens, offs, trans_b=True, out_dtype=x.dtype, config=config,
+                         weight_cache=weight_cache())
     return h, res.permuted_probs, lay
 
 
@@ -53,7 +83,7 @@ def fp8_stage2(h: Tensor, row_w: Tensor, w2: Tensor, lay: Layout, config: Float8
     the row weights and w2."""
     act = swiglu_with_probs(h, row_w, lay.row_mask)
     out = grouped_gemm_fp8(act, w2, lay.tokens_per_expert, lay.group_offs, trans_b=True, out_dtype=h.dtype,
-                           config=config)
+                           config=config, weight_cache=weight_cache())
     d = lay.dims
     rows, _ = moe_unpermute(out, lay.row_id_map, lay.dispatched, restore_shape=(lay.received, d.hidden),
                             num_local_experts=d.local_experts)

@@ -1,7 +1,9 @@
 """``fused_mega_moe``: a whole mixture-of-experts SwiGLU layer from external routing, forward and
 backward, expert-parallel over a process group (Primus-Turbo's "Mega MoE" names and arguments);
 ``fused_mega_moe_fp8`` with turbo's FP8 recipes; the split form ``fused_mega_moe_stage1`` /
-``fused_mega_moe_stage2``; ``FusedMegaMoEFunction``.
+``fused_mega_moe_stage2`` and its FP8 form ``fused_mega_moe_fp8_stage1`` /
+``fused_mega_moe_fp8_stage2``; ``FusedMegaMoEFunction``; ``advance_weight_generation`` (drops the
+cached FP8 weight copies).
 
 Semantics (every rank, its ``T`` tokens)::
 
@@ -47,13 +49,14 @@ import torch
 
 from turbo_core.dispatch.specs.moe import _same_group
 from turbo_core.dispatch.specs.validate import require_same_dtype, require_shape, require_tensor
-from turbo_core.low_precision import Float8QuantConfig
+from turbo_core.low_precision import Float8QuantConfig, ScalingGranularity
 from turbo_core.ops import _mega_moe_fp8 as fp8
 from turbo_core.ops import _mega_moe_steps as steps
 from turbo_core.ops._autograd import grad_needed
 from turbo_core.ops.gemm_fp8 import fp8_config
 
-__all__ = ["FusedMegaMoEFunction", "MegaMoEHandle", "fused_mega_moe", "fused_mega_moe_fp8", "fused_mega_moe_stage1",
+__all__ = ["FusedMegaMoEFunction", "MegaMoEFP8State", "MegaMoEHandle", "advance_weight_generation", "fused_mega_moe",
+           "fused_mega_moe_fp8", "fused_mega_moe_fp8_stage1", "fused_mega_moe_fp8_stage2", "fused_mega_moe_stage1",
            "fused_mega_moe_stage2"]
 
 Tensor = torch.Tensor
@@ -120,8 +123,13 @@ def fused_mega_moe_fp8(group: Any, x: Tensor, topk_idx: Tensor, topk_weights: Te
     H and I multiples of 128; MX_BLOCKWISE: multiples of 32; HYBRID: E5M2 gradients), the recipe
     of that op. Composed of turbo's ops, each with its own autograd (``moe_dispatch``,
     ``moe_permute``, ``grouped_gemm_fp8``, ``swiglu_with_probs``, ``moe_unpermute``,
-    ``moe_combine``); routing, SwiGLU, permutation and communication stay in x's precision. The
-    weights are quantized on every call (Primus-Turbo's MXFP8 op caches them per weight version)."""
+    ``moe_combine``); routing, SwiGLU, permutation and communication stay in x's precision.
+
+    ``w1`` / ``w2`` given as ``torch.nn.Parameter`` are quantized once per weight version: a later
+    call with the weight unchanged reuses its FP8 copies (forward and dgrad), and an optimizer step
+    or an in-place write makes new ones (the rules of ``turbo_core.ops.weight_cache``; a write
+    through ``.data`` outside an optimizer step needs :func:`advance_weight_generation`). Other
+    tensors are quantized on every call."""
     config = fp8_config(config)
     dims = steps.check_inputs(x, topk_idx, topk_weights, w1, w2, group, num_worst_tokens)
     h, row_w, lay = fp8.fp8_stage1(x, topk_idx, topk_weights, w1, group, dims, num_worst_tokens, config)
@@ -224,3 +232,69 @@ def fused_mega_moe_stage2(l1_out: Tensor, dispatch_weights: Tensor, handle: Mega
     if handle.config is not None:
         return fp8.fp8_stage2(l1_out, dispatch_weights, w2, lay, handle.config)
     return _Stage2Function.apply(l1_out.contiguous(), dispatch_weights.contiguous(), w2, lay)
+
+
+class MegaMoEFP8State:
+    """The ``state`` that :func:`fused_mega_moe_fp8_stage1` returns and
+    :func:`fused_mega_moe_fp8_stage2` takes (Primus-Turbo's side channel between its FP8 stages,
+    which carries the quantized gradient of ``l1_out`` from stage 2's backward to stage 1's). turbo's
+    FP8 stages are composed of ops, so every gradient, ``l1_out``'s included, flows through autograd;
+    the state holds only the handle of its stage-1 call, which stage 2 checks it is given with. Opaque."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: MegaMoEHandle) -> None:
+        self.handle = handle
+
+
+def fused_mega_moe_fp8_stage1(x: Tensor, topk_idx: Tensor, topk_weights: Tensor, w1: Tensor, group: Any, *,
+                              config: Float8QuantConfig | None = None, num_worst_tokens: int | None = None
+                              ) -> tuple[Tensor, Tensor, MegaMoEHandle, MegaMoEFP8State]:
+    """Stage 1 of the FP8 split form (Primus-Turbo's ``fused_mega_moe_fp8_stage1``): dispatch,
+    permute and the L1 GEMM through ``grouped_gemm_fp8``, composed of ops as :func:`fused_mega_moe_fp8`
+    (``w1`` quantized once per weight version when it is a ``torch.nn.Parameter``).
+
+    Arguments as :func:`fused_mega_moe_stage1`, except ``config``: ``None`` is MX_BLOCKWISE E4M3
+    (Primus-Turbo's MXFP8 recipe: H and I multiples of 32); any :class:`Float8QuantConfig` of
+    :func:`fused_mega_moe_fp8` may be given instead.
+
+    Returns:
+        ``(l1_out [N, 2I] in x's dtype, dispatch_weights fp32 [N], handle, state)``: as
+        :func:`fused_mega_moe_stage1`, then the :class:`MegaMoEFP8State` for
+        :func:`fused_mega_moe_fp8_stage2`. Gradients flow to x, topk_weights and w1.
+    """
+    if config is None:
+        config = Float8QuantConfig(granularity=ScalingGranularity.MX_BLOCKWISE)
+    l1_out, dispatch_weights, handle = fused_mega_moe_stage1(x, topk_idx, topk_weights, w1, group,
+                                                             num_worst_tokens=num_worst_tokens, config=config)
+    return l1_out, dispatch_weights, handle, MegaMoEFP8State(handle)
+
+
+def fused_mega_moe_fp8_stage2(l1_out: Tensor, dispatch_weights: Tensor, handle: MegaMoEHandle, state: MegaMoEFP8State,
+                              topk_idx: Tensor, topk_weights: Tensor, w2: Tensor, group: Any) -> Tensor:
+    """Stage 2 of the FP8 split form (Primus-Turbo's ``fused_mega_moe_fp8_stage2``, its argument
+    order): weighted SwiGLU, the L2 GEMM through ``grouped_gemm_fp8`` with stage 1's recipe,
+    unpermute and combine. ``l1_out``, ``dispatch_weights``, ``handle`` and ``state`` are
+    :func:`fused_mega_moe_fp8_stage1`'s results; the other arguments as
+    :func:`fused_mega_moe_stage2`. Returns ``y [T, H]`` in l1_out's dtype; gradients flow to
+    l1_out, dispatch_weights and w2 (``w2`` quantized once per weight version when it is a
+    ``torch.nn.Parameter``)."""
+    if not isinstance(handle, MegaMoEHandle) or handle.config is None:
+        raise TypeError("handle: expected the MegaMoEHandle returned by fused_mega_moe_fp8_stage1, got "
+                        + ("one of fused_mega_moe_stage1 in x's precision" if isinstance(handle, MegaMoEHandle)
+                           else type(handle).__name__))
+    if not isinstance(state, MegaMoEFP8State) or state.handle is not handle:
+        raise ValueError("state: expected the MegaMoEFP8State that fused_mega_moe_fp8_stage1 returned with this "
+                         f"handle, got {type(state).__name__}" + (" of another call" if isinstance(state, MegaMoEFP8State)
+                                                                  else ""))
+    return fused_mega_moe_stage2(l1_out, dispatch_weights, handle, topk_idx, topk_weights, w2, group)
+
+
+def advance_weight_generation() -> None:
+    """Drop every FP8 weight copy that the FP8 Mega MoE ops keep (Primus-Turbo's
+    ``kernels.fused_mega_moe.advance_weight_generation``, which must be called after every optimizer
+    step there). Here the copies are already made again after an optimizer step or an in-place write
+    to the weight (``turbo_core.ops.weight_cache``), so calling it after each step is harmless and
+    optional: it frees the copies at once, and it is what makes a write through ``weight.data``
+    outside an optimizer step seen. A pending backward keeps the copies its forward used."""
+    fp8.drop_weights()
