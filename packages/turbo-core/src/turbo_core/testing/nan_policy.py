@@ -40,6 +40,7 @@ from turbo_core.dispatch.specs.moe import (
 from turbo_core.dispatch.specs.normalization import RmsNormBwdArgs, RmsNormFwdArgs
 from turbo_core.dispatch.specs.normalization_fp8 import RmsNormFwdFp8Args
 from turbo_core.dispatch.specs.quantization import DequantizeFp8Args, QuantizeFp4Args, QuantizeFp8Args
+from turbo_core.dispatch.specs.sparse_mla import SparseMlaFwdArgs
 from turbo_core.low_precision import E8M0_DTYPE, FLOAT4_E2M1FN_X2, ScalingRecipe
 from turbo_core.testing.conformance import _device_unavailable, _served, conformance_device
 from turbo_core.testing.properties.harness import Declined, Target, f64
@@ -464,6 +465,35 @@ def _attention_fp8(where: str):
     return run
 
 
+def _sparse_mla(where: str):
+    """A NaN in a token's query makes that token's rows NaN; a NaN in a kv row reaches exactly the
+    tokens that select it (in any channel: it is a key), and a kv row no token selects changes
+    nothing."""
+    def run(t: Target) -> None:
+        g = torch.Generator().manual_seed(5)
+        q, kv = torch.randn(4, 2, 12, generator=g), torch.randn(6, 12, generator=g)
+        idx = torch.tensor([[0, 1], [2, -1], [1, 3], [4, 4]], dtype=torch.int32)
+        if where == "q":
+            q[1, 0, 3] = NAN
+            hit = [False, True, False, False]
+        elif where == "kv":
+            kv[1, 10] = NAN  # a rope channel: part of the key, not of the value
+            hit = [True, False, True, False]
+        else:  # row 5: selected by no token
+            kv[5, 0] = NAN
+            hit = [False] * 4
+        out, lse = t.call(SparseMlaFwdArgs(t.put(q), t.put(kv), t.put(idx), None, 8))
+        o, ls = f64(out), f64(lse)
+        for tok, want in enumerate(hit):
+            rows_nan = bool(o[tok].isnan().any()) or bool(ls[tok].isnan().any())
+            if rows_nan != want:
+                raise AssertionError(f"sparse_mla_fwd: NaN in {where}: token {tok} "
+                                     f"{'lost the NaN' if want else 'got a NaN it never reads'}")
+        if where == "q" and bool(o[1, 1].isnan().any()):
+            raise AssertionError("sparse_mla_fwd: a NaN in head 0's query reached head 1")
+    return run
+
+
 # -- MoE --------------------------------------------------------------------------------------------
 
 def _dispatch_combine(t: Target) -> None:
@@ -548,6 +578,7 @@ NAN_CASES: list[NanCase] = [
                                                                                  else ())],
     NanCase("attention_fwd-sink", "attention_fwd", _attention_sink),
     *[NanCase(f"attention_fp8_fwd-{where}", "attention_fp8_fwd", _attention_fp8(where)) for where in ("q", "k", "v")],
+    *[NanCase(f"sparse_mla_fwd-{where}", "sparse_mla_fwd", _sparse_mla(where)) for where in ("q", "kv", "unselected")],
     NanCase("moe_dispatch", "moe_dispatch", _dispatch_combine),
     NanCase("moe_combine", "moe_combine", _dispatch_combine),
     NanCase("moe_permute", "moe_permute", _permute),
