@@ -3,7 +3,8 @@ micro-batch, recomputation and eval forward until the weight changes.
 
 The low-precision GEMM ops (``gemm_fp8``, ``gemm_fp4``, ``grouped_gemm_fp8``, ``grouped_gemm_fp4``)
 take ``weight_cache=``; ``Float8Linear`` and ``GroupedLinear`` (with an FP8 config) pass their own
-cache, so the weight is quantized once per optimizer step rather than once per micro-batch.
+cache, and ``fused_mega_moe_fp8`` (and its FP8 stages) one process-wide cache for its expert weights,
+so the weight is quantized once per optimizer step rather than once per micro-batch.
 
 **When the cache is consulted** (every condition, else ``b`` is quantized as usual):
 
