@@ -200,8 +200,10 @@ def _forward(q, k, v, scale, mask: _Mask, sink, p_quant=None):
     return out, lse
 
 
-def _backward(dout, q, k, v, lse, scale, mask: _Mask, sink, p_quant=None):
-    """Gradients in the compute dtype: dq, dk, dv (expanded heads) and dsink ``[h]`` or None."""
+def _backward(dout, q, k, v, lse, scale, mask: _Mask, sink, p_quant=None, out=None):
+    """Gradients in the compute dtype: dq, dk, dv (expanded heads) and dsink ``[h]`` or None.
+    ``D = rowsum(dout * out)`` from ``out`` when given (``attention_bwd``), else ``rowsum(P * dP)`` over
+    the visible keys (the FP8 spec's)."""
     b, h, s_q, _ = q.shape
     s_kv = k.shape[2]
     dq = torch.zeros_like(q)
@@ -215,7 +217,10 @@ def _backward(dout, q, k, v, lse, scale, mask: _Mask, sink, p_quant=None):
         do = dout[:, :, r0:r1]
         dp = do @ v.transpose(-1, -2)
         zero = torch.zeros((), dtype=p.dtype, device=p.device)
-        delta = torch.where(allowed, p * dp, zero).sum(-1, keepdim=True)  # = rowsum(dout * out)
+        if out is None:
+            delta = torch.where(allowed, p * dp, zero).sum(-1, keepdim=True)
+        else:
+            delta = (do * out[:, :, r0:r1]).sum(-1, keepdim=True)
         ds = torch.where(allowed, p * (dp - delta), zero)
         allowed_t = allowed.transpose(-1, -2)
         dq[:, :, r0:r1] = _visible_mm(ds, allowed, k, zeroed=True) * scale
@@ -256,7 +261,8 @@ def attention_bwd(args: AttentionBwdArgs):
     lse = args.lse.to(ct)
     lse = lse.unsqueeze(0) if varlen else lse
     sink = args.sink.to(ct) if args.sink is not None else None
-    dq, dk, dv, dsink = _backward(dout, q, k, v, lse, args.scale, _Mask(args, q.device), sink)
+    out = _bhsd(args.out, ct)
+    dq, dk, dv, dsink = _backward(dout, q, k, v, lse, args.scale, _Mask(args, q.device), sink, out=out)
     dk, dv = _reduce(dk, group), _reduce(dv, group)
     return (_unbhsd(dq, varlen, args.q.dtype), _unbhsd(dk, varlen, args.k.dtype),
             _unbhsd(dv, varlen, args.v.dtype), dsink.to(torch.float32) if dsink is not None else None)

@@ -30,9 +30,14 @@ Semantics (what every backend computes; the TORCH reference is the oracle):
 - ``out = P @ v``; ``lse = logsumexp`` over the visible keys (and the sink), in fp32.
 - A row that sees no key and has no sink gives ``out = 0`` and ``lse = -inf`` (its gradients are 0).
 - Backward (``attention_bwd``) takes the forward's ``out`` and ``lse`` (the only saved results),
-  recomputes ``P`` and returns ``dq, dk, dv`` (the inputs' shapes and dtypes; GQA gradients summed
-  over each key/value head's query group) and ``dsink`` (fp32 ``[h_q]``,
-  ``dsink_h = -sum_rows exp(sink_h - lse) * rowsum(dout * out)``; ``None`` without a sink).
+  recomputes ``P = exp(scale q k^T - lse)`` over the visible keys from the given ``lse``, and with
+  ``D = rowsum(dout * out)`` from the given ``out`` returns ``dS = P (dout v^T - D)``, ``dq = scale
+  dS k``, ``dk = scale dS^T q``, ``dv = P^T dout`` (the inputs' shapes and dtypes; GQA gradients
+  summed over each key/value head's query group) and ``dsink`` (fp32 ``[h_q]``,
+  ``dsink_h = -sum_rows exp(sink_h - lse) * D``; ``None`` without a sink). With the call's own
+  ``out``/``lse`` these are its forward's gradients; with the ``out``/``lse`` of a softmax over more
+  keys (the merged result of several key blocks, as ring attention makes) they are this block's
+  share of that softmax's gradients.
 - ``dropout_p``: the probability of dropping an entry of P (the reference serves 0.0 only and
   declines anything else). ``deterministic=True`` asks for a bit-reproducible backward: a backend
   that cannot guarantee it declines.
@@ -124,7 +129,8 @@ class AttentionFwdArgs:
 @dataclass(frozen=True, eq=False)
 class AttentionBwdArgs:
     """One flash-attention backward call: the forward's arguments plus ``dout`` (out's shape and
-    dtype), and the forward's ``out`` and ``lse``. The result is ``(dq, dk, dv, dsink | None)``."""
+    dtype), and the forward's ``out`` and ``lse`` (or those of a softmax over more key blocks: see
+    the module doc). The result is ``(dq, dk, dv, dsink | None)``."""
 
     dout: torch.Tensor
     q: torch.Tensor

@@ -8,9 +8,14 @@ block moves on to rank ``r + 1``. The merge keeps the exact softmax over all blo
 that sees no key of a block has ``lse_j = -inf``, ``w_j = 0``).
 
 Backward. With ``P^j`` the block's own softmax, the global probabilities are ``w_j P^j`` and
-``dS = w_j P^j (dP - D)``, ``D = rowsum(dout * O)``. An ``attention_bwd`` call only sees the keys of
-one block, and its contract takes the ``out``/``lse`` of its own forward, so each step runs calls
-whose inputs are consistent (every backend then agrees) and adds the term they cannot see:
+``dS = w_j P^j (dP - D)``, ``D = rowsum(dout * O)``. ``attention_bwd`` recomputes P from the ``lse``
+it is given and D from the ``out`` it is given (its spec), so one call a step, with the merged ``O``
+and ``L`` of the step's rows, returns exactly the block's share: ``attention_bwd(dout, q, k_j, v_j,
+O, L)``.
+
+The FP8 backward's spec takes D as ``rowsum(P dP)`` over the block's own (quantized) keys, so there
+each step runs calls whose inputs are consistent with their own forward and adds the term they
+cannot see:
 
 - the step's forward again, ``(O_j, lse_j)``, then ``attention_bwd(w_j dout, q, k_j, v_j, O_j, lse_j)``:
   the gradient of ``w_j O_j`` through ``O_j``, i.e. ``w_j P^j (dP - D_j)``, ``D_j = rowsum(dout * O_j)``;
@@ -18,7 +23,7 @@ whose inputs are consistent (every backend then agrees) and adds the term they c
   ``dq += scale c (P^j k_j)`` (``P^j k_j``: an ``attention_fwd`` with ``v = k_j``) and
   ``dk_j += scale P^j^T (c q)`` (the ``dv`` of an ``attention_bwd`` with ``v = 0``, ``out = 0``).
 
-Four primitive calls a step, each on its own forward's backend. The ``dk_j``/``dv_j`` accumulator
+Four primitive calls a step for FP8, one otherwise, each on its own forward's backend. The ``dk_j``/``dv_j`` accumulator
 (fp32) of a block travels with it: rank ``r`` adds its share of block ``j`` to the accumulator that
 rank ``r - 1`` sent, and passes it on; after ``R`` shifts every rank holds its own block's.
 """
@@ -110,10 +115,14 @@ def ring_forward(kern: Kernels, ring: Ring, plan: RingPlan, q: torch.Tensor, k: 
     return out_acc.to(q.dtype), lse_rows(lse_acc).contiguous(), backends
 
 
-def _step_grads(kern: Kernels, call: Call, backend: str | None, dout: torch.Tensor, lse_total: torch.Tensor,
-                delta: torch.Tensor):
+def _step_grads(kern: Kernels, call: Call, backend: str | None, dout: torch.Tensor, out: torch.Tensor,
+                lse_total: torch.Tensor, delta: torch.Tensor):
     """One step's share of ``(dq, dk, dv)`` (fp32, the call's rows): see the module docstring.
-    ``lse_total``/``delta``: the merged lse and ``rowsum(dout * out)`` of the call's rows (``[..., h]``)."""
+    ``out``/``lse_total``/``delta``: the merged output, lse and ``rowsum(dout * out)`` of the call's
+    rows (lse and delta ``[..., h]``)."""
+    if not kern.fp8:
+        dq, dk, dv = kern.bwd(call, dout, out, lse_rows(lse_total).contiguous(), backend)
+        return dq.float(), dk.float(), dv.float()
     out_j, lse_j, _ = kern.fwd(call, backend)
     w = weight(lse_rows(lse_j), lse_total)
     c = w * ((dout.float() * out_j.float()).sum(-1) - delta)
@@ -144,7 +153,8 @@ def ring_backward(kern: Kernels, ring: Ring, plan: RingPlan, dout: torch.Tensor,
         if kind != SKIP:
             call = plan.call(kind, q, k, v)
             g_q, g_k, g_v = _step_grads(kern, call, backends[src], _pick(dout, call.rows, seq_dim),
-                                        _pick(lse_r, call.rows, seq_dim), _pick(delta, call.rows, seq_dim))
+                                        _pick(out, call.rows, seq_dim), _pick(lse_r, call.rows, seq_dim),
+                                        _pick(delta, call.rows, seq_dim))
             _pick(dq, call.rows, seq_dim).add_(g_q)
             dk_share, dv_share = _unpack(share, (k, v))
             _pick(dk_share, call.kv_rows, seq_dim).add_(g_k)
