@@ -255,6 +255,24 @@ def test_without_groups_it_is_flash_attention():
                        flash_attn_varlen_func(t, t, t, cu, cu, 6, 6, causal=True))
 
 
+def test_without_groups_it_compiles_in_one_graph():
+    """``torch.compile(fullgraph=True)`` of the op (forward and backward) equals the eager call: the
+    steps use the attention custom ops inside a compiled region."""
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(2, 16, 4, 8, generator=g).requires_grad_()
+    k, v = (torch.randn(2, 16, 2, 8, generator=g).requires_grad_() for _ in range(2))
+
+    def f(q, k, v):
+        return flash_attn_usp_func(q, k, v, causal=True)
+
+    got = torch.compile(f, backend="aot_eager", fullgraph=True)(q, k, v)
+    want = f(q, k, v)
+    assert torch.equal(got, want)
+    for a, b in zip(torch.autograd.grad(got.sum(), (q, k, v)), torch.autograd.grad(want.sum(), (q, k, v)),
+                    strict=True):
+        assert torch.equal(a, b)
+
+
 def test_bad_arguments():
     q = torch.randn(1, 8, 2, 16)
     with pytest.raises(ValueError, match="^dropout_p: context-parallel attention supports 0.0 only"):

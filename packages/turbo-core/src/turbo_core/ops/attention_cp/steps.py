@@ -65,6 +65,9 @@ class Kernels:
     def fwd(self, c: Call, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor, str | None]:
         """``(out, lse, backend)``; on ``backend`` when given, else the dispatcher's selection."""
         args = self._fwd_args(c)
+        if torch.compiler.is_compiling():  # the custom op (the backward then selects its own backend)
+            out, lse = (launch.attention_fp8_fwd if self.fp8 else launch.attention_fwd)(args)
+            return out, lse, None
         if backend is None:
             run = launch.attention_fp8_fwd_eager if self.fp8 else launch.attention_fwd_eager
             return run(args)
