@@ -153,7 +153,10 @@ def quantize_fp8(x: Tensor, out_dtype: torch.dtype, granularity: ScalingGranular
     recipe = as_recipe(scaling_recipe)
     args = spec.QuantizeFp8Args(x, _fp8_dtype(out_dtype, x), gran, _fp8_axis(gran, axis, recipe),
                                 _block_size(gran, block_size), recipe)
-    spec.QUANTIZE_FP8.check_args(args)
+    if torch.compiler.is_compiling() or not isinstance(x, Tensor):
+        # Eagerly the dispatcher validates these very arguments before any kernel runs (its verdict
+        # cached per signature); at trace time, and before a non-tensor meets .detach(), it runs here.
+        spec.QUANTIZE_FP8.check_args(args)
     return launch.quantize_fp8(x.detach(), args.out_dtype, gran, axis=args.axis, block_size=args.block_size,
                                recipe=recipe)
 
