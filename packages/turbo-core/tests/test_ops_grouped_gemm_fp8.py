@@ -521,3 +521,26 @@ def test_fused_rowwise_quantization_gives_identical_gradients(monkeypatch, trans
     assert got.get("quantize_fp8", 0) - before.get("quantize_fp8", 0) == 6
     for name, a, b in zip(("out", "grad_x", "grad_w"), plain, fused, strict=True):
         assert torch.equal(a, b), name
+
+
+def test_a_pre_quantized_pair_feeds_the_wgrad_as_the_op_quantizes_itself():
+    """ROWWISE tokens from ``rmsnorm_fp8(..., with_trans=True)``: the pair's K-major copy serves the
+    variable-K wgrad (relaid M-major), with the same output and weight gradient bits as the op
+    quantizing the norm's output itself, and a weight gradient near float64 math."""
+    from turbo_core.ops import rmsnorm, rmsnorm_fp8
+
+    cfg = Float8QuantConfig(granularity="ROWWISE")
+    g = torch.Generator().manual_seed(11)
+    x, gamma = torch.randn(12, 32, generator=g), torch.rand(32, generator=g) + 0.5
+    w = torch.randn(2, 16, 32, generator=g).requires_grad_()
+    lens = torch.tensor([5, 7])
+    dy = torch.randn(12, 16, generator=g)
+    y = grouped_gemm_fp8(rmsnorm_fp8(x, gamma, 1e-6, config=cfg, with_trans=True), w, lens, config=cfg)
+    (gw,) = torch.autograd.grad(y, w, dy)
+    y_ref = grouped_gemm_fp8(rmsnorm(x, gamma, 1e-6), w, lens, config=cfg)
+    (gw_ref,) = torch.autograd.grad(y_ref, w, dy)
+    assert torch.equal(y, y_ref) and torch.equal(gw, gw_ref)
+    xd = x.double()
+    xn = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * gamma.double()
+    want = torch.stack([dy[:5].double().t() @ xn[:5], dy[5:].double().t() @ xn[5:]])
+    assert (gw.double() - want).norm() / want.norm() < 0.1  # E4M3 operands: a few percent

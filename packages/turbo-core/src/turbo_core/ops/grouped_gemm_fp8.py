@@ -146,7 +146,10 @@ class _LowpGroupedGemmFunction(torch.autograd.Function):
             wg = None
             if need_db:
                 w = operand(qa, 0, False)
-                wg = (w.data, w.scale, group_lens, group_offs)
+                data, scale = w.data, w.scale
+                if w.t:  # a pair's K-major copy ([K, M]): the variable-K GEMM takes the M-major [M, K]
+                    data, scale = data.t().contiguous(), scale.t().contiguous()
+                wg = (data, scale, group_lens, group_offs)
         c = _mm(scheme, x, operand(qb, b_k, trans_b), group_lens, group_offs, out_dtype, num_cu)
         saved = [group_lens, group_offs]
         if need_da:
