@@ -24,6 +24,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from rank_cases import routed_inputs, token_counts, two_gpu_reason
 
 F64 = torch.float64
 FP8 = getattr(torch, "float8_e4m3fn", None)
@@ -31,24 +32,6 @@ H = 8
 
 
 # -- inputs and the float64 reference --------------------------------------------------------------
-
-def _inputs(world: int, seed: int, tokens: list[int], k: int, e: int, idx_dtype=torch.int64):
-    """Per-rank ``(x64 [T, H], idx [T, K], probs64 [T, K])``: expert ``e - 1`` never routed (an
-    expert with zero tokens), token 0 of every rank routed nowhere, ~30% of the other slots -1,
-    repeated ids allowed."""
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for r in range(world):
-        t = tokens[r]
-        idx = torch.randint(0, e - 1, (t, k), generator=g)
-        idx[torch.rand((t, k), generator=g) < 0.3] = -1
-        if t:
-            idx[0] = -1
-        x = torch.randint(-32, 32, (t, H), generator=g).to(F64) / 8
-        p = torch.randint(1, 9, (t, k), generator=g).to(F64) / 8
-        out.append((x, idx.to(idx_dtype), p))
-    return out
-
 
 def _expected(data, rank: int, world: int, e: int, worst: int = 0):
     """This rank's received rows ``[(src, t)]`` and ``(recv_x, recv_idx, recv_probs,
@@ -99,10 +82,6 @@ def _eq(got: torch.Tensor, want, what: str) -> None:
 
 # -- cases (each runs on every rank) ---------------------------------------------------------------
 
-def _tokens(world: int, equal: bool) -> list[int]:
-    return [6] * world if equal else [(5, 7, 0, 3)[r % 4] for r in range(world)]  # rank 2 of 4: no tokens
-
-
 def _autograd_case(rank, world, group, dev, *, dtype, worst_kind, seed):
     """dispatch -> y = recv_x * (sum of the row's probs) -> combine, loss = <combined, G> +
     <recv_probs, C>; checks every output and both gradients."""
@@ -110,10 +89,10 @@ def _autograd_case(rank, world, group, dev, *, dtype, worst_kind, seed):
 
     e, k = 2 * world, 3
     equal = worst_kind != "exact"
-    data = _inputs(world, seed, _tokens(world, equal), k, e, idx_dtype=torch.int32 if dtype == torch.bfloat16 else torch.int64)
+    data = routed_inputs(world, seed, token_counts(world, equal), k, e, H, idx_dtype=torch.int32 if dtype == torch.bfloat16 else torch.int64)
     worst = 0
     if worst_kind == "bound":
-        worst = _tokens(world, True)[0] * world
+        worst = token_counts(world, True)[0] * world
     elif worst_kind == "tight":  # the largest real count over the ranks, plus one padding row
         worst = max(len(_expected(data, d, world, e)[0]) for d in range(world)) + 1
     rows, rx, ri, rp, tpe = _expected(data, rank, world, e, worst)
@@ -167,8 +146,8 @@ def _fp8_case(rank, world, group, dev, *, worst_kind, seed):
 
     e, k = 2 * world, 2
     equal = worst_kind != "exact"
-    tokens = _tokens(world, equal)
-    data = _inputs(world, seed, tokens, k, e)
+    tokens = token_counts(world, equal)
+    data = routed_inputs(world, seed, tokens, k, e, H)
     g = torch.Generator().manual_seed(seed + 1)
     raw = [torch.randint(0, 256, (tokens[r], H), generator=g, dtype=torch.uint8) for r in range(world)]
     scl = [torch.randn((tokens[r], 2), generator=g) for r in range(world)]
@@ -223,8 +202,8 @@ def _no_sync_case(rank, world, group, dev, *, seed):
     from turbo_deepep.all_to_all import combine, dispatch
 
     e, k = 2 * world, 2
-    tokens = _tokens(world, True)
-    data = _inputs(world, seed, tokens, k, e)
+    tokens = token_counts(world, True)
+    data = routed_inputs(world, seed, tokens, k, e, H)
     worst = tokens[0] * world
     x64, idx, p64 = data[rank]
     args = MoeDispatchArgs(x64.float().to(dev), None, idx.to(dev), p64.float().to(dev), e, group, num_worst_tokens=worst)
@@ -436,17 +415,9 @@ def test_gloo_fused_symmetric(world, tmp_path, monkeypatch):
     _launch(world, tmp_path, "gloo", bufs=bufs)
 
 
-def _gpu_reason() -> str | None:
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
-        return "needs 2 GPUs for NCCL/RCCL"
-    if not dist.is_nccl_available():
-        return "this torch has no NCCL/RCCL"
-    return None
-
-
 @pytest.mark.gpu
 @pytest.mark.distributed
-@pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
+@pytest.mark.skipif(two_gpu_reason() is not None, reason=two_gpu_reason() or "")
 @pytest.mark.parametrize("transport", ["symm", "collective"])
 def test_nccl(tmp_path, monkeypatch, transport):
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")

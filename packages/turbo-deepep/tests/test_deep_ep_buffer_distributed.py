@@ -18,31 +18,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from rank_cases import routed_inputs, token_counts, two_gpu_reason
 
 F64 = torch.float64
 FP8 = getattr(torch, "float8_e4m3fn", None)
 H = 8
-
-
-def _data(world: int, seed: int, tokens: list[int], k: int, e: int, idx_dtype=torch.int64):
-    """Per rank ``(x [T, H], idx [T, K], w [T, K])`` in float64 / ``idx_dtype``: expert ``e - 1``
-    never routed, token 0 routed nowhere, ~30% of the other slots -1, repeated ids allowed."""
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for r in range(world):
-        t = tokens[r]
-        idx = torch.randint(0, e - 1, (t, k), generator=g)
-        idx[torch.rand((t, k), generator=g) < 0.3] = -1
-        if t:
-            idx[0] = -1
-        x = torch.randint(-32, 32, (t, H), generator=g).to(F64) / 8
-        w = torch.randint(1, 9, (t, k), generator=g).to(F64) / 8
-        out.append((x, idx.to(idx_dtype), w))
-    return out
-
-
-def _tokens(world: int, equal: bool) -> list[int]:
-    return [6] * world if equal else [(5, 7, 0, 3)[r % 4] for r in range(world)]  # rank 2 of 4: no tokens
 
 
 def _eq(got, want, what: str) -> None:
@@ -82,8 +62,8 @@ def _topk_case(rank, world, group, dev, *, dtype, seed, alignment=1, custom=Fals
     from turbo_deepep.deep_ep import Buffer
 
     e, k = 2 * world, 3
-    tokens = _tokens(world, worst)
-    data = _data(world, seed, tokens, k, e, idx_dtype)
+    tokens = token_counts(world, worst)
+    data = routed_inputs(world, seed, tokens, k, e, H, idx_dtype)
     layouts = [oracle.layout(idx, e, world) for _, idx, _ in data]
     in_ranks = [_custom_in_rank(lay[2], s) if custom else lay[2] for s, lay in enumerate(layouts)]
     buf = Buffer(group)
@@ -137,7 +117,7 @@ def _no_topk_case(rank, world, group, dev, *, seed):
     from turbo_deepep.deep_ep import Buffer
 
     e = 4 * world
-    data = _data(world, seed, _tokens(world, False), 2, e)
+    data = routed_inputs(world, seed, token_counts(world, False), 2, e, H)
     layouts = [oracle.layout(idx, e, world) for _, idx, _ in data]
     in_ranks = [lay[2] for lay in layouts]
     buf = Buffer(group)
@@ -162,8 +142,8 @@ def _fp8_case(rank, world, group, dev, *, seed, worst):
     from turbo_deepep.deep_ep import Buffer
 
     e, k = 2 * world, 2
-    tokens = _tokens(world, worst)
-    data = _data(world, seed, tokens, k, e)
+    tokens = token_counts(world, worst)
+    data = routed_inputs(world, seed, tokens, k, e, H)
     layouts = [oracle.layout(idx, e, world) for _, idx, _ in data]
     in_ranks = [lay[2] for lay in layouts]
     g = torch.Generator().manual_seed(seed + 1)
@@ -259,7 +239,7 @@ def _autograd_case(rank, world, group, dev, *, seed):
     """dispatch -> y = recv_x * (the row's local probs summed) -> combine; loss = <combined, G> +
     <local recv probs, C>: the output and the gradients of x and the probs, exactly."""
     e, k = 2 * world, 3
-    data = _data(world, seed, _tokens(world, False), k, e)
+    data = routed_inputs(world, seed, token_counts(world, False), k, e, H)
     x64, idx, w64 = data[rank]
     x = x64.float().to(dev).requires_grad_()
     p = w64.float().to(dev).requires_grad_()
@@ -335,18 +315,10 @@ def test_gloo(world, tmp_path):
     _launch(world, tmp_path, "gloo")
 
 
-def _gpu_reason() -> str | None:
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
-        return "needs 2 GPUs for NCCL/RCCL"
-    if not dist.is_nccl_available():
-        return "this torch has no NCCL/RCCL"
-    return None
-
-
 # The same cases on two GPUs: turbo's fused all-to-all path (symmetric memory between GPUs of one host).
 @pytest.mark.gpu
 @pytest.mark.distributed
-@pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
+@pytest.mark.skipif(two_gpu_reason() is not None, reason=two_gpu_reason() or "")
 def test_nccl(tmp_path):
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     _launch(2, tmp_path, "nccl")

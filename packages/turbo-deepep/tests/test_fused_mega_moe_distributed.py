@@ -25,6 +25,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from rank_cases import two_gpu_reason
 
 F64 = torch.float64
 H, INTER, LOCAL, K = 16, 8, 2, 3
@@ -149,19 +150,11 @@ def test_fused_mega_moe_gloo(world, tmp_path):
     _launch(world, tmp_path, "gloo")
 
 
-def _gpu_reason() -> str | None:
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
-        return "needs 2 GPUs for NCCL/RCCL"
-    if not dist.is_nccl_available():
-        return "this torch has no NCCL/RCCL"
-    return None
-
-
 # The same cases over NCCL/RCCL with one GPU per rank (the dispatch/combine backend and the kernels
 # selection picks there, but the fp32 grouped GEMMs of the reference backend).
 @pytest.mark.gpu
 @pytest.mark.distributed
-@pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
+@pytest.mark.skipif(two_gpu_reason() is not None, reason=two_gpu_reason() or "")
 def test_fused_mega_moe_nccl(tmp_path):
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     _launch(2, tmp_path, "nccl")
