@@ -5,11 +5,11 @@ custom ops, and torch.compile(fullgraph=True, backend="aot_eager")."""
 
 from __future__ import annotations
 
-import sys
 import types
 
 import pytest
 import torch
+from spy_backend import install_spy_backend
 
 from turbo_core import BackendError, GlobalBackendManager, use_backend
 from turbo_core.dispatch import call
@@ -296,31 +296,9 @@ def test_sink_without_grad_and_lse_only_use():
 # -- backward pinned to the forward's backend ----------------------------------------------------
 
 def _spy_plugin(monkeypatch, use_plugins, primitives):
-    from turbo_core.plugins import BackendInfo, Kernel, hookimpl
-    from turbo_core.reference import attention as ref
+    from turbo_core.reference import attention
 
-    calls = []
-    mod = types.ModuleType("attn_spy_plugin")
-
-    def spy(name):
-        def run(args):
-            calls.append(name)
-            return getattr(ref, name)(args)
-        return run
-
-    @hookimpl
-    def turbo_backend_info():
-        return BackendInfo(name="ATTNSPY", package="attn-spy", version="0", platforms=("cpu",))
-
-    @hookimpl
-    def turbo_register_kernels(register):
-        for name in primitives:
-            register(Kernel(name, "ATTNSPY", spy(name)))
-
-    mod.turbo_backend_info, mod.turbo_register_kernels = turbo_backend_info, turbo_register_kernels
-    monkeypatch.setitem(sys.modules, "attn_spy_plugin", mod)
-    use_plugins("attn_spy_plugin")
-    return calls
+    return install_spy_backend(monkeypatch, use_plugins, name="ATTNSPY", reference=attention, primitives=primitives)
 
 
 def test_backward_runs_on_the_forward_backend(monkeypatch, use_plugins):

@@ -5,11 +5,9 @@ forward's backend, opcheck of the custom ops and torch.compile(fullgraph=True, b
 
 from __future__ import annotations
 
-import sys
-import types
-
 import pytest
 import torch
+from spy_backend import install_spy_backend
 
 import turbo_core.ops as ops
 from turbo_core import BackendError, GlobalBackendManager, use_backend
@@ -159,31 +157,9 @@ def test_sparse_mla_func_class_takes_primus_turbo_arguments():
 # -- selection -----------------------------------------------------------------------------------
 
 def _spy_plugin(monkeypatch, use_plugins, primitives):
-    from turbo_core.plugins import BackendInfo, Kernel, hookimpl
-    from turbo_core.reference import sparse_mla as ref
+    from turbo_core.reference import sparse_mla
 
-    calls = []
-    mod = types.ModuleType("mla_spy_plugin")
-
-    def spy(name):
-        def run(args):
-            calls.append(name)
-            return getattr(ref, name)(args)
-        return run
-
-    @hookimpl
-    def turbo_backend_info():
-        return BackendInfo(name="MLASPY", package="mla-spy", version="0", platforms=("cpu",))
-
-    @hookimpl
-    def turbo_register_kernels(register):
-        for name in primitives:
-            register(Kernel(name, "MLASPY", spy(name)))
-
-    mod.turbo_backend_info, mod.turbo_register_kernels = turbo_backend_info, turbo_register_kernels
-    monkeypatch.setitem(sys.modules, "mla_spy_plugin", mod)
-    use_plugins("mla_spy_plugin")
-    return calls
+    return install_spy_backend(monkeypatch, use_plugins, name="MLASPY", reference=sparse_mla, primitives=primitives)
 
 
 def test_set_sparse_attn_backend_and_the_environment_select_both_primitives(monkeypatch, use_plugins):
