@@ -9,8 +9,6 @@ Parameter weights, whose second call reuses the weights' FP8 copies. The CUDA-gr
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
@@ -24,22 +22,13 @@ from turbo_core.ops import (
     fused_mega_moe_fp8_stage2,
 )
 from turbo_core.testing import assert_close_normwise, snr_db
+from turbo_core.testing.host_sync import no_host_sync
 from turbo_core.testing.mega_moe_reference import mega_moe_reference
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here")]
 
 NAMES = ("y", "grad x", "grad topk_weights", "grad w1", "grad w2")
 T, H, INTER, K = 4096, 2048, 1408, 8
-
-
-@contextlib.contextmanager
-def _no_sync():
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
 
 
 def _inputs(experts: int, tokens: int = T, seed: int = 0):
@@ -82,7 +71,7 @@ def test_bf16_against_float64_and_no_host_sync(experts):
     _grads(fused_mega_moe(None, *warm), warm, data[5].bfloat16())
     ins = _leaves(data, torch.bfloat16)
     gy = data[5].bfloat16()
-    with _no_sync():
+    with no_host_sync():
         got = _grads(fused_mega_moe(None, *ins), ins, gy)
     want = _reference(data)
     for name, a, b in zip(NAMES, got, want, strict=True):

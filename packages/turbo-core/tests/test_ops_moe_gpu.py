@@ -18,18 +18,9 @@ from turbo_core.ops import (
     token_unpermute,
     tokens_per_expert_to_mask,
 )
+from turbo_core.testing.host_sync import no_host_sync
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here")]
-
-
-@contextlib.contextmanager
-def _no_sync():
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
 
 
 def _pipeline(dev, check_sync):
@@ -38,7 +29,7 @@ def _pipeline(dev, check_sync):
     logits = torch.randn(t, e, generator=gen).to(dev).requires_grad_()
     x = torch.randn(t, h, generator=gen).to(dev).requires_grad_()
     g_out = torch.randn(t, h, generator=gen).to(dev)
-    ctx = _no_sync() if check_sync else contextlib.nullcontext()
+    ctx = no_host_sync() if check_sync else contextlib.nullcontext()
     with ctx:
         scores, probs, rmap = fused_group_topk_routing_with_aux_score(logits, k, 4, 2, "sigmoid", 2.0)
         idx = torch.topk(probs.detach(), k, dim=1).indices

@@ -24,6 +24,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from turbo_core.testing.host_sync import no_host_sync
+
 T, H, K, E = 4096, 7168, 8, 256
 
 
@@ -76,12 +78,8 @@ def _rank_checks(rank: int, world: int, group, dev: torch.device) -> None:
         r = moe_dispatch(static_x, idx, probs, E, group, num_worst_tokens=world * T)
         return moe_combine(r.recv_x, group, r.handle)
 
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_host_sync():
         round_trip()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # two warm-ups: every buffer and communicator exists before the capture

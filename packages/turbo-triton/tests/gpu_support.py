@@ -14,6 +14,8 @@ import os
 import pytest
 import torch
 
+from turbo_core.testing.host_sync import no_host_sync  # noqa: F401 (the GPU tests import it from here)
+
 DEV = torch.device("cuda")
 
 #: Skip mark of every GPU test module here (besides ``pytest.mark.gpu``).
@@ -48,17 +50,6 @@ def poisoned_empty(byte: int = 0xFF):
         yield
     finally:
         torch.empty, torch.empty_like = empty, empty_like
-
-
-@contextlib.contextmanager
-def no_host_sync():
-    """A host synchronisation inside the block raises (``torch.cuda.set_sync_debug_mode("error")``)."""
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
 
 
 def capture(fn):
