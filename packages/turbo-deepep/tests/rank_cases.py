@@ -3,10 +3,25 @@ the DeepEP-compatible ``Buffer``, the fused MoE layer)."""
 
 from __future__ import annotations
 
+import datetime
+
 import torch
 import torch.distributed as dist
 
 F64 = torch.float64
+
+
+def join_group(rank: int, world: int, store: str, backend: str) -> torch.device:
+    """In a spawned rank: one CPU thread, GPU ``rank`` for NCCL/RCCL, and the default process group
+    through the file ``store`` (120 s timeout). Returns the rank's device."""
+    torch.set_num_threads(1)
+    dev = torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    return dev
 
 
 def routed_inputs(world: int, seed: int, tokens: list[int], k: int, e: int, hidden: int,

@@ -17,14 +17,13 @@ seed, so each computes its own expectations.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from rank_cases import routed_inputs, token_counts, two_gpu_reason
+from rank_cases import join_group, routed_inputs, token_counts, two_gpu_reason
 
 F64 = torch.float64
 FP8 = getattr(torch, "float8_e4m3fn", None)
@@ -360,13 +359,7 @@ def _use_shared_buffers(rank: int, bufs: list[torch.Tensor]) -> list:
 
 
 def _worker(rank: int, world: int, store: str, backend: str, bufs: list[torch.Tensor] | None = None) -> None:
-    torch.set_num_threads(1)
-    dev = torch.device("cpu")
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
-        dev = torch.device("cuda", rank)
-    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
+    dev = join_group(rank, world, store, backend)
     try:
         made = _use_shared_buffers(rank, bufs) if bufs is not None else None
         _run_cases(rank, world, dist.group.WORLD, dev)

@@ -10,7 +10,6 @@ rank's inputs from one seed, so each computes its own expectations.
 
 from __future__ import annotations
 
-import datetime
 import os
 
 import deep_ep_oracle as oracle
@@ -18,7 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from rank_cases import routed_inputs, token_counts, two_gpu_reason
+from rank_cases import join_group, routed_inputs, token_counts, two_gpu_reason
 
 F64 = torch.float64
 FP8 = getattr(torch, "float8_e4m3fn", None)
@@ -289,13 +288,7 @@ def _run_cases(rank, world, group, dev):
 
 
 def _worker(rank: int, world: int, store: str, backend: str) -> None:
-    torch.set_num_threads(1)
-    dev = torch.device("cpu")
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
-        dev = torch.device("cuda", rank)
-    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
+    dev = join_group(rank, world, store, backend)
     try:
         _run_cases(rank, world, dist.group.WORLD, dev)
         dist.barrier()
