@@ -5,11 +5,9 @@ interpreter, TRITON; SDPA declines with its reason) and the report's rendering o
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 import torch
+from triton_here import triton_interpretable
 
 from turbo_core.bench import compare, dataset, markdown
 from turbo_core.bench.suites import attention as suite
@@ -136,19 +134,8 @@ def test_result_and_reference_give_the_worst_relative_error():
 # ---- the quick run on the CPU, then its report ------------------------------------------------------
 
 
-def _triton_interpretable() -> str | None:
-    try:
-        import turbo_triton  # noqa: F401
-    except ImportError:
-        return "turbo-triton is not installed"
-    if "triton.language" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-        # its own @triton.jit helpers (tl.zeros, ...) were built for a GPU then: the interpreter cannot call them
-        return "triton was imported without TRITON_INTERPRET=1 in this process"
-    return None
-
-
 def test_quick_run_on_cpu_and_its_report(tmp_path, monkeypatch, use_plugins, capsys):
-    no_triton = _triton_interpretable()
+    no_triton = triton_interpretable()
     if no_triton is None:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
         use_plugins("turbo_triton.plugin")

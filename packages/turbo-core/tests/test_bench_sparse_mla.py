@@ -4,26 +4,14 @@ dense mask by hand, and the pass option."""
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 import torch
+from triton_here import triton_interpretable
 
 from turbo_core.bench import dataset
 from turbo_core.bench.suites import SUITES
 from turbo_core.bench.suites import sparse_mla as suite
 from turbo_core.cli.main import main
-
-
-def _triton_interpretable() -> str | None:
-    try:
-        import turbo_triton  # noqa: F401
-    except ImportError:
-        return "turbo-triton is not installed"
-    if "triton.language" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-        return "triton was imported without TRITON_INTERPRET=1 in this process"
-    return None
 
 
 def test_cases_flops_and_mask_by_hand():
@@ -46,7 +34,7 @@ def test_cases_flops_and_mask_by_hand():
 
 
 def test_quick_run_on_cpu_and_its_report(tmp_path, monkeypatch, use_plugins):
-    no_triton = _triton_interpretable()
+    no_triton = triton_interpretable()
     if no_triton is None:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
         use_plugins("turbo_triton.plugin")
