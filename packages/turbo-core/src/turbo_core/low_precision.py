@@ -271,6 +271,16 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_PLATFORM_DTYPES))
 
 
+def _as_strategy(value: object) -> ScalingStrategy:
+    """A config's ``strategy``: DYNAMIC (the member or its name); ``ValueError`` naming it otherwise."""
+    if value is ScalingStrategy.DYNAMIC:  # the common case, without an Enum lookup (torch.compile traces this)
+        return value
+    try:
+        return ScalingStrategy(value)
+    except ValueError:
+        raise ValueError(f"strategy: only DYNAMIC scaling exists, got {value!r}") from None
+
+
 def as_format(value: object, name: str = "format") -> Format:
     """A :class:`Format` from a member or its name; ``ValueError`` naming ``name`` otherwise."""
     if isinstance(value, Format):
@@ -395,12 +405,7 @@ def _f8_field(name: str, value: object) -> object:
     if name == "granularity":
         return as_granularity(value, "granularity")
     if name == "strategy":
-        if value is ScalingStrategy.DYNAMIC:  # the common case, without an Enum lookup (torch.compile traces this)
-            return value
-        try:
-            return ScalingStrategy(value)
-        except ValueError:
-            raise ValueError(f"strategy: only DYNAMIC scaling exists, got {value!r}") from None
+        return _as_strategy(value)
     if name == "scale_dtype":
         if value is None:
             return None
@@ -526,12 +531,7 @@ def _f4_field(name: str, value: object) -> object:
             raise ValueError(f"granularity: Float4QuantConfig needs MX_BLOCKWISE, got {value!r}")
         return ScalingGranularity.MX_BLOCKWISE
     if name == "strategy":
-        if value is ScalingStrategy.DYNAMIC:  # the common case, without an Enum lookup (torch.compile traces this)
-            return value
-        try:
-            return ScalingStrategy(value)
-        except ValueError:
-            raise ValueError(f"strategy: only DYNAMIC scaling exists, got {value!r}") from None
+        return _as_strategy(value)
     if name == "scale_dtype":
         if value is ScaleDtype.E8M0:
             return value
