@@ -21,6 +21,7 @@ BACKENDS = {
     "ck": "packages/turbo-ck",
     "aiter": "packages/turbo-aiter",
     "deepep": "packages/turbo-deepep",
+    "cudnn": "packages/turbo-cudnn",
 }
 EXAMPLE = "examples/turbo-flydsl-example"
 TORCH = os.environ.get("TURBO_TORCH_SPEC", "torch==2.13.0")
@@ -114,7 +115,7 @@ def integrations_torchtitan(session: nox.Session) -> None:
 
 @nox.session
 def wheels(session: nox.Session) -> None:
-    """Build the six wheels with hatchling; install turbo-core[ck,triton] from them alone into a
+    """Build the seven wheels with hatchling; install turbo-core[ck,triton] from them alone into a
     fresh venv; check that exactly core + CK + Triton were installed and are listed."""
     session.install("hatchling")
     dist = Path(session.create_tmp()).resolve() / "dist"

@@ -58,7 +58,8 @@ def test_repository_plugins_are_each_packages_entry_points():
                      ("turbo-hipblaslt", "hipblaslt", "turbo_hipblaslt.plugin"),
                      ("turbo-ck", "ck", "turbo_ck.plugin"),
                      ("turbo-aiter", "aiter", "turbo_aiter.plugin"),
-                     ("turbo-deepep", "deep_ep", "turbo_deepep.plugin")}
+                     ("turbo-deepep", "deep_ep", "turbo_deepep.plugin"),
+                     ("turbo-cudnn", "cudnn", "turbo_cudnn.plugin")}
 
 
 def _row(run: str, date: str, case: str, provider: str, ms: float, **extra) -> dict:

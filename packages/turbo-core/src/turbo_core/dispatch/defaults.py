@@ -18,6 +18,8 @@ from turbo_core.platform import Platform
 __all__ = ["DEFAULTS", "default_order"]
 
 _CPU = {"cpu": (B.TORCH,)}
+#: turbo-cudnn's backend (cuDNN through PyTorch; NVIDIA GPUs only).
+_CUDNN = B("CUDNN")
 
 DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
     "gemm": {"rocm": (B.HIPBLASLT, B.TRITON), "cuda": (B.HIPBLASLT, B.TRITON), **_CPU},
@@ -31,9 +33,13 @@ DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
     "grouped_gemm_fp8": {"rocm": (B.TRITON, B.CK, B.HIPBLASLT), "cuda": (B.TRITON,), **_CPU},
     "grouped_gemm_fp8_variable_k": {"rocm": (B.TRITON, B.CK, B.HIPBLASLT), "cuda": (B.TRITON,), **_CPU},
     # attention_bwd / attention_fp8_bwd run on the forward's backend (the ops pin it); these
-    # entries serve direct primitive calls.
-    "attention_fwd": {"gfx950": (B.FLYDSL, B.AITER, B.TRITON), "rocm": (B.AITER, B.TRITON), "cuda": (B.TRITON,), **_CPU},
-    "attention_bwd": {"gfx950": (B.FLYDSL, B.AITER, B.TRITON), "rocm": (B.AITER, B.TRITON), "cuda": (B.TRITON,), **_CPU},
+    # entries serve direct primitive calls. On NVIDIA GPUs cuDNN's fused attention (turbo-cudnn) leads
+    # where it serves the call (the `attention` suite measures TRITON at 0.7-0.9x of it); TRITON serves
+    # the rest (varlen, windows, sinks, deterministic backward).
+    "attention_fwd": {"gfx950": (B.FLYDSL, B.AITER, B.TRITON), "rocm": (B.AITER, B.TRITON), "cuda": (_CUDNN, B.TRITON),
+                      **_CPU},
+    "attention_bwd": {"gfx950": (B.FLYDSL, B.AITER, B.TRITON), "rocm": (B.AITER, B.TRITON), "cuda": (_CUDNN, B.TRITON),
+                      **_CPU},
     # FP8 attention: TRITON first on GPUs (within the FP8 SNR gate, far faster than TORCH's fp32 emulation).
     "attention_fp8_fwd": {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU},
     "attention_fp8_bwd": {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU},
