@@ -16,6 +16,7 @@ from turbo_core.dispatch.specs import (  # noqa: F401
     gemm_fp8,
     grouped_gemm,
     grouped_gemm_fp8,
+    loss,
     moe,
     normalization,
     normalization_fp8,

@@ -57,6 +57,10 @@ DEFAULTS.update({name: {"rocm": (B.TRITON,), "cuda": (B.TRITON,), **_CPU}
 # The FP8-output GLUs: TRITON's fused kernel, then TORCH (the composition, for rows TRITON declines).
 DEFAULTS.update({name: {"rocm": (B.TRITON, B.TORCH), "cuda": (B.TRITON, B.TORCH), **_CPU}
                  for name in ("swiglu_fwd_fp8", "geglu_fwd_fp8")})
+# Cross entropy: TRITON's fused row kernels (the `cross-entropy` suite measures them against eager torch,
+# torch.compile and liger-kernel).
+DEFAULTS.update({name: {"rocm": (B.TRITON,), "cuda": (B.TRITON,), **_CPU}
+                 for name in ("cross_entropy_fwd", "cross_entropy_bwd")})
 
 # Quantization: TRITON first on GPUs (the reference's bits, several times its speed; the `quant` suite measures it).
 _QUANT = ("quantize_fp8", "quantize_fp8_with_trans", "dequantize_fp8", "grouped_quantize_fp8",

@@ -13,7 +13,7 @@ from turbo_core.backend import BackendType
 from turbo_core.plugins import BackendInfo, hookimpl
 
 FAMILIES = ("gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "quantization", "attention", "normalization", "normalization_fp8",
-            "activation", "activation_fp8", "moe", "sparse_mla")
+            "activation", "activation_fp8", "moe", "sparse_mla", "loss")
 
 
 @hookimpl

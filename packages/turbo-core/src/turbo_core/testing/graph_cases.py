@@ -19,7 +19,7 @@ import torch
 
 from turbo_core import ops
 from turbo_core.low_precision import Float4QuantConfig, Float8QuantConfig, ScalingGranularity
-from turbo_core.modules import Attention, Float8Linear, GroupedLinear, Linear, MoELayer, RMSNorm
+from turbo_core.modules import Attention, CrossEntropyLoss, Float8Linear, GroupedLinear, Linear, MoELayer, RMSNorm
 
 __all__ = ["GraphCase", "graph_cases"]
 
@@ -227,6 +227,30 @@ def _norm_activation_cases(d: _Dims) -> list[GraphCase]:
     ]
 
 
+def _logits_targets(d: _Dims):
+    """``inputs(device, seed)`` of the loss cases: logits ``[m, V]`` (V odd: a ragged last chunk) and
+    int64 targets, the same for every seed (every fifth row ignored)."""
+    classes = 8 * d.n + 3
+
+    def inputs(device, seed):
+        target = torch.randint(0, classes, (d.m,), generator=torch.Generator().manual_seed(7))
+        target[::5] = -100
+        return _rand(device, seed)(d.m, classes, dtype=d.dtype, scale=2.0), target.to(device)
+
+    return inputs
+
+
+def _loss_cases(d: _Dims) -> list[GraphCase]:
+    prims = ("cross_entropy_fwd", "cross_entropy_bwd")
+    xt = _logits_targets(d)
+    return [
+        GraphCase("cross_entropy", _fn(lambda x, t: ops.cross_entropy(x, t, label_smoothing=0.1)), xt, (0,), d.tol,
+                  prims),
+        GraphCase("cross_entropy[none]", _fn(lambda x, t: ops.cross_entropy(x, t, reduction="none")), xt, (0,),
+                  d.tol, prims),
+    ]
+
+
 def _quantization_cases(d: _Dims) -> list[GraphCase]:
     m, k, dt, lens, bs = d.m, d.k, d.dtype, d.lens, d.block
     total = sum(lens)
@@ -391,6 +415,8 @@ def _module_cases(d: _Dims) -> list[GraphCase]:
                   xl, (0,), d.tol, ("grouped_gemm_fp8", "grouped_gemm_fp8_variable_k")),
         GraphCase("RMSNorm", seeded(lambda dev: RMSNorm(k, device=dev, dtype=dt)), x, (0,), d.tol,
                   ("rmsnorm_fwd", "rmsnorm_bwd")),
+        GraphCase("CrossEntropyLoss", lambda device: CrossEntropyLoss(), _logits_targets(d), (0,), d.tol,
+                  ("cross_entropy_fwd", "cross_entropy_bwd")),
         GraphCase("Attention", seeded(lambda dev: Attention(causal=True)), qkv, (0, 1, 2), d.tol,
                   ("attention_fwd", "attention_bwd")),
         GraphCase("MoELayer", seeded(lambda dev: MoELayer(k, k // 2, 4, 2, capacity_factor=2.0, pad_to_capacity=True,
@@ -403,10 +429,10 @@ def _module_cases(d: _Dims) -> list[GraphCase]:
 def graph_cases(device: torch.device | str) -> dict[str, GraphCase]:
     """Every case for ``device`` by name: the GEMMs (each FP8 granularity the reference serves, FP4),
     grouped GEMMs, attention (dense, varlen, FP8, sparse MLA), RMSNorm (plain, residual, FP8 output), SwiGLU and
-    GeGLU, quantization round trips, MoE routing, permutation, dispatch and the fused layer, and the modules Linear,
-    Float8Linear, GroupedLinear, RMSNorm, Attention and MoELayer."""
+    GeGLU, cross entropy, quantization round trips, MoE routing, permutation, dispatch and the fused layer, and the
+    modules Linear, Float8Linear, GroupedLinear, RMSNorm, CrossEntropyLoss, Attention and MoELayer."""
     device = torch.device(device)
     d = _dims(device)
     found = [*_gemm_cases(d), *_grouped_cases(d), *_attention_cases(d), *_norm_activation_cases(d),
-             *_quantization_cases(d), *_moe_cases(d), *_module_cases(d)]
+             *_loss_cases(d), *_quantization_cases(d), *_moe_cases(d), *_module_cases(d)]
     return {c.name: c for c in found}

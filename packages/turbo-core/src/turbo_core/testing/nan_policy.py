@@ -30,6 +30,7 @@ from turbo_core.dispatch.specs.gemm import GemmArgs
 from turbo_core.dispatch.specs.gemm_fp8 import GemmFp8Args
 from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmVariableKArgs
 from turbo_core.dispatch.specs.grouped_gemm_fp8 import GroupedGemmFp8Args
+from turbo_core.dispatch.specs.loss import CrossEntropyBwdArgs, CrossEntropyFwdArgs
 from turbo_core.dispatch.specs.moe import (
     MoeCombineArgs,
     MoeDispatchArgs,
@@ -494,6 +495,55 @@ def _sparse_mla(where: str):
     return run
 
 
+# -- cross entropy ----------------------------------------------------------------------------------
+
+def _ce_lse(x: torch.Tensor) -> torch.Tensor:
+    """float64 ``lse`` in the spec's convention: NaN for a row with a NaN or +Inf."""
+    return torch.where(x.isnan().any(1) | x.isposinf().any(1), NAN, torch.logsumexp(x, 1))
+
+
+def _cross_entropy(eps: float):
+    def run(t: Target) -> None:
+        x = torch.arange(35.0).reshape(7, 5) / 9
+        x[0, 3] = NAN  # a NaN: lse and loss NaN
+        x[1, 0] = INF  # +Inf: lse NaN (exp(Inf - Inf)), loss NaN
+        x[2, 4] = -INF  # a masked class: finite; with smoothing its -Inf mean makes the loss +Inf
+        x[3, 2] = -INF  # the target's own logit: loss +Inf, lse finite
+        x[4] = NAN  # an ignored row: never read, zeros
+        x[5] = -INF  # only -Inf: lse -Inf, loss -Inf - -Inf = NaN
+        target = torch.tensor([1, 2, 0, 2, -100, 1, 3])
+        loss, lse = t.call(CrossEntropyFwdArgs(t.put(x), t.put(target), -100, eps))
+        x64 = x.double()
+        x64[4] = 0.0
+        want_lse = _ce_lse(x64)
+        want = torch.zeros(7, dtype=F64)
+        want += (1 - eps) * (want_lse - x64.gather(1, target.clamp(min=0)[:, None])[:, 0])
+        if eps:
+            want += eps * (want_lse - x64.mean(1))
+        want[4], want_lse[4] = 0.0, 0.0
+        _pattern(f"cross_entropy_fwd (label_smoothing={eps}): lse", lse, want_lse)
+        _pattern(f"cross_entropy_fwd (label_smoothing={eps}): loss", loss, want)
+    return run
+
+
+def _cross_entropy_bwd(t: Target) -> None:
+    eps = 0.1
+    x = torch.arange(20.0).reshape(4, 5) / 7
+    x[1, 3] = -INF  # a masked class: dlogits there is dloss * (0 - eps / V)
+    x[2] = NAN  # an ignored row: logits, dloss and lse never read, zeros
+    target = torch.tensor([0, 1, -100, 4])
+    lse = _ce_lse(x.double()).float()
+    lse[2] = NAN
+    lse[3] = NAN  # a NaN lse: the row's dlogits are NaN
+    dloss = torch.tensor([NAN, 2.0, NAN, 1.0])  # a NaN dloss: the row's dlogits are NaN
+    got = t.call(CrossEntropyBwdArgs(t.put(dloss), t.put(x), t.put(target), t.put(lse), -100, eps))
+    want = torch.exp(x.double() - lse.double()[:, None]) - eps / 5
+    want[torch.arange(4), target.clamp(min=0)] -= 1 - eps
+    want = want * dloss.double()[:, None]
+    want[2] = 0.0
+    _pattern("cross_entropy_bwd: dlogits", got, want)
+
+
 # -- MoE --------------------------------------------------------------------------------------------
 
 def _dispatch_combine(t: Target) -> None:
@@ -584,6 +634,9 @@ NAN_CASES: list[NanCase] = [
     NanCase("moe_permute", "moe_permute", _permute),
     NanCase("moe_unpermute", "moe_unpermute", _unpermute),
     NanCase("moe_routing_fwd", "moe_routing_fwd", _routing),
+    NanCase("cross_entropy_fwd", "cross_entropy_fwd", _cross_entropy(0.0)),
+    NanCase("cross_entropy_fwd-label_smoothing", "cross_entropy_fwd", _cross_entropy(0.1)),
+    NanCase("cross_entropy_bwd", "cross_entropy_bwd", _cross_entropy_bwd),
 ]
 if FLOAT4_E2M1FN_X2 is not None:
     NAN_CASES.append(NanCase("quantize_fp4", "quantize_fp4", _quantize_fp4))

@@ -9,6 +9,7 @@ from turbo_core.testing.cases import (
     gemm,
     gemm_fp8,
     grouped_gemm,
+    loss,
     moe,
     normalization,
     normalization_fp8,
@@ -17,9 +18,9 @@ from turbo_core.testing.cases import (
 )
 
 FAMILIES = ("gemm", "gemm_fp8", "grouped_gemm", "quantization", "attention", "normalization", "normalization_fp8",
-            "activation", "activation_fp8", "moe", "sparse_mla")
+            "activation", "activation_fp8", "moe", "sparse_mla", "loss")
 _MODULES = (gemm, gemm_fp8, grouped_gemm, quantization, attention, normalization, normalization_fp8, activation,
-            activation_fp8, moe, sparse_mla)
+            activation_fp8, moe, sparse_mla, loss)
 
 
 def collect():

@@ -44,6 +44,7 @@ from turbo_core.testing.properties import (
     attention,
     gemm,
     grouped_gemm,
+    loss,
     moe,
     normalization,
     quantization,
@@ -55,7 +56,7 @@ from turbo_core.testing.properties.profiles import PROFILE_ENV, PROFILES, active
 __all__ = ["PROFILES", "PROFILE_ENV", "Property", "all_properties", "property_tests"]
 
 _MODULES = (gemm, grouped_gemm, quantization, attention, normalization, activation, activation_fp8, moe,
-            sparse_mla)
+            sparse_mla, loss)
 
 
 def all_properties() -> list[Property]:
