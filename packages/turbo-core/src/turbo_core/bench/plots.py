@@ -72,7 +72,10 @@ def _panel(ax, group: Group) -> None:
             r = group.cell(case, p)
             if r and r["status"] == "ok" and metric and r.get(metric) is not None:
                 bars.append((i + (j - (len(providers) - 1) / 2) * width, r[metric], case))
-        ax.bar([b[0] for b in bars], [b[1] for b in bars], width=width, color=colour, label=p)
+        # a provider without a measured case (e.g. one with no FP8 path) stays out of the legend:
+        # an empty bar set would show there in matplotlib's default colour, not its own
+        ax.bar([b[0] for b in bars], [b[1] for b in bars], width=width, color=colour,
+               label=p if bars else "_nolegend_")
         if p in against:
             ratio = dict(group.ratios(p, against[p]))
             for x, h, case in bars:

@@ -1,5 +1,5 @@
 """Benchmarks across processes: start ``world`` ranks, time a collective call on each, report the
-slowest rank (the suites ``moe-dispatch`` and ``async-tp``).
+slowest rank (the suites ``moe-dispatch``, ``async-tp`` and ``cp-attention``; ``turbo bench --world``).
 
 ``spawn(rank_rows, world, backend, args)`` starts the ranks (``torch.multiprocessing``, spawned:
 NCCL with one GPU each, or gloo on the CPU), runs ``rank_rows(rank, world, group, dev, args)`` on
@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 
 from turbo_core import timing
 
-__all__ = ["graphed", "spawn", "time_calls", "world_and_backend"]
+__all__ = ["graphed", "spawn", "time_calls", "world_and_backend", "world_error"]
 
 
 def time_calls(fn, dev: torch.device, warmup: int, iters: int, calls: int = 1) -> timing.Timing:
@@ -71,9 +71,28 @@ def _worker(rank: int, world: int, store: str, backend: str, rank_rows, args: di
     os._exit(0)
 
 
+def world_error(device: str, world: int | None) -> str | None:
+    """Why ``world`` ranks cannot run on ``device`` (None: they can, or ``world`` is None, the default):
+    a count below 1, or on ``cuda`` more ranks than visible GPUs (one GPU a rank)."""
+    if world is None:
+        return None
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        return f"expected a count of ranks >= 1, got {world!r}"
+    if device == "cuda" and world > torch.cuda.device_count():
+        return f"{world} ranks need {world} GPUs (one a rank); {torch.cuda.device_count()} visible"
+    return None
+
+
 def world_and_backend(device: str, world: int | None) -> tuple[int, str]:
     """``(ranks, backend)``: NCCL over the visible GPUs (at most 8) on ``cuda``, two gloo ranks on the
-    CPU; ``world`` overrides the count."""
+    CPU; ``world`` (``turbo bench --world``) overrides the count.
+
+    Raises:
+        ValueError: a ``world`` that :func:`world_error` refuses, named ``world``.
+    """
+    why = world_error(device, world)
+    if why is not None:
+        raise ValueError(f"world: {why}")
     if device == "cuda":
         return world or min(torch.cuda.device_count(), 8), "nccl"
     return world or 2, "gloo"

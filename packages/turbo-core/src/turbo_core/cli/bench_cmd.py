@@ -21,10 +21,13 @@ from turbo_core.bench.suites import SUITES
 FP8_SUITES = ("gemm-fp8", "grouped-gemm-fp8")
 #: Options only some suites take: (option dest, the suite's keyword argument).
 SUITE_OPTIONS = (("granularities", "granularities"), ("fp8_format", "fp8_format"), ("passes", "passes"),
-                 ("operands", "operands"), ("profile_top", "profile_top"))
+                 ("operands", "operands"), ("profile_top", "profile_top"), ("world", "world"))
+#: The suites that start their own ranks (``--world``).
+RANK_SUITES = ("moe-dispatch", "async-tp", "cp-attention")
 #: The suites that take each option (for the error naming an option a suite lacks).
-OPTION_SUITES = {"granularities": FP8_SUITES, "fp8_format": FP8_SUITES, "passes": (*FP8_SUITES, "attention"),
-                 "operands": ("gemm-fp8",), "profile_top": ("host",)}
+OPTION_SUITES = {"granularities": FP8_SUITES, "fp8_format": FP8_SUITES,
+                 "passes": (*FP8_SUITES, "attention", "cp-attention"), "operands": ("gemm-fp8",),
+                 "profile_top": ("host",), "world": RANK_SUITES}
 #: ``--passes`` choices: GEMM passes (FP8 suites) and attention passes.
 GEMM_PASSES = ("fwd", "dgrad", "wgrad")
 #: Defaults shared with :mod:`turbo_core.bench.dataset` and :mod:`turbo_core.bench.markdown` (kept
@@ -58,7 +61,7 @@ def add_parser(sub) -> None:
     _option(p, "--tokens", type=int, nargs="+", default=None, metavar="N",
                help="tokens per micro-batch, one run of the suite per value (default: the suite's; 8192 for "
                     "GEMMs, 16384 for norm/activation; moe: 4096 and 16384; attention: batch x seq, 16384; train: the "
-                    "sequence, batch 1)")
+                    "sequence, batch 1; cp-attention: the total sequence over all ranks, batch 1, 32k 64k 128k)")
     _option(p, "--models", nargs="*", help="restrict to these models (default: all of the suite)")
     _option(p, "--providers", nargs="*",
                help="restrict to these providers, e.g. torch turbo:TRITON (FP8 suites: bf16:torch.matmul, "
@@ -84,13 +87,17 @@ def add_parser(sub) -> None:
     _option(p, "--format", dest="fp8_format", choices=["E4M3", "E5M2", "HYBRID"],
                help="FP8 suites: operand format (default E4M3; HYBRID: gradients E5M2)")
     _option(p, "--passes", nargs="*", choices=list(dict.fromkeys([*GEMM_PASSES, "bwd"])),
-               help="FP8 suites (fwd dgrad wgrad) and attention (fwd bwd): restrict to these passes (default all)")
+               help="FP8 suites (fwd dgrad wgrad), attention and cp-attention (fwd bwd): restrict to these passes "
+                    "(default all)")
     _option(p, "--operands", choices=["pass", "k-major"],
                help="gemm-fp8: the turbo providers' operand storage: the pass's own (default; backends that "
                     "need K-major operands time their re-layout) or the baseline's K-major tensors (GEMM alone)")
     _option(p, "--profile-top", type=int, metavar="N",
                help="host: also profile each turbo call with cProfile and record its N functions of most own "
                     "time (rows' host_profile: function, us per call under the profiler)")
+    _option(p, "--world", type=int, metavar="N",
+               help=f"{', '.join(RANK_SUITES)}: the number of ranks the suite starts, one GPU each (default: the "
+                    "visible GPUs, at most 8; 2 gloo ranks on the CPU)")
     p.set_defaults(bench_defaults={dest: p.get_default(dest) for dest in FLAGS})
 
 
@@ -185,15 +192,26 @@ def run(args) -> int:
     except ValueError as exc:
         console.print(f"turbo bench: {exc}")
         return 2
+    if "world" in extra:
+        from turbo_core.bench.ranks import world_error
+
+        why = world_error(device, extra["world"])
+        if why is not None:
+            console.print(f"turbo bench: --world {extra['world']}: {why}", soft_wrap=True, markup=False)
+            return 2
     rows: list[dict] = []
     threads = contextlib.nullcontext()
     if args.autograd_threads is not None:
         threads = torch.autograd.set_multithreading_enabled(args.autograd_threads == "on")
     with Progress(console=console, transient=True) as progress, threads:
         for tokens in args.tokens or [None]:
-            rows += suite.run(quick=args.quick, tokens=tokens, models=args.models, providers=args.providers,
-                              include_reference=args.include_reference, warmup=warmup, iters=iters,
-                              device=device, progress=progress, **extra)
+            try:
+                rows += suite.run(quick=args.quick, tokens=tokens, models=args.models, providers=args.providers,
+                                  include_reference=args.include_reference, warmup=warmup, iters=iters,
+                                  device=device, progress=progress, **extra)
+            except ValueError as exc:  # a setting the suite refuses before any case runs
+                console.print(f"turbo bench {args.suite}: {exc}", soft_wrap=True, markup=False)
+                return 2
     if args.autograd_threads is not None:
         rows = [{**r, "autograd_threads": args.autograd_threads} for r in rows]
     getattr(suite, "print_table", print_tables)(rows, Console())

@@ -14,7 +14,11 @@ cases (``fused_mega_moe`` against the eager loop over experts and its ``torch.co
 (module ``moe_dispatch``) starts its own processes (NCCL over the visible GPUs; gloo on the CPU) and
 scores expert-parallel dispatch/combine in GB/s against a raw ``all_to_all_single`` of the same rows.
 ``async-tp`` (module ``async_tp``) starts its processes the same way and scores the async
-tensor-parallel ops in TFLOP/s against the unfused collective + ``torch.matmul``. ``host`` times
+tensor-parallel ops in TFLOP/s against the unfused collective + ``torch.matmul``. ``cp-attention``
+(module ``cp_attention``) starts its processes the same way and scores context-parallel attention
+(Ulysses, ring, both; bf16 and FP8; also ``passes``) in TFLOP/s against the single-GPU kernel's
+ideal scaling and ``torch.distributed.tensor.experimental.context_parallel``. The suites that start
+their own processes also take ``world`` (the number of ranks). ``host`` times
 what the host pays per eager call (tiny shapes, wall clock) for turbo's ops beside the PyTorch call
 a user would write instead. ``linear-fp8`` (module ``linear_fp8``) times a linear layer's whole training step
 (forward, backward, SGD) per FP8 recipe beside bf16 ``nn.Linear`` and torchao's float8 training.
@@ -28,5 +32,5 @@ Hugging Face Transformers models instead: unpatched, Liger-Kernel's patch, turbo
 also ``passes``) against dense masked SDPA, by the device clock and the wall clock."""
 
 SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8", "attention",
-          "moe", "moe-dispatch", "async-tp", "host", "linear-fp8", "train",
+          "moe", "moe-dispatch", "async-tp", "cp-attention", "host", "linear-fp8", "train",
           "sparse-mla")

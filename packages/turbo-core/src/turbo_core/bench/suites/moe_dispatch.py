@@ -2,9 +2,10 @@
 against a raw ``torch.distributed.all_to_all_single`` of the same rows in the same run.
 
 The suite starts ``world`` processes itself (``torch.multiprocessing``, spawned): NCCL/RCCL, one GPU
-each, on ``cuda`` (``world`` = the visible GPUs, at most 8; fewer than 2: every row says so), gloo
-on the CPU (``world`` 2; ``--quick``). Every rank routes its own tokens uniformly at random
-(``top-k`` of ``E`` experts, expert ``e`` on rank ``e // (E / world)``).
+each, on ``cuda`` (``world``: ``--world``, default the visible GPUs, at most 8; fewer than 2: every
+row says so), gloo on the CPU (default 2; ``--quick``). Every rank routes its own tokens uniformly at
+random (``top-k`` of ``E`` experts, expert ``e`` on rank ``e // (E / world)``; ``world`` must divide
+every chosen model's ``E``).
 
 Cases (per model; ``--tokens`` per rank, default 4096; ``--quick``: 64 tokens, hidden 256):
 ``dispatch`` of bf16 tokens and of FP8 (E4M3) tokens with per-128 fp32 scales, and the bf16
@@ -222,6 +223,9 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         return skipped + [{"suite": "moe_dispatch", "case": f"{m.name} T{tokens}", "pass": "dispatch", "model": m.name,
                            "provider": p, "status": f"skipped: needs 2 or more {device} devices (found {world})"}
                           for m in chosen for p in [BASELINE, *(f"turbo:{b}" for b in available)]]
+    uneven = [f"{m.name} ({m.experts})" for m in chosen if m.experts % world]
+    if uneven:
+        raise ValueError(f"world: {world} ranks do not split the experts of {', '.join(uneven)} evenly")
     args = {"models": [asdict(m) for m in chosen], "tokens": tokens, "providers": available, "warmup": warmup,
             "iters": iters}
     return skipped + ranks.spawn(_rank_rows, world, backend, args, progress, "moe-dispatch")
