@@ -24,7 +24,8 @@ def turbo_backend_info():
               "(forward and backward: dense and varlen, causal, window, GQA, sink, head dims up to 256; FP8 E4M3 "
               "with 64-row block scales, dense), sparse MLA attention (DeepSeek-V3.2 top-k over a shared latent, "
               "forward and backward), rmsnorm (and its FP8-output forward, ROWWISE/BLOCKWISE/MX) "
-              "and swiglu/geglu (forward and backward), FP8 quantize/dequantize (every granularity, fused row+column "
+              "and swiglu/geglu (forward and backward), cross entropy (forward and backward, ignore_index, label "
+              "smoothing), FP8 quantize/dequantize (every granularity, fused row+column "
               "with_trans), MXFP4 quantize/with_trans/dequantize, grouped FP8 (BLOCKWISE, MX) and MXFP4 "
               "quantize/with_trans/dequantize, the MoE router (group-limited top-k, forward and "
               "backward) and MoE permutation (preprocess, permute, unpermute forward and backward, "
@@ -126,3 +127,6 @@ def turbo_register_kernels(register):
         register(Kernel(name, "TRITON", f"turbo_triton.activation.fp8_launch:{name}",
                         check="turbo_triton.activation.fp8_launch:can_handle",
                         variants=("bf16", "fp16", "fp32", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE")))
+    for name in ("cross_entropy_fwd", "cross_entropy_bwd"):
+        register(Kernel(name, "TRITON", f"turbo_triton.loss.launch:{name}",
+                        check="turbo_triton.loss.launch:can_handle", variants=("bf16", "fp16", "fp32")))
