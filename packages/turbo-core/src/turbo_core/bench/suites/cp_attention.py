@@ -64,7 +64,7 @@ ideal also local_seq and local_ms.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -221,59 +221,117 @@ def _backend(fp8: bool, q, k, v) -> str | None:
         return None
 
 
-def _torch_cp(mesh, q, k, v, dout, pass_: str, gqa: bool, dev, warmup: int, iters: int):
-    """``(status or timing, results [bshd], note)`` of torch's context parallelism on the global
-    ``q, k, v, dout`` (bshd; the context shards them head-tail, as the ring's zig-zag)."""
+def _attempt(fn_of, inputs, pass_: str, dev, warmup: int, iters: int):
+    """``(timing, first results)`` of ``fn_of`` on ``inputs`` (:func:`_timed`) when every rank's
+    first call went through, else ``(why, None)`` on every rank."""
+    try:
+        fn, res = _timed(fn_of, *inputs, pass_)
+        why = None
+    except Exception as exc:  # noqa: BLE001 - the row says why
+        fn, res, why = None, None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    if not _agree(why is None, dev):
+        return why or "another rank failed", None
+    return ranks.time_calls(fn, dev, warmup, iters), res
+
+
+def _torch_cp(mesh, q, k, v, dout, pass_: str, dev, warmup: int, iters: int):
+    """``(timing or why not, results [bshd], note)`` of torch's context parallelism on the global
+    ``q, k, v, dout`` (bshd): ``context_parallel`` shards them head-tail (the ring's zig-zag)."""
     from torch.distributed.tensor.experimental import context_parallel
 
+    group = q.shape[2] // k.shape[2]
+    tries = [("enable_gqa", True), ("k and v repeated to the query heads", False)] if group > 1 else [(None, False)]
     bufs = [t.transpose(1, 2).contiguous() for t in (q, k, v, dout)]
-    tries = [("enable_gqa", True), ("k and v repeated to the query heads", False)] if gqa else [("", False)]
     failed = []
     with context_parallel(mesh, buffers=bufs, buffer_seq_dims=[2] * 4, no_restore_buffers=set(bufs)):
-        ql, kl, vl, dl = bufs
         for note, native in tries:
-            group = ql.shape[1] // kl.shape[1]
-
-            def call(a, b, c, native=native, group=group):
-                if gqa and not native:
+            def call(a, b, c, native=native):
+                if group > 1 and not native:
                     b, c = b.repeat_interleave(group, dim=1), c.repeat_interleave(group, dim=1)
                 extra = {"enable_gqa": True} if native else {}
                 return torch.nn.functional.scaled_dot_product_attention(a, b, c, is_causal=True, **extra)
 
-            try:
-                fn, res = _timed(call, ql, kl, vl, dl, pass_)
-                exc = None
-            except Exception as e:  # noqa: BLE001 - the row says why
-                fn, exc = None, e
-            if not _agree(exc is None, dev):
-                failed.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if exc else "another rank failed")
+            t, res = _attempt(call, bufs, pass_, dev, warmup, iters)
+            if res is None:
+                failed.append(t)
                 continue
-            t = ranks.time_calls(fn, dev, warmup, iters)
-            del fn
-            return t, [r.transpose(1, 2) for r in res], (f"GQA: {note}" + (f" ({failed[0]})" if failed else "")
-                                                        if gqa else None)
-    return f"declined: torch's context_parallel failed on {dev.type}: {failed[0]}", None, None
+            if note is not None:
+                note = f"GQA: {note}" + (f" (enable_gqa failed: {failed[0]})" if failed else "")
+            return t, [r.transpose(1, 2) for r in res], note
+    return f"declined: torch's context_parallel failed on {dev.type}: {failed[-1]}", None, None
 
 
-def _case_rows(m: CpModel, seq: int, rank: int, world: int, dev, groups: dict, mesh, args: dict) -> list[dict]:
-    warmup, iters, keep = args["warmup"], args["iters"], args["providers"]
+@dataclass
+class _Case:
+    """One model and sequence on one rank: the global inputs (bshd, bf16) and this rank's share."""
+
+    m: CpModel
+    seq: int
+    world: int
+    rank: int
+    dev: torch.device
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    dout: torch.Tensor
+    shares: dict = field(default_factory=dict)
+
+    @property
+    def local(self) -> int:
+        return self.seq // self.world
+
+    def positions(self, method: str) -> torch.Tensor:
+        """The global positions of this rank's rows under ``method`` (``ring``: also the ideal's
+        share and torch's head-tail shard)."""
+        return _positions(self.seq, method, self.world, self.rank, self.dev)
+
+    def share(self, method: str) -> tuple[torch.Tensor, ...]:
+        """This rank's rows of q, k, v and dout under ``method`` (made once)."""
+        if method not in self.shares:
+            pos = self.positions(method)
+            self.shares[method] = tuple(x[:, pos] for x in (self.q, self.k, self.v, self.dout))
+        return self.shares[method]
+
+
+def _provider_result(c: _Case, provider: str, pass_: str, fp8: bool, groups: dict, mesh, refs, args: dict):
+    """``(timing or why not, results, positions, reference, note)`` of one provider on the case."""
+    warmup, iters = args["warmup"], args["iters"]
+    if provider == TORCH_CP:
+        if fp8:
+            return "skipped: torch's context_parallel runs SDPA, which has no FP8 attention", None, None, None, None
+        if isinstance(mesh, str):
+            return mesh, None, None, None, None
+        t, res, note = _torch_cp(mesh, c.q, c.k, c.v, c.dout, pass_, c.dev, warmup, iters)
+        return t, res, c.positions("ring"), refs["whole"], note
+    if provider == IDEAL:
+        call = flash_attn_fp8_func if fp8 else flash_attn_func
+
+        def fn_of(a, b, x, call=call):
+            return call(a, b, x, causal=True)
+
+        inputs, pos, ref = c.share("ring"), torch.arange(c.local, device=c.dev), refs["local"]
+    else:
+        method = provider.removeprefix("turbo:")
+        call = flash_attn_fp8_usp_func if fp8 else flash_attn_usp_func
+        ug, rg = groups[method]
+
+        def fn_of(a, b, x, call=call, ug=ug, rg=rg):
+            return call(a, b, x, causal=True, ulysses_group=ug, ring_group=rg, ring_layout="zigzag")
+
+        inputs, pos, ref = c.share(method), c.positions(method), refs["whole"]
+    t, res = _attempt(fn_of, inputs, pass_, c.dev, warmup, iters)
+    return (f"error: {t}" if res is None else t), res, pos, ref, None
+
+
+def _case_rows(c: _Case, groups: dict, mesh, args: dict) -> list[dict]:
+    m, seq, world = c.m, c.seq, c.world
     g = m.h_q // m.h_kv
-    gen = torch.Generator(device=dev).manual_seed(1234 + seq)
-
-    def rand(h):
-        return torch.randn((1, seq, h, m.d), generator=gen, device=dev).to(torch.bfloat16)
-
-    q, k, v, dout = rand(m.h_q), rand(m.h_kv), rand(m.h_kv), rand(m.h_q)
-    local = seq // world
-    ideal_pos = _positions(seq, "ring", world, rank, dev)  # the ideal's share: this rank's ring shard
-    lq, lk, lv, ld = (t[:, ideal_pos] for t in (q, k, v, dout))
-    device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else ""
+    device_name = torch.cuda.get_device_name(c.dev) if c.dev.type == "cuda" else ""
     rows = []
     for pass_ in args["passes"]:
         whole = AttnCase(m.name, None, pass_, 1, seq, seq, m.h_q, m.h_kv, m.d, m.d, True)
-        part = AttnCase(m.name, None, pass_, 1, local, local, m.h_q, m.h_kv, m.d, m.d, True)
-        refs = _reference(whole, q, k, v, dout)
-        local_refs = _reference(part, lq, lk, lv, ld)
+        part = AttnCase(m.name, None, pass_, 1, c.local, c.local, m.h_q, m.h_kv, m.d, m.d, True)
+        refs = {"whole": _reference(whole, c.q, c.k, c.v, c.dout), "local": _reference(part, *c.share("ring"))}
         for dtype in DTYPES:
             fp8 = dtype == "fp8"
             tol = FP8_SNR_DB if fp8 else tolerance_of(torch.bfloat16)
@@ -285,80 +343,40 @@ def _case_rows(m: CpModel, seq: int, rank: int, world: int, dev, groups: dict, m
                     "tolerance": tol, "baseline": IDEAL}
             peak = peak_tflops(device_name, dtype) if device_name else None
             times: dict[str, float] = {}
-            for provider in PROVIDERS:
-                if provider != IDEAL and provider not in keep:
-                    continue
+            for provider in (p for p in PROVIDERS if p == IDEAL or p in args["providers"]):
                 method = METHOD_OF.get(provider) or provider.removeprefix("turbo:")
                 skip = method_skip(method, world, m) if method in METHODS else None
-                u, r = (None, None) if skip or method == IDEAL else (1, world) if method == "torch" else \
+                u, r = (None, None) if skip or method == "ideal" else (1, world) if method == "torch" else \
                     factorization(method, world)
                 row = {**base, "provider": provider, "method": method, "ulysses_size": u, "ring_size": r,
                        "role": "baseline" if provider == IDEAL else "reference" if provider == TORCH_CP else "turbo"}
                 if method == "both" and not skip:
                     row["note"] = f"Ulysses {u} inside x ring {r} outside"
-                status, t, res, pos, ref = None, None, None, None, refs
-                if provider == TORCH_CP:
-                    if fp8:
-                        status = "skipped: torch's context_parallel runs SDPA, which has no FP8 attention"
-                    elif mesh is None or isinstance(mesh, str):
-                        status = mesh or "skipped: no device mesh"
-                    else:
-                        t, res, note = _torch_cp(mesh, q, k, v, dout, pass_, g > 1, dev, warmup, iters)
-                        if isinstance(t, str):
-                            status, t = t, None
-                        elif note:
-                            row["note"] = note
-                        pos = ideal_pos
-                else:
-                    if skip:
-                        status = skip
-                    else:
-                        if provider == IDEAL:
-                            call = flash_attn_fp8_func if fp8 else flash_attn_func
-                            inputs, pos, ref = (lq, lk, lv, ld), torch.arange(local, device=dev), local_refs
-
-                            def fn_of(a, b, c, call=call):
-                                return call(a, b, c, causal=True)
-                        else:
-                            call = flash_attn_fp8_usp_func if fp8 else flash_attn_usp_func
-                            ug, rg = groups[method]
-                            pos = _positions(seq, method, world, rank, dev)
-                            inputs = tuple(x[:, pos] for x in (q, k, v, dout))
-
-                            def fn_of(a, b, c, call=call, ug=ug, rg=rg):
-                                return call(a, b, c, causal=True, ulysses_group=ug, ring_group=rg,
-                                            ring_layout="zigzag")
-                        row["backend"] = _backend(fp8, *inputs[:3])
-                        try:
-                            fn, res = _timed(fn_of, *inputs, pass_)
-                            exc = None
-                        except Exception as e:  # noqa: BLE001 - the row says why
-                            exc = e
-                        if _agree(exc is None, dev):
-                            t = ranks.time_calls(fn, dev, warmup, iters)
-                            del fn
-                        else:
-                            status = (f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if exc
-                                      else "error: another rank failed")
-                if status is not None:
-                    rows.append({**row, "status": status})
+                if method in ("ideal", *METHODS) and not skip:
+                    row["backend"] = _backend(fp8, *c.share("ring" if method == "ideal" else method)[:3])
+                t, res, pos, ref, note = (skip, None, None, None, None) if skip else \
+                    _provider_result(c, provider, pass_, fp8, groups, mesh, refs, args)
+                if note:
+                    row["note"] = note
+                if res is None:
+                    rows.append({**row, "status": t})
                     continue
-                err, snr = _error(res, ref, pos, dev)
+                err, snr = _error(res, ref, pos, c.dev)
                 med, p10, p90 = t.median_ms, t.p10_ms, t.p90_ms
-                if provider == IDEAL:
+                if provider == IDEAL:  # the whole case at world x the kernel's throughput on the share
                     scale = whole.flops / (world * part.flops)
-                    row.update(local_seq=local, local_ms=med)
+                    row.update(local_seq=c.local, local_ms=med)
                     med, p10, p90 = med * scale, p10 * scale, p90 * scale
                 times[provider] = med
                 tflops = whole.flops / med / 1e9
-                bad = snr < tol if fp8 else err > tol
                 row.update(status="ok", median_ms=med, p10_ms=p10, p90_ms=p90, tflops=tflops,
                            ratio=times[IDEAL] / med if IDEAL in times else None,
                            torch_cp_ratio=times[TORCH_CP] / med if TORCH_CP in times else None,
                            peak_fraction=tflops / (world * peak) if peak else None, max_rel_err=err, snr_db=snr)
-                if bad:
-                    row["status"] = (f"inaccurate: SNR {snr:.1f} dB < {tol:.0f} dB against float64" if fp8 else
-                                     f"inaccurate: max_rel_err {err:.2e} > {tol:.2e} against float64")
+                if fp8 and snr < tol:
+                    row["status"] = f"inaccurate: SNR {snr:.1f} dB < {tol:.0f} dB against float64"
+                elif not fp8 and err > tol:
+                    row["status"] = f"inaccurate: max_rel_err {err:.2e} > {tol:.2e} against float64"
                 rows.append(row)
                 del res
     return rows
@@ -383,7 +401,11 @@ def _rank_rows(rank: int, world: int, group, dev: torch.device, args: dict) -> l
     for m in args["models"]:
         model = CpModel(**{**m, "seqs": tuple(m["seqs"])})
         for seq in args["seqs"] or model.seqs:
-            rows += _case_rows(model, seq, rank, world, dev, groups, mesh, args)
+            gen = torch.Generator(device=dev).manual_seed(1234 + seq)  # the same inputs on every rank
+            q, k, v, dout = (torch.randn((1, seq, h, model.d), generator=gen, device=dev).to(torch.bfloat16)
+                             for h in (model.h_q, model.h_kv, model.h_kv, model.h_q))
+            rows += _case_rows(_Case(model, seq, world, rank, dev, q, k, v, dout), groups, mesh, args)
+            del q, k, v, dout
     return rows
 
 
