@@ -4,8 +4,7 @@ installed (:mod:`turbo_core.bench.plots`).
 
 The page holds, per suite and device, the newest measurement of every case
 (:func:`turbo_core.bench.dataset.current`: the latest run, then what earlier runs measured that it
-did not), run by run: the run's commit, date, device, driver, versions and command (and the ranks
-of the suites that start their own processes); per pass, the plot and one table per
+did not), run by run: the run's commit, date, device, driver, versions and command; per pass, the plot and one table per
 variant (:mod:`turbo_core.bench.compare`), one line per case with each provider's TFLOP/s, GB/s or tokens/s,
 median time (rows timed by the wall clock, a ``timing`` variant with its own legend: also the device
 time) and fraction of peak, then the ratio of each turbo provider to each reference (or to the
@@ -161,9 +160,6 @@ def _section_lines(sec: Section, images: dict[str, str]) -> list[str]:
     copy = next((r["copy_gbps"] for g in sec.groups for r in g.rows if r.get("copy_gbps")), None)
     if copy:
         lines.append(f"- copy bandwidth measured in the same run: {copy:.0f} GB/s")
-    world = sorted({r["world"] for g in sec.groups for r in g.rows if r.get("world")})
-    if world:  # the suites that start their own ranks
-        lines.append(f"- ranks: {', '.join(map(str, world))} (processes the suite started, one device each)")
     lines += ["", legend(sec.groups[0]), ""]
     for pass_ in sec.passes:
         lines += [f"#### {_esc(pass_)}", ""]
