@@ -44,8 +44,8 @@ from typing import NamedTuple, Protocol
 import torch
 import torch.distributed as dist
 
-__all__ = ["ENV", "TRANSPORTS", "TransportChoice", "Workspace", "aligned", "choose", "set_workspace_provider",
-           "typed", "workspace"]
+__all__ = ["ENV", "TRANSPORTS", "TransportChoice", "Workspace", "aligned", "choose", "enable_symm_mem",
+           "set_workspace_provider", "typed", "workspace"]
 
 ENV = "TURBO_ASYNC_TP_TRANSPORT"
 TRANSPORTS = ("symm", "nccl")
@@ -93,20 +93,27 @@ def _torch_at_least(major: int, minor: int) -> bool:
     return tuple(int(x) for x in found) >= (major, minor)
 
 
+def enable_symm_mem(group) -> None:
+    """Opt ``group`` into symmetric memory where torch needs it (before 2.11; 2.11 resolves a group's
+    store by itself and deprecates ``enable_symm_mem_for_group``)."""
+    import torch.distributed._symmetric_memory as symm_mem
+
+    enabled = getattr(symm_mem, "is_symm_mem_enabled_for_group", None)
+    if not _torch_at_least(2, 11) and enabled is not None and not enabled(group.group_name):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            symm_mem.enable_symm_mem_for_group(group.group_name)
+
+
 class _TorchWorkspace:
     """:class:`Workspace` over ``torch.distributed._symmetric_memory``."""
 
     def __init__(self, group, device: torch.device, nbytes: int) -> None:
         import torch.distributed._symmetric_memory as symm_mem
 
-        name = group.group_name
-        enabled = getattr(symm_mem, "is_symm_mem_enabled_for_group", None)
-        if not _torch_at_least(2, 11) and enabled is not None and not enabled(name):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", FutureWarning)
-                symm_mem.enable_symm_mem_for_group(name)
+        enable_symm_mem(group)
         self._local = symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
-        self._handle = symm_mem.rendezvous(self._local, name)
+        self._handle = symm_mem.rendezvous(self._local, group.group_name)
         self.capacity = nbytes
         me = self._handle.rank
         self._peers = [self._local if r == me else self._handle.get_buffer(r, (nbytes,), torch.uint8, 0)
