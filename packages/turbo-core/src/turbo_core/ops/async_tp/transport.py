@@ -116,8 +116,15 @@ class _TorchWorkspace:
         self._handle = symm_mem.rendezvous(self._local, group.group_name)
         self.capacity = nbytes
         me = self._handle.rank
-        self._peers = [self._local if r == me else self._handle.get_buffer(r, (nbytes,), torch.uint8, 0)
-                       for r in range(self._handle.world_size)]
+        # get_remote_tensor (newer torch) maps the peer's tensor itself; get_buffer maps its
+        # allocation from the start, which is the tensor only when the tensor starts it: checked below
+        remote = getattr(self._handle, "get_remote_tensor", None)
+        views = [remote(r, (nbytes,), torch.uint8) if remote is not None else
+                 self._handle.get_buffer(r, (nbytes,), torch.uint8, 0) for r in range(self._handle.world_size)]
+        if views[me].data_ptr() != self._local.data_ptr():
+            raise RuntimeError("the symmetric buffer's own mapping is not the tensor's address "
+                               f"({views[me].data_ptr():#x} != {self._local.data_ptr():#x})")
+        self._peers = [self._local if r == me else v for r, v in enumerate(views)]
 
     def local(self) -> torch.Tensor:
         return self._local
