@@ -72,7 +72,7 @@ def test_backends_default_view_one_line_per_backend(capsys, use_plugins, fakekit
     lines = out.splitlines()
     assert all(len(line) <= 60 for line in lines[1:-1])
     assert [line.split()[0] for line in lines[2:-1]] == ["TORCH", "FAKEA", "FAKEB"]
-    assert lines[3].split()[1:] == ["turbo-fakea", "0.0.1", "1/-/-/-/-/-/-", "ok"]
+    assert lines[3].split()[1:] == ["turbo-fakea", "0.0.1", "1/-/-/-/-/-/-/-", "ok"]
     # the reason's first clause, the words that fit, then an ellipsis; --wide gives it whole
     assert lines[4].split()[4:] == ["needs", "a", "fake\u2026"]
     assert lines[-1] == "--wide: every primitive and the full reasons; --matrix: primitive x backend"

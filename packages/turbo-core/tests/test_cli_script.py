@@ -96,7 +96,8 @@ def test_each_bad_setting_gets_its_line(runs):
     assert proc.returncode == 2 and proc.stdout == ""
     scope, backend, count = proc.stderr.splitlines()
     # the families that select several primitives (Primus-Turbo's four among them), then the pointer
-    assert scope.startswith("turbo backends: TURBO_GEM_BACKEND: no family or primitive 'gem'; families: attn, gemm, ")
+    assert scope.startswith("turbo backends: TURBO_GEM_BACKEND: no family or primitive 'gem'; families: attn, "
+                            "cross_entropy, gemm, ")
     assert "grouped_gemm, moe_dispatch_combine, " in scope and scope.endswith(", or a primitive (turbo backends --matrix)")
     assert backend == ("turbo backends: TURBO_GEMM_FP8_BACKEND='fp8:CK,other:TORCH': backend CK is not installed "
                        "(pip install turbo-ck); installed: TORCH, SLOWPOKE")
@@ -113,7 +114,7 @@ def test_backends_one_line_each_at_80_columns_in_a_pipe(runs):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines)
-    assert lines[0] == "primitives per family: gemm/grouped/attn/act/norm/moe/quant (- = none)"
+    assert lines[0] == "primitives per family: gemm/grouped/attn/act/norm/moe/quant/loss (- = none)"
     assert lines[1].split() == ["backend", "package", "version", "primitives", "status"]
     torch_row, slow_row = lines[2].split(), lines[3].split()
     assert torch_row[:2] == ["TORCH", "turbo-core"]

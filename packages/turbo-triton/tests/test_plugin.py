@@ -30,7 +30,8 @@ FP8_ATTENTION = {"attention_fp8_fwd", "attention_fp8_bwd"}
 SPARSE_MLA = {"sparse_mla_fwd", "sparse_mla_bwd"}
 # Producers whose output comes out quantized to FP8 (the norm, the GLUs).
 PRODUCER_FP8 = {"rmsnorm_fwd_fp8", "swiglu_fwd_fp8", "geglu_fwd_fp8"}
-SERVED = QUANT | FP4 | GROUPED_QUANT | GROUPED_FP4 | MOE | ATTENTION | FP8_ATTENTION | SPARSE_MLA | PRODUCER_FP8 | {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
+LOSS = {"cross_entropy_fwd", "cross_entropy_bwd"}
+SERVED = QUANT | FP4 | GROUPED_QUANT | GROUPED_FP4 | MOE | ATTENTION | FP8_ATTENTION | SPARSE_MLA | PRODUCER_FP8 | LOSS | {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "grouped_gemm_fp8_variable_k", "grouped_gemm_variable_k", "rmsnorm_fwd", "rmsnorm_bwd",
           "swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd"}
 
 

@@ -49,8 +49,9 @@ class CrossEntropyFwdArgs:
     Shapes and dtypes (every tensor contiguous, all on one device):
 
     * ``logits``: ``[N, V]``, fp16/bf16/fp32, ``V >= 1``, ``N >= 0``.
-    * ``target``: ``[N]`` int64: a class in ``[0, V)``, or ``ignore_index`` (see the module doc for
-      other values).
+    * ``target``: ``[N]`` int64: a class in ``[0, V)``, or ``ignore_index``. Another value passes
+      the validator only on a GPU (the host does not read GPU targets): a kernel never reads outside
+      the row for it and gives the row a NaN ``loss`` (``lse`` is the row's).
     * ``ignore_index``: an int. ``label_smoothing``: ``eps``, a float in ``[0, 1]``.
 
     Numerics, in fp32 (or wider), row by row with ``x = logits[i]`` and ``t = target[i]``::
@@ -89,7 +90,8 @@ class CrossEntropyBwdArgs:
         dlogits[i, j] = dloss[i] * (exp(x[j] - lse[i]) - (1 - eps) * [j == t] - eps / V)
 
     rounded once to logits' dtype. Ignored rows are never read (``logits``, ``dloss`` and ``lse``
-    there may hold anything) and get zeros.
+    there may hold anything) and get zeros; a row whose target is outside ``[0, V)`` (and not
+    ``ignore_index``) gets NaN.
 
     Result: ``dlogits`` ``[N, V]`` in logits' dtype.
     """
