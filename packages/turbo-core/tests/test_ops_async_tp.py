@@ -277,6 +277,27 @@ def _check_quantize_once(rank: int, world: int, group, dev: torch.device) -> Non
         assert_snr(torch.cat([x.double() for x in xs], dim=gdim) @ deq_b, c0.cpu(), "E4M3", what=what)
 
 
+def _check_transport_choice(group, dev: torch.device) -> None:
+    """A CPU group gets ``nccl`` with the reason; ``TURBO_ASYNC_TP_TRANSPORT`` forces either way
+    (``symm`` where it cannot serve: an error with the reason) and a bad value is named."""
+    from turbo_core.ops import async_tp_transport, fused_all_gather_matmul
+
+    env = "TURBO_ASYNC_TP_TRANSPORT"
+    assert async_tp_transport(group, dev) == ("nccl", "the tensors are on cpu (symmetric memory needs CUDA GPUs)")
+    try:
+        os.environ[env] = "nccl"
+        assert async_tp_transport(group.group_name, dev) == ("nccl", f"{env}=nccl asks for the collectives")
+        os.environ[env] = "symm"
+        with pytest.raises(RuntimeError, match=f"{env}=symm: symmetric memory cannot serve this group: the "
+                                               "tensors are on cpu"):
+            fused_all_gather_matmul(torch.ones(2, 4), [torch.ones(3, 4)], ["NT"], 0, group)
+        os.environ[env] = "sometimes"
+        with pytest.raises(ValueError, match=f"{env}='sometimes': expected auto"):
+            async_tp_transport(group, dev)
+    finally:
+        del os.environ[env]
+
+
 def _check_rank(rank: int, world: int, dev: torch.device, *, transport: str, root: str | None = None) -> None:
     from turbo_core.ops import async_tp_transport
     from turbo_core.ops.async_tp import transport as tp
@@ -285,6 +306,8 @@ def _check_rank(rank: int, world: int, dev: torch.device, *, transport: str, roo
         tp.set_workspace_provider(functools.partial(FileWorkspace, root=root))
     group = dist.group.WORLD
     assert async_tp_transport(group, dev).name == transport, async_tp_transport(group, dev)
+    if transport == "nccl" and dev.type == "cpu":
+        _check_transport_choice(group, dev)
     _check_all_gather(rank, world, group, dev)
     _check_reduce_scatter(rank, world, group, dev)
     if HAS_FP8:
@@ -313,6 +336,51 @@ def test_async_tp_on_two_gpus(transport, tmp_path, monkeypatch):
     monkeypatch.setenv("TURBO_PLUGINS", "turbo_core.reference.plugin,turbo_triton.plugin")
     monkeypatch.setenv("TURBO_ASYNC_TP_TRANSPORT", transport)
     run_ranks(functools.partial(_check_rank, transport=transport), 2, tmp_path, "nccl")
+
+
+def _check_graph_replay(rank: int, world: int, dev: torch.device) -> None:
+    """An all-gather + GEMM feeding a GEMM + reduce-scatter, run eagerly, then captured in a CUDA
+    graph (after the eager call: the transport check and the workspace are done by then) and
+    replayed on new inputs copied into the captured ones: the replay equals an eager call on them."""
+    from turbo_core.ops import fused_all_gather_matmul, fused_matmul_reduce_scatter
+
+    group = dist.group.WORLD
+    g = torch.Generator(device=dev).manual_seed(100 + rank)
+    x = torch.randn(256, 512, device=dev, generator=g).to(torch.bfloat16)
+    w1 = torch.randn(384, 512, device=dev, generator=g).mul_(512 ** -0.5).to(torch.bfloat16)
+    w2 = torch.randn(512, 384, device=dev, generator=g).mul_(384 ** -0.5).to(torch.bfloat16)
+
+    def step():
+        _, (h,) = fused_all_gather_matmul(x, [w1], ["NT"], 0, group, return_A=False, num_splits=2)
+        return h, fused_matmul_reduce_scatter(h, w2, "NT", "sum", 0, group, num_splits=2)
+
+    step()
+    side = torch.cuda.Stream(device=dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream(dev).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    x.copy_(torch.randn(256, 512, device=dev, generator=g).to(torch.bfloat16))
+    graph.replay()
+    torch.cuda.synchronize(dev)
+    want = step()
+    for got, ref in zip(captured, want, strict=True):
+        assert_close_to_reference(got, ref.double(), dtype=torch.bfloat16, what="graph replay")
+
+
+@pytest.mark.gpu
+@pytest.mark.distributed
+@needs_two_gpus
+@pytest.mark.parametrize("transport", ["nccl", "symm"])
+def test_async_tp_graph_replay_on_two_gpus(transport, tmp_path, monkeypatch):
+    if importlib.util.find_spec("turbo_triton") is None:
+        pytest.skip("needs turbo-triton for the GEMMs on the GPU")
+    monkeypatch.setenv("TURBO_PLUGINS", "turbo_core.reference.plugin,turbo_triton.plugin")
+    monkeypatch.setenv("TURBO_ASYNC_TP_TRANSPORT", transport)
+    run_ranks(_check_graph_replay, 2, tmp_path, "nccl")
 
 
 def test_bad_arguments_are_named():
