@@ -34,7 +34,7 @@ __all__ = ["ARCHITECTURES", "KINDS", "Architecture", "AutoTurboModelForCausalLM"
 
 
 def apply_turbo(model: PreTrainedModel, *, fp8: Float8QuantConfig | None = None, linear: bool = True,
-                norm: bool = True, attention: bool = True, mlp: bool = True, moe: bool = True,
+                norm: bool = True, attention: bool = True, mlp: bool = True, moe: bool = True, loss: bool = True,
                 exclude: Sequence[str] = ("lm_head",)) -> TurboReport:
     """Patch ``model`` (a supported transformers model, already built) in place to run turbo's ops.
 
@@ -55,6 +55,10 @@ def apply_turbo(model: PreTrainedModel, *, fp8: Float8QuantConfig | None = None,
       ``"turbo"`` experts implementation (:mod:`~turbo_core.integrations.hf.experts`: ``moe_permute``,
       grouped GEMMs over the stored 3-D weights, ``moe_unpermute``), FP8 grouped GEMMs with ``fp8``.
       DeepSeek-V3's biased sigmoid router is left alone.
+    * ``loss``: a causal LM's loss (``*ForCausalLM``, transformers' ``ForCausalLMLoss``) becomes
+      turbo's fused ``cross_entropy`` (:func:`~turbo_core.integrations.hf.loss.causal_lm_loss`: the
+      same shift, ``ignore_index`` and ``num_items_in_batch`` rules; the logits are read in their
+      dtype, with fp32 math, instead of cast to an fp32 copy), set as ``model.loss_function``.
 
     Attention, norms, routers and embeddings stay in the model's dtype under ``fp8``.
 
@@ -62,7 +66,7 @@ def apply_turbo(model: PreTrainedModel, *, fp8: Float8QuantConfig | None = None,
         model: a ``transformers.PreTrainedModel`` of a supported architecture.
         fp8: ``None`` (every GEMM in the weights' dtype) or a ``Float8QuantConfig``: the recipe of
             the linear layers, the fused gate/up GEMMs and the experts.
-        linear, norm, attention, mlp, moe: which kinds to replace.
+        linear, norm, attention, mlp, moe, loss: which kinds to replace.
         exclude: module-name patterns left untouched, with everything under them: a name
             (``"lm_head"``), a dotted suffix (``"self_attn.q_proj"``) or an ``fnmatch`` pattern
             (``"model.layers.0.*"``). The default keeps the LM head in its dtype. An excluded
@@ -86,4 +90,4 @@ def apply_turbo(model: PreTrainedModel, *, fp8: Float8QuantConfig | None = None,
         Nothing is changed when an error is raised.
     """
     return _patch.apply_turbo(model, fp8=fp8, linear=linear, norm=norm, attention=attention, mlp=mlp, moe=moe,
-                              exclude=exclude)
+                              loss=loss, exclude=exclude)

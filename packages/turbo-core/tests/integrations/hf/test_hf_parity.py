@@ -22,7 +22,8 @@ from turbo_core.testing.numerics import SNR_DB, snr_db  # noqa: E402
 RTOL = tolerance(torch.float32)[0]  # of the largest reference magnitude; measured ~1e-6
 
 #: The primitives every patched model runs (forward and backward), by architecture family.
-DENSE_PRIMS = {"gemm", "rmsnorm_fwd", "rmsnorm_bwd", "attention_fwd", "attention_bwd", "swiglu_fwd", "swiglu_bwd"}
+DENSE_PRIMS = {"gemm", "rmsnorm_fwd", "rmsnorm_bwd", "attention_fwd", "attention_bwd", "swiglu_fwd", "swiglu_bwd",
+               "cross_entropy_fwd", "cross_entropy_bwd"}
 MOE_PRIMS = {"moe_permute", "moe_unpermute", "grouped_gemm", "grouped_gemm_variable_k"}
 ROUTER_PRIMS = {"moe_routing_fwd", "moe_routing_bwd"}
 

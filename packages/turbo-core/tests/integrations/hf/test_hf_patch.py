@@ -15,6 +15,7 @@ transformers = pytest.importorskip("transformers", minversion="5")
 
 from hf_tiny import ARCHS, build, tokens  # noqa: E402
 
+from turbo_core.integrations.hf.loss import causal_lm_loss  # noqa: E402
 from turbo_core.integrations.transformers import (  # noqa: E402
     ARCHITECTURES,
     AutoTurboModelForCausalLM,
@@ -64,6 +65,7 @@ def test_report_counts_every_module_of_each_kind(arch):
     assert ("lm_head", "linear") in kept
     for cls, _reason in spec.kept_routers:
         assert all((n, "router") in kept for n in classes[cls])
+    assert report.count("loss") == 1 and model.loss_function is causal_lm_loss
     assert type(model.lm_head) is torch.nn.Linear
     assert all(type(dict(model.named_modules())[n]) is Linear for n in linears)
     assert all(type(dict(model.named_modules())[n]) is RMSNorm for c in spec.norms for n in classes.get(c, []))
@@ -150,8 +152,9 @@ def test_excluded_modules_stay_untouched():
 
 def test_switches_turn_kinds_off():
     model = build("qwen3_moe")
-    report = apply_turbo(model, linear=False, norm=False, attention=False, mlp=True, moe=False)
-    assert report.count("linear") == report.count("rmsnorm") == report.count("attention") == 0
+    report = apply_turbo(model, linear=False, norm=False, attention=False, mlp=True, moe=False, loss=False)
+    assert report.count("linear") == report.count("rmsnorm") == report.count("attention") == report.count("loss") == 0
+    assert {s.reason for s in report.skipped("loss")} == {"loss=False"} and "_loss_function" not in vars(model)
     assert report.count("experts") == report.count("router") == 0 and report.count("gated_mlp") == 1
     assert model.config._attn_implementation == "sdpa" and model.config._experts_implementation == "eager"
     assert {s.reason for s in report.skipped("rmsnorm")} == {"norm=False"}
@@ -214,3 +217,39 @@ def test_importing_turbo_core_imports_no_transformers():
             "import turbo_core.integrations.transformers; assert 'transformers' in sys.modules")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_causal_lm_loss_follows_transformers_contract():
+    """``causal_lm_loss`` against transformers' own ``ForCausalLMLoss`` (fp32 math in both): the shift, ignored
+    labels, ``num_items_in_batch`` (the summed loss over it) and given ``shift_labels``; and the
+    gradient of the logits."""
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(2, 7, 11, generator=gen)
+    labels = torch.randint(0, 11, (2, 7), generator=gen)
+    labels[0, 2] = labels[1, 5] = -100
+    shifted = torch.randint(0, 11, (2, 7), generator=gen)
+    for kwargs in ({}, {"num_items_in_batch": torch.tensor(9)}, {"num_items_in_batch": 4},
+                   {"shift_labels": shifted}):
+        got_x = logits.clone().requires_grad_(True)
+        want_x = logits.clone().requires_grad_(True)
+        got = causal_lm_loss(got_x, labels, 11, **kwargs)
+        want = ForCausalLMLoss(want_x, labels, 11, **kwargs)
+        got.backward()
+        want.backward()
+        assert got.dtype == want.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got_x.grad, want_x.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_a_model_with_its_own_loss_function_keeps_it():
+    model = build("llama")
+
+    def own(logits, labels, vocab_size, **kwargs):
+        return logits.float().mean()
+
+    model.loss_function = own
+    report = apply_turbo(model)
+    assert report.count("loss") == 0 and model.loss_function is own
+    assert [s.reason for s in report.skipped("loss")] == ["the model already carries its own loss_function"]

@@ -25,7 +25,10 @@ Providers (:data:`PROVIDERS`), every one from the same bf16 weights
 
 Precision: bf16 parameters, gradients and AdamW states (``torch.optim.AdamW``, lr
 :data:`LR`, weight decay :data:`WEIGHT_DECAY`, ``fused=True`` on a GPU); the router logits and the
-loss in fp32 (the logits are cast before the cross-entropy, as in ``turbo demo``).
+loss in fp32. The loss is the mean cross entropy over every token: the turbo providers compute it
+with turbo's fused ``cross_entropy`` (fp32 math on the bf16 logits, read once forward and once
+backward), the others with ``F.cross_entropy`` on the logits cast to fp32, as PyTorch users write it
+(``torch.compile`` fuses that cast and the log-softmax itself).
 
 Clock: the wall clock per step (:func:`turbo_core.timing.measure_batched`, ``clock="wall"``, one
 step a batch, CUDA-synchronized), host cost and the MoE layers' host syncs included; ``--warmup``
@@ -66,6 +69,7 @@ from turbo_core.bench.train_models import MODELS, QUICK_MODELS, TrainModel
 from turbo_core.demo.data import SparseMarkovData
 from turbo_core.demo.model import TurboDecoder, fp8_recipe
 from turbo_core.demo.plain import PlainDecoder
+from turbo_core.ops import cross_entropy
 
 __all__ = ["LOSS_STEPS", "LR", "OK_FIELDS", "PROVIDERS", "QUICK_LOSS_STEPS", "WEIGHT_DECAY", "build", "print_table", "run"]
 
@@ -141,14 +145,19 @@ def build(provider: str, model: TrainModel, state: dict[str, torch.Tensor], devi
     return net
 
 
-def _loss(net: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def _loss(net: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, fused: bool = False) -> torch.Tensor:
+    """The mean cross entropy of ``net``'s logits: turbo's fused ``cross_entropy`` (``fused``, the turbo
+    providers) or ``F.cross_entropy`` on the logits cast to fp32 (the others); fp32 math either way."""
     logits = net(inputs)
+    if fused:
+        return cross_entropy(logits, targets)
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def _step_fn(net: torch.nn.Module, opt: torch.optim.Optimizer) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def _step_fn(net: torch.nn.Module, opt: torch.optim.Optimizer,
+             fused: bool = False) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     def step(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = _loss(net, inputs, targets)
+        loss = _loss(net, inputs, targets, fused)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -183,16 +192,17 @@ def _measure(provider: str, model: TrainModel, state: dict, batches: list, *, ti
     try:
         net = build(provider, model, state, device)
         opt = torch.optim.AdamW(net.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=gpu or None)
-        step = _step_fn(net, opt)
+        fused = provider.startswith("turbo:")
+        step = _step_fn(net, opt, fused)
         if gpu:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         # the held-out loss with autograd on, as in the steps, so that a compiled model reuses its
         # training graph (under no_grad it would compile another); nothing is backpropagated
-        init_loss = float(_loss(net, *batches[-1]).detach())
+        init_loss = float(_loss(net, *batches[-1], fused).detach())
         for inputs, targets in batches[:-1]:
             step(inputs, targets)
-        loss = float(_loss(net, *batches[-1]).detach())
+        loss = float(_loss(net, *batches[-1], fused).detach())
         out: dict = {"init_loss": init_loss, "loss": loss}
         if timed:
             first = batches[0]

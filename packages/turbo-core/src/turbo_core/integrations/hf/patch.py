@@ -13,6 +13,7 @@ from transformers import PreTrainedModel
 
 from turbo_core.integrations.hf import attention as hf_attention
 from turbo_core.integrations.hf import experts as hf_experts
+from turbo_core.integrations.hf.loss import causal_lm_loss
 from turbo_core.integrations.hf.architectures import ARCHITECTURES, Architecture, supported_names
 from turbo_core.integrations.hf.layers import TurboGatedMLP, TurboSoftmaxTopKRouter, swap_class
 from turbo_core.integrations.hf.report import LeftAlone, TurboReport
@@ -30,7 +31,9 @@ __all__ = ["REPORT_ATTR", "apply_turbo", "architecture_of"]
 REPORT_ATTR = "_turbo_report"
 
 _FLAG_OF = {"linear": "linear", "float8_linear": "linear", "rmsnorm": "norm", "attention": "attention",
-            "gated_mlp": "mlp", "router": "moe", "experts": "moe"}
+            "gated_mlp": "mlp", "router": "moe", "experts": "moe", "loss": "loss"}
+#: transformers' ``loss_type`` of the models whose loss ``loss=True`` replaces.
+CAUSAL_LM = "ForCausalLM"
 
 
 def architecture_of(model: object) -> Architecture:
@@ -195,11 +198,23 @@ def _kind(m: torch.nn.Module, arch: Architecture) -> str | None:
     return None
 
 
+def _plan_loss(plan: _Plan, model: PreTrainedModel, wanted: bool) -> None:
+    loss_type = getattr(model, "loss_type", None)
+    if loss_type != CAUSAL_LM:
+        plan.leave("", "loss", f"loss_type {loss_type!r}: turbo replaces the {CAUSAL_LM} loss only")
+    elif not wanted:
+        plan.leave("", "loss", "loss=False")
+    elif "_loss_function" in vars(model):
+        plan.leave("", "loss", "the model already carries its own loss_function")
+    else:
+        plan.do("loss", lambda: setattr(model, "loss_function", causal_lm_loss))
+
+
 def apply_turbo(model: PreTrainedModel, *, fp8: Float8QuantConfig | None = None, linear: bool = True,
-                norm: bool = True, attention: bool = True, mlp: bool = True, moe: bool = True,
+                norm: bool = True, attention: bool = True, mlp: bool = True, moe: bool = True, loss: bool = True,
                 exclude: Sequence[str] = ("lm_head",)) -> TurboReport:
     """See :func:`turbo_core.integrations.transformers.apply_turbo`."""
-    flags = {"linear": linear, "norm": norm, "attention": attention, "mlp": mlp, "moe": moe}
+    flags = {"linear": linear, "norm": norm, "attention": attention, "mlp": mlp, "moe": moe, "loss": loss}
     fp8, patterns = _check_args(fp8, flags, exclude)
     arch = architecture_of(model)
     first = getattr(model, REPORT_ATTR, None)
@@ -236,6 +251,7 @@ def apply_turbo(model: PreTrainedModel, *, fp8: Float8QuantConfig | None = None,
             _plan_router(plan, fqn, m, arch)
         else:
             plan.do("attention", lambda m=m: setattr(m, hf_attention.MARK, True))
+    _plan_loss(plan, model, loss)
     for action in plan.actions:
         action()
     if plan.replaced["attention"]:

@@ -19,8 +19,10 @@ __all__ = ["KINDS", "LeftAlone", "TurboReport"]
 #: * ``experts``: an experts module -> the ``"turbo"`` experts implementation (``moe_permute``,
 #:   grouped GEMMs over the stored 3-D weights, ``swiglu_with_probs``, ``moe_unpermute``);
 #: * ``attention``: an attention module -> the ``"turbo"`` attention implementation
-#:   (``flash_attn_func``).
-KINDS = ("linear", "float8_linear", "rmsnorm", "gated_mlp", "router", "experts", "attention")
+#:   (``flash_attn_func``);
+#: * ``loss``: a causal LM's ``loss_function`` -> turbo's fused ``cross_entropy`` (the logits read
+#:   once forward and once backward in their dtype, no fp32 copy).
+KINDS = ("linear", "float8_linear", "rmsnorm", "gated_mlp", "router", "experts", "attention", "loss")
 
 
 @dataclass(frozen=True)
