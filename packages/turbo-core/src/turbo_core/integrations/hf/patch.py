@@ -13,9 +13,9 @@ from transformers import PreTrainedModel
 
 from turbo_core.integrations.hf import attention as hf_attention
 from turbo_core.integrations.hf import experts as hf_experts
-from turbo_core.integrations.hf.loss import causal_lm_loss
 from turbo_core.integrations.hf.architectures import ARCHITECTURES, Architecture, supported_names
 from turbo_core.integrations.hf.layers import TurboGatedMLP, TurboSoftmaxTopKRouter, swap_class
+from turbo_core.integrations.hf.loss import causal_lm_loss
 from turbo_core.integrations.hf.report import LeftAlone, TurboReport
 from turbo_core.low_precision import Float8QuantConfig
 from turbo_core.modules.float8_convert import FP8_DIM_MULTIPLE
