@@ -16,9 +16,9 @@ order form one unit (one GEMM). The local rows need no wait: ``order="split"`` m
 ``s``'s local rows while its collective is in flight.
 
 ``symm``: this rank copies its shard into its symmetric buffer and, after a barrier on the copy
-lane (every shard is in place), copies each remote chunk from its owner's buffer on the copy lane
-(a copy-engine transfer over NVLink) and records an event; the consumer of that chunk waits for that
-event only. The local chunks go first and overlap the first transfers. A closing barrier on the copy
+lane (every shard is in place), queues a copy of each remote chunk from its owner's buffer on the
+copy lane (a copy-engine transfer over NVLink), each followed by an event; the consumer of a chunk
+waits for that chunk's event only. The local chunks go first and overlap the first transfers. A closing barrier on the copy
 lane (every rank has read every buffer) precedes the caller's next work.
 """
 
@@ -145,20 +145,26 @@ def _symm(shard, scales, ranges, chunks, group, rank, world, consume: Consumer, 
     side.after(cur)  # the buffers above and this rank's rows are ready before the copy lane touches them
     with side.use():
         ws.barrier()  # every rank's rows are in its buffer
+    # every copy is queued first (the copy lane runs them back to back, whatever the host does
+    # next), then every GEMM, each after its own chunk's event
+    arrived = {}
+    with side.use():
+        for c in chunks:
+            if c.rank == rank:
+                continue
+            src = transport.typed(ws.peer(c.rank), 0, shard.shape, shard.dtype)
+            stage[c.rank, c.lo:c.hi].copy_(src[c.lo:c.hi])
+            if scales is not None:
+                ssrc = transport.typed(ws.peer(c.rank), data_bytes, scales.shape, scales.dtype)
+                sstage[c.rank, c.lo:c.hi].copy_(ssrc[c.lo:c.hi])
+            arrived[c] = side.mark()
     for c in chunks:
         if c.rank == rank:
-            consume(rank, rank + 1, c.lo, c.hi, shard[c.lo:c.hi].reshape(-1, k),
-                    _flat(None if scales is None else scales[c.lo:c.hi], 1))
-            continue
-        with side.use():
-            stage[c.rank, c.lo:c.hi].copy_(transport.typed(ws.peer(c.rank), 0, shard.shape, shard.dtype)[c.lo:c.hi])
-            if scales is not None:
-                sstage[c.rank, c.lo:c.hi].copy_(
-                    transport.typed(ws.peer(c.rank), data_bytes, scales.shape, scales.dtype)[c.lo:c.hi])
-            arrived = side.mark()
-        cur.wait(arrived)
-        consume(c.rank, c.rank + 1, c.lo, c.hi, stage[c.rank, c.lo:c.hi].reshape(-1, k),
-                _flat(None if scales is None else sstage[c.rank, c.lo:c.hi], 1))
+            rows, srows = shard[c.lo:c.hi], None if scales is None else scales[c.lo:c.hi]
+        else:
+            cur.wait(arrived[c])
+            rows, srows = stage[c.rank, c.lo:c.hi], None if scales is None else sstage[c.rank, c.lo:c.hi]
+        consume(c.rank, c.rank + 1, c.lo, c.hi, rows.reshape(-1, k), _flat(srows, 1))
     with side.use():
         _fill(a_blocks, stage, rank, shard)
         if scales is not None:
