@@ -264,6 +264,8 @@ def test_module_matches_torch_nn_cross_entropy_loss():
 
 
 def test_module_validation():
+    with pytest.raises(TypeError):  # torch's first positional argument is weight: keyword-only here
+        CrossEntropyLoss(torch.ones(4))
     with pytest.raises(ValueError, match="^reduction: expected"):
         CrossEntropyLoss(reduction="batchmean")
     with pytest.raises(ValueError, match="^label_smoothing: expected a float in"):

@@ -21,13 +21,14 @@ class CrossEntropyLoss(torch.nn.Module):
         reduction: ``"mean"`` (over the rows that count), ``"sum"`` or ``"none"``.
         label_smoothing: a float in ``[0, 1]``.
 
-    ``torch.nn.CrossEntropyLoss``'s ``weight`` (per-class weights) and its class-in-dim-1 layout for
-    inputs of more than two dims are not supported.
+    The arguments are keyword-only: ``torch.nn.CrossEntropyLoss``'s first positional argument is
+    ``weight`` (per-class weights), which is not supported, nor is its class-in-dim-1 layout for
+    inputs of more than two dims.
     """
 
     __constants__ = ["ignore_index", "reduction", "label_smoothing"]
 
-    def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0) -> None:
+    def __init__(self, *, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0) -> None:
         super().__init__()
         require_int("ignore_index", ignore_index)
         require_choice("reduction", reduction, REDUCTIONS)

@@ -86,10 +86,10 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
         the backward (``cross_entropy_bwd``) gives ``dloss * (softmax - (1 - eps) onehot - eps / V)``
         in logits' dtype, rounded once.
     """
-    logits2d, target1d = _flatten(logits, target)
     require_int("ignore_index", ignore_index)
     require_choice("reduction", reduction, REDUCTIONS)
     eps = check_label_smoothing(label_smoothing)
+    logits2d, target1d = _flatten(logits, target)
     if torch.compiler.is_compiling():
         # Eagerly the dispatcher validates these very arguments before any kernel runs; at trace time
         # the check runs here.
