@@ -164,7 +164,7 @@ class _Case:
     ``turbo(splits, order)``, ``err(out)`` against float64, and the plan keywords of the op."""
 
 
-def _ag_case(c: _Case, x, w, group, world, tokens, k) -> None:
+def _ag_case(c: _Case, x, w, group, tokens, k) -> None:
     full = torch.empty((tokens, k), device=x.device, dtype=x.dtype)
 
     def comm():
@@ -182,7 +182,7 @@ def _ag_case(c: _Case, x, w, group, world, tokens, k) -> None:
     c.plan = {"dtype": x.dtype, "out_dtype": x.dtype, "layout": "NT"}
 
 
-def _ag_fp8_case(c: _Case, x, w, group, world, tokens, k, gran: str) -> None:
+def _ag_fp8_case(c: _Case, x, w, group, tokens, k, gran: str) -> None:
     dev, rowwise = x.device, gran == "rowwise"
     fp8 = fp8_dtype_for(Format.E4M3, dev)
     wq, w_scale = _quantize(w, fp8, rowwise, None) if rowwise else _quantize_weight(w, fp8)
@@ -274,9 +274,9 @@ def _rank_rows(rank: int, world: int, group, dev: torch.device, args: dict) -> l
             else:
                 x = torch.randn((tokens // world, k), generator=g, device=dev).to(torch.bfloat16)
                 if gran is None:
-                    _ag_case(c, x, w, group, world, tokens, k)
+                    _ag_case(c, x, w, group, tokens, k)
                 else:
-                    _ag_fp8_case(c, x, w, group, world, tokens, k, gran)
+                    _ag_fp8_case(c, x, w, group, tokens, k, gran)
             op = OP_OF[pass_]
             key_args = {"m": tokens, "n": n, "k": k, "world": world, "device": dev, **c.plan}
             base = {"suite": "async_tp", "case": f"{name} {layer} T{tokens} tp{world}" + (f" {gran}" if gran else ""),
