@@ -165,7 +165,7 @@ def main(session: nox.Session) -> None:
 
 #: The `turbo bench` suites one process runs (moe-dispatch and async-tp start their own ranks over several GPUs).
 GPU_SUITES = ("gemm", "grouped_gemm", "gemm-fp8", "grouped-gemm-fp8", "attention", "norm", "activation", "quant",
-              "moe", "host", "linear-fp8", "train", "train-hf")
+              "moe", "host", "linear-fp8", "train", "train-hf", "cross-entropy")
 #: Steps that are a suite run with options: ``train-hf`` is ``turbo bench train --hf`` (Hugging Face models;
 #: needs transformers in the environment).
 SUITE_ARGS = {"train-hf": ("train", "--hf")}

@@ -29,8 +29,11 @@ torchao's float8 training; wall clock per step, tokens/s, peak memory and the lo
 number of steps beside plain PyTorch's. ``train --hf`` (:mod:`turbo_core.bench.hf_train`) times
 Hugging Face Transformers models instead: unpatched, Liger-Kernel's patch, turbo's ``apply_turbo``.
 ``sparse-mla`` (module ``sparse_mla``) times DeepSeek-V3.2's sparse MLA attention (forward and backward,
-also ``passes``) against dense masked SDPA, by the device clock and the wall clock."""
+also ``passes``) against dense masked SDPA, by the device clock and the wall clock. ``cross-entropy``
+(module ``cross_entropy``) times the loss over a model's vocabulary (fwd and fwd+bwd, bf16 logits) against
+eager ``F.cross_entropy`` on fp32 logits, its ``torch.compile`` and liger-kernel, by the wall clock, in GB/s of
+the logits read and written."""
 
 SUITES = ("gemm", "grouped_gemm", "norm", "activation", "quant", "gemm-fp8", "grouped-gemm-fp8", "attention",
           "moe", "moe-dispatch", "async-tp", "cp-attention", "host", "linear-fp8", "train",
-          "sparse-mla")
+          "sparse-mla", "cross-entropy")
