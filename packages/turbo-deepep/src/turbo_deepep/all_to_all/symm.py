@@ -32,12 +32,13 @@ a CUDA graph must not grow: run it once eagerly first.
 from __future__ import annotations
 
 import os
-import socket
 import warnings
 from collections.abc import Callable
 from typing import Protocol
 
 import torch
+
+from turbo_core.symmetric import symmetric_reason
 
 __all__ = ["ENV", "Buffers", "buffers", "header_bytes", "reason", "set_provider"]
 
@@ -127,37 +128,11 @@ def _key(group, device: torch.device) -> tuple:
 
 def _probe(group, device: torch.device) -> str | None:
     """Why the symmetric transport cannot serve ``group`` (None: it can); a collective call, with
-    the same answer on every rank."""
-    import torch.distributed as dist
-
-    try:
-        import torch.distributed._symmetric_memory  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any import failure means no such transport
-        local = f"torch.distributed._symmetric_memory does not import ({type(exc).__name__}: {exc})"
-    else:
-        local = None
-    uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", device.index))
-    seen: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(seen, (socket.gethostname(), uuid, local), group=group)
-    bad = next((r for _, _, r in seen if r is not None), None)
-    if bad is not None:
-        return bad
-    if len({h for h, _, _ in seen}) > 1:
-        return "the group spans more than one host"
-    if len({u for _, u, _ in seen}) < len(seen):
-        return "two ranks of the group share a GPU"
-    try:
-        trial = _TorchSymmetric(group, device, _GRAIN)
-        trial.barrier()
-        outcome = None
-    except Exception as exc:  # noqa: BLE001 - report it; every rank learns of it below
-        outcome = f"a symmetric-memory rendezvous failed ({type(exc).__name__}: {exc})"
-    dist.all_gather_object(seen, outcome, group=group)
-    failed = next((o for o in seen if o is not None), None)
-    if failed is not None:
-        return failed
-    _cache[_key(group, device)] = trial
-    return None
+    the same answer on every rank. The buffers opened to find out are kept for the group."""
+    why, trial = symmetric_reason(group, device, lambda: _TorchSymmetric(group, device, _GRAIN))
+    if why is None:
+        _cache[_key(group, device)] = trial
+    return why
 
 
 def reason(group, device: torch.device) -> str | None:

@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import warnings
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 import torch
-import torch.distributed as dist
+
+from turbo_core.symmetric import symmetric_reason
 
 __all__ = ["ENV", "TRANSPORTS", "TransportChoice", "Workspace", "aligned", "choose", "enable_symm_mem",
            "set_workspace_provider", "typed", "workspace"]
@@ -170,36 +170,11 @@ def _key(group, device: torch.device) -> tuple:
 
 def _probe(group, device: torch.device) -> str | None:
     """Why ``symm`` cannot serve ``group`` on ``device`` (None: it can); collective, the same answer
-    on every rank."""
-    try:
-        import torch.distributed._symmetric_memory  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any import failure means no such transport
-        local = f"torch.distributed._symmetric_memory does not import ({type(exc).__name__}: {exc})"
-    else:
-        local = None
-    uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", device.index))
-    seen: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(seen, (socket.gethostname(), uuid, local), group=group)
-    bad = next((r for _, _, r in seen if r is not None), None)
-    if bad is not None:
-        return bad
-    if len({h for h, _, _ in seen}) > 1:
-        return "the group spans more than one host"
-    if len({u for _, u, _ in seen}) < len(seen):
-        return "two ranks of the group share a GPU"
-    trial = None
-    try:
-        trial = _TorchWorkspace(group, device, _GRAIN)
-        trial.barrier()
-        outcome = None
-    except Exception as exc:  # noqa: BLE001 - reported; every rank learns of it below
-        outcome = f"a symmetric-memory rendezvous failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
-    dist.all_gather_object(seen, outcome, group=group)
-    failed = next((o for o in seen if o is not None), None)
-    if failed is not None:
-        return failed
-    _workspaces[_key(group, device)] = trial
-    return None
+    on every rank. The workspace opened to find out is kept for the group."""
+    why, trial = symmetric_reason(group, device, lambda: _TorchWorkspace(group, device, _GRAIN))
+    if why is None:
+        _workspaces[_key(group, device)] = trial
+    return why
 
 
 def choose(group, world: int, device: torch.device) -> TransportChoice:
