@@ -122,7 +122,9 @@ def print_tables(rows: list[dict], console, *, title: str = "turbo bench: TFLOP/
     with_gran = any("granularity" in s for s in summ_rows)
     with_clock = any("timing" in s for s in summ_rows)
     with_bf16 = any("geomean_bf16_ratio" in s for s in summ_rows)
-    summ = Table(title="geomean ratio to torch" + (" (FP8: the same granularity's baseline)" if with_bf16 else ""))
+    baselines = sorted({str(r["baseline"]) for r in rows if r.get("baseline")}) or ["torch"]
+    summ = Table(title=f"geomean ratio to {', '.join(baselines)}"
+                 + (" (FP8: the same granularity's baseline)" if with_bf16 else ""))
     cols = (["suite", "provider", "pass"] + (["granularity"] if with_gran else []) + (["timing"] if with_clock else [])
             + ["cases", "geomean ratio"])
     for col in cols + (["geomean vs bf16"] if with_bf16 else []):
