@@ -19,6 +19,8 @@ multiple of 128 below ``2^31 / H`` to the end), which the reference computes on 
   (and, grouped, on the last group's block) boundary, the reference on that sub-problem;
 * RMSNorm backward: ``dy`` is zero outside the checked rows, so ``dgamma`` (a sum over every row,
   those past ``2^31`` included) equals the reference's over the checked rows;
+* cross entropy forward and backward over ``x`` read as ``ROWS`` rows of ``H`` logits (every fifth row
+  ignored): the reference on those rows;
 * MoE permute / unpermute / unpermute backward (262147 tokens x top-2 of 8 experts, padding to 16:
   ``[524294+, 4096]`` permuted rows): the whole output against the reference.
 
@@ -35,6 +37,7 @@ import torch
 from gpu_support import COMPILED, DEV, assert_within
 
 from turbo_core.dispatch.specs.activation import GluBwdArgs, GluFwdArgs
+from turbo_core.dispatch.specs.loss import CrossEntropyBwdArgs, CrossEntropyFwdArgs
 from turbo_core.dispatch.specs.moe import (
     MoePermuteArgs,
     MoePermutePreprocessArgs,
@@ -53,6 +56,7 @@ from turbo_core.dispatch.specs.quantization import (
 )
 from turbo_core.low_precision import FLOAT4_E2M1FN_X2, ScalingGranularity
 from turbo_core.reference import activation as ref_act
+from turbo_core.reference import loss as ref_loss
 from turbo_core.reference import moe_permute as ref_moe
 from turbo_core.reference import normalization as ref_norm
 from turbo_core.reference import quantization as ref_q
@@ -358,6 +362,28 @@ def check_rmsnorm(x: torch.Tensor) -> None:
 
 def test_rmsnorm_fwd_bwd(x):
     check_rmsnorm(x)
+
+
+# -- cross entropy ----------------------------------------------------------------------------------------------
+
+def test_cross_entropy_fwd_bwd(x):
+    """``x`` as ``[ROWS, 4096]`` logits: the rows past ``2^31`` elements get their own loss, lse and gradient."""
+    from turbo_triton.loss import launch
+
+    gen = torch.Generator(device=x.device).manual_seed(7)
+    target = torch.randint(0, H, (ROWS,), device=x.device, generator=gen)
+    target[::5] = -100
+    dloss = torch.rand(ROWS, device=x.device, generator=gen)
+    loss, lse = launch.cross_entropy_fwd(CrossEntropyFwdArgs(x, target, -100, 0.1))
+    dx = launch.cross_entropy_bwd(CrossEntropyBwdArgs(dloss, x, target, lse, -100, 0.1))
+    for sl in head_tail(ROWS):
+        where = f"cross entropy rows {sl.start}:{sl.stop}"
+        rloss, rlse = ref_loss.cross_entropy_fwd(CrossEntropyFwdArgs(x[sl], target[sl], -100, 0.1))
+        assert_within(f"{where} loss", loss[sl], rloss.double(), 1e-5, 1e-5)
+        assert_within(f"{where} lse", lse[sl], rlse.double(), 1e-5, 1e-5)
+        rdx = ref_loss.cross_entropy_bwd(CrossEntropyBwdArgs(dloss[sl], x[sl], target[sl], rlse, -100, 0.1))
+        assert_within(f"{where} dlogits", dx[sl], rdx.double(), 1e-2 * float(rdx.double().abs().max()), 1e-2)
+    del dx
 
 
 # -- SwiGLU / GeGLU ---------------------------------------------------------------------------------------------
