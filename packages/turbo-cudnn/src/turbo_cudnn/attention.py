@@ -76,8 +76,12 @@ def decline_reason(args: AttentionFwdArgs | AttentionBwdArgs) -> str | None:
 
 
 def _torch_admits(args: AttentionFwdArgs | AttentionBwdArgs) -> str | None:
-    """PyTorch's own verdict on cuDNN attention for these shapes, with gradients required."""
-    views = [t.detach().transpose(1, 2).requires_grad_() for t in (args.q, args.k, args.v)]
+    """PyTorch's own verdict on cuDNN attention for these shapes, with gradients required, asked of
+    the layout the kernels pass (a non-contiguous input is represented by an uninitialized
+    contiguous one: no copy, no kernel)."""
+    dense = [t if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
+             for t in (args.q, args.k, args.v)]
+    views = [t.detach().transpose(1, 2).requires_grad_() for t in dense]
     gqa = args.q.shape[2] != args.k.shape[2]
     params = torch.backends.cuda.SDPAParams(*views, None, 0.0, bool(args.causal), gqa)
     if torch.backends.cuda.can_use_cudnn_attention(params, False):
