@@ -2,7 +2,8 @@
 operators (fake_cudnn.py), checked against turbo's reference backend. What this proves: the layouts
 (``[b, s, h, d]`` in and out, transposed views to cuDNN, no copies of contiguous inputs), the LSE
 shape and convention, the scale, GQA, the causal alignment it admits, empty calls and the declines;
-not that cuDNN computes what its contract says (the GPU conformance test does that)."""
+and, on meta tensors, that PyTorch's real operators take the arguments the adapters pass. Not that
+cuDNN computes what its contract says (the GPU conformance test does that)."""
 
 from __future__ import annotations
 
@@ -140,3 +141,20 @@ def test_declines_varlen():
 
 def test_cpu_tensors_are_declined_first():
     assert attention.can_handle(_args()) == "CUDNN attention runs on NVIDIA GPU tensors only (got cpu)"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_real_operators_take_what_the_adapters_pass(causal):
+    """PyTorch's own cuDNN attention operators on meta tensors (their meta kernels; no GPU): the
+    adapters' argument order, the ``None``s and placeholders they pass, and the layouts they expect
+    back (``out`` in q's memory order, ``lse [b, h_q, s_q, 1]``, gradients in their inputs' order)."""
+    b, s, hq, hkv, d = 2, 8, 4, 2, 16
+    q, k, v = (torch.empty(b, s, h, d, device="meta", dtype=torch.bfloat16) for h in (hq, hkv, hkv))
+    out, lse = attention.attention_fwd(AttentionFwdArgs(q, k, v, causal=causal))
+    assert out.shape == (b, s, hq, d) and out.is_contiguous()
+    assert lse.shape == (b, hq, s) and lse.dtype == torch.float32 and lse.is_contiguous()
+    dq, dk, dv, dsink = attention.attention_bwd(AttentionBwdArgs(torch.empty_like(out), q, k, v, out, lse,
+                                                                 causal=causal))
+    assert dsink is None
+    for g, like in ((dq, q), (dk, k), (dv, v)):
+        assert g.shape == like.shape and g.dtype == like.dtype and g.is_contiguous()
