@@ -46,7 +46,7 @@ def test_quick_run_passes_and_writes_json_and_markdown(tmp_path, capsys):
     data = _json(out)
     rows = data["rows"]
     assert {r["family"] for r in rows} == {"gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "rmsnorm",
-                                           "activation", "quantize"}
+                                           "activation", "quantize", "attention", "cross_entropy"}
     assert all(FIELDS <= set(r) for r in rows)
     assert all(r["backend"] == "TORCH" and r["status"] == "ok" and r["passed"] is True for r in rows)
     assert data["summary"] == {"rows": len(rows), "passed": len(rows), "failed": 0, "declined": 0}

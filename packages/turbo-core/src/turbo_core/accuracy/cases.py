@@ -22,6 +22,12 @@ rmsnorm           fwd, fwd with residual, bwd; bf16, fp32                       
 activation        swiglu/geglu fwd and bwd (per-token probs); bf16, fp32              tolerance of the dtype
 quantize          quantize_fp8 round trip (quantize, then float64 dequantize) of      SNR floor of the format
                   tensorwise/rowwise/blockwise 1x128 and 128x128/mx, E4M3 and E5M2     vs the input
+attention         flash attention fwd (out) and bwd (dq, dk, dv) at the ``attention``  normwise tolerance of the
+                  suite's model shapes (GQA, MLA head dims, windows, sinks); bf16,    dtype
+                  fp16; batch 0, the query heads of key/value head 0
+cross_entropy     fwd (loss, lse) and bwd (dlogits) over the ``cross-entropy``        fwd: fp32 tolerance (fp32
+                  suite's vocabularies, bf16 logits, every 7th row ignored; at most   math on exact inputs);
+                  :data:`CE_TOKENS` rows                                              bwd: bf16 tolerance
 ================  ==================================================================  ==========================
 
 GEMM outputs are sums of K products: at model shapes (K up to 53248) the fp32 accumulation of any
@@ -46,19 +52,24 @@ import torch
 from turbo_core.dispatch.dispatcher import call
 from turbo_core.dispatch.manager import use_backend
 from turbo_core.dispatch.specs.gemm import GemmArgs
+from turbo_core.dispatch.specs.loss import CrossEntropyBwdArgs, CrossEntropyFwdArgs
 from turbo_core.dispatch.specs.quantization import QuantizeFp8Args
 from turbo_core.low_precision import ScalingGranularity, ScalingRecipe, as_format, fp8_dtype_for
 from turbo_core.testing.numerics import Gate, normwise_gate, snr_gate, tolerance_gate
 
 __all__ = ["DEFAULT_MODELS", "FAMILIES", "FORMATS", "AccCase", "Built", "build_cases"]
 
-FAMILIES = ("gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "rmsnorm", "activation", "quantize")
+FAMILIES = ("gemm", "gemm_fp8", "grouped_gemm", "grouped_gemm_fp8", "rmsnorm", "activation", "quantize", "attention",
+            "cross_entropy")
 FORMATS = ("E4M3", "E5M2", "HYBRID")
 #: Full-size runs without ``--models``: one dense and one MoE model (float64 references of every
 #: layer of the 405B model take minutes each). ``--models all`` takes every model of the tables.
 DEFAULT_MODELS = ("llama3.1-8b", "qwen3-30b-a3b")
 DEFAULT_TOKENS = 4096
 QUICK_TOKENS = 32
+#: Rows of a cross-entropy case at most (its float64 softmax is rows x vocabulary x 8 bytes).
+CE_TOKENS = 1024
+IGNORE_INDEX = -100
 _DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
@@ -236,6 +247,80 @@ def _quantize(tokens, quick, models, formats) -> Iterator[AccCase]:
                               ("round_trip",), snr_gate(fmt), build, granularity=name, format=fmt)
 
 
+# ---- attention and the loss ---------------------------------------------------------------------------
+
+
+def _attention(tokens, quick, models) -> Iterator[AccCase]:
+    from turbo_core.bench.suites import attention as suite
+
+    for dtype in (torch.bfloat16, torch.float16):
+        for c in suite.cases(tokens, quick, models):
+            heads = (c.group,) if c.pass_ == "fwd" else (c.group, 1, 1)
+
+            def build(device, c=c, dtype=dtype, heads=heads):
+                inputs = suite.make_inputs(c, device, dtype, _gen(device))
+
+                def run(backend):
+                    result = suite.turbo_provider(c, backend)(inputs)()
+                    return [t[0, :, :h] for t, h in zip(result.tensors, heads, strict=True)]
+
+                return Built(suite.reference_slice(c, inputs), run)
+
+            outputs = ("out",) if c.pass_ == "fwd" else ("dq", "dk", "dv")
+            yield AccCase("attention", f"attention_{c.pass_}", _DT[dtype], c.label, outputs, normwise_gate(dtype),
+                          build)
+
+
+def _ce_inputs(rows: int, vocab: int, device: str):
+    gen = _gen(device)
+    logits = (2.0 * torch.randn(rows, vocab, device=device, generator=gen)).to(torch.bfloat16)
+    target = torch.randint(0, vocab, (rows,), device=device, generator=gen)
+    target[::7] = IGNORE_INDEX
+    dloss = torch.rand(rows, device=device, generator=gen)
+    return logits, target, dloss
+
+
+def _ce_reference(logits, target, dloss):
+    """float64 ``(loss, lse, dlogits)``; ignored rows 0, as the spec says."""
+    x = logits.double()
+    keep = target != IGNORE_INDEX
+    t = torch.where(keep, target, 0)
+    lse = torch.logsumexp(x, dim=-1)
+    loss = torch.where(keep, lse - x.gather(1, t[:, None])[:, 0], 0.0)
+    grad = torch.softmax(x, dim=-1)
+    grad[torch.arange(len(t), device=t.device), t] -= 1.0
+    grad = torch.where(keep[:, None], grad * dloss.double()[:, None], 0.0)
+    return loss, torch.where(keep, lse, 0.0), grad
+
+
+def _cross_entropy(tokens, quick, models) -> Iterator[AccCase]:
+    from turbo_core.bench.suites import cross_entropy as suite
+
+    rows = min(tokens, CE_TOKENS)
+    for model, vocab in (suite.QUICK_VOCAB if quick else suite.VOCAB).items():
+        if models and model not in models:
+            continue
+        for pass_ in ("fwd", "bwd"):
+            def build(device, vocab=vocab, pass_=pass_):
+                logits, target, dloss = _ce_inputs(rows, vocab, device)
+                loss, lse, grad = _ce_reference(logits, target, dloss)
+                fwd = CrossEntropyFwdArgs(logits, target, IGNORE_INDEX, 0.0)
+                if pass_ == "fwd":
+                    return Built([loss, lse], lambda backend: list(_pinned(backend, "cross_entropy_fwd", fwd)))
+
+                def run(backend):
+                    _, lse32 = _pinned(backend, "cross_entropy_fwd", fwd)
+                    bwd = CrossEntropyBwdArgs(dloss, logits, target, lse32, IGNORE_INDEX, 0.0)
+                    return [_pinned(backend, "cross_entropy_bwd", bwd)]
+
+                return Built([grad], run)
+
+            outputs = ("loss", "lse") if pass_ == "fwd" else ("dlogits",)
+            gate = tolerance_gate(torch.float32 if pass_ == "fwd" else torch.bfloat16)
+            yield AccCase("cross_entropy", f"cross_entropy_{pass_}", "bf16 logits", f"{model} {rows}x{vocab}",
+                          outputs, gate, build)
+
+
 def build_cases(*, quick: bool, families=None, models=None, tokens: int | None = None,
                 formats=None) -> list[AccCase]:
     """The cases of ``families`` (default all), in :data:`FAMILIES` order. ``models``: None gives
@@ -261,5 +346,7 @@ def build_cases(*, quick: bool, families=None, models=None, tokens: int | None =
         "rmsnorm": lambda: _rmsnorm(tokens, quick, models),
         "activation": lambda: _activation(tokens, quick, models),
         "quantize": lambda: _quantize(tokens, quick, models, formats),
+        "attention": lambda: _attention(tokens, quick, models),
+        "cross_entropy": lambda: _cross_entropy(tokens, quick, models),
     }
     return [case for fam in FAMILIES if fam in families for case in makers[fam]()]
