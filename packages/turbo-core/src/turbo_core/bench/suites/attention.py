@@ -238,12 +238,15 @@ class Result:
     def __init__(self, tensors: tuple[torch.Tensor, ...], inputs: dict, heads: tuple[int, ...]):
         self.tensors, self.inputs, self.heads = tensors, inputs, heads
 
+    def checked(self) -> list[torch.Tensor]:
+        """The checked slice of each tensor, in its dtype: the shapes :func:`reference_slice` returns."""
+        return [t[0, :, :h] for t, h in zip(self.tensors, self.heads, strict=True)]
+
     def double(self) -> torch.Tensor:
         scales = self.inputs.get("ref_scales")
         if scales is None:
             raise RuntimeError("Result.double: the float64 reference of this input set was not computed")
-        return torch.cat([t[0, :, :h].double().flatten() / s for t, h, s in zip(self.tensors, self.heads, scales,
-                                                                                 strict=True)])
+        return torch.cat([t.double().flatten() / s for t, s in zip(self.checked(), scales, strict=True)])
 
 
 def _heads(case: AttnCase) -> tuple[int, ...]:

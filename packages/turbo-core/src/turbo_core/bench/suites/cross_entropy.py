@@ -49,7 +49,7 @@ from turbo_core.dispatch.specs.loss import CrossEntropyFwdArgs
 from turbo_core.ops import cross_entropy
 from turbo_core.platform import platform_of
 
-__all__ = ["PASSES", "VOCAB", "CeCase", "cases", "logits_bytes", "print_table", "run"]
+__all__ = ["PASSES", "VOCAB", "CeCase", "cases", "logits_bytes", "print_table", "reference", "run"]
 
 #: Vocabulary sizes (Hugging Face configs).
 VOCAB = {"llama3.1-8b": 128256, "qwen3": 151936, "mixtral-8x7b": 32000}
@@ -131,23 +131,38 @@ def _step(fn: Callable, logits: torch.Tensor, target: torch.Tensor, backward: bo
     return call
 
 
+def reference(logits: torch.Tensor, target: torch.Tensor, dloss: torch.Tensor | float | None = None, *,
+              ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """float64 ``(loss [T], lse [T], dlogits [T, V] or None)`` of ``logits [T, V]`` against ``target [T]``
+    (every target a class or ``ignore_index``): ``loss = lse - x[t]``; with ``dloss`` (``[T]`` or one
+    value for every row) ``dlogits = dloss * (softmax(x) - onehot(t))``; ignored rows 0 in all three."""
+    x = logits.double()
+    keep = target != ignore_index
+    t = torch.where(keep, target, 0)
+    lse = torch.logsumexp(x, 1)
+    loss = torch.where(keep, lse - x.gather(1, t[:, None])[:, 0], 0.0)
+    grad = None
+    if dloss is not None:
+        grad = torch.exp(x - lse[:, None])
+        grad[torch.arange(grad.shape[0], device=grad.device), t] -= 1.0
+        d = dloss.double()[:, None] if isinstance(dloss, torch.Tensor) else dloss
+        grad = torch.where(keep[:, None], grad * d, 0.0)
+    return loss, torch.where(keep, lse, 0.0), grad
+
+
 def _error(outs: list[torch.Tensor], logits: torch.Tensor, target: torch.Tensor) -> float:
-    """``max|out - ref| / max|ref|`` over the loss and the gradient, float64 math in row slices."""
+    """``max|out - ref| / max|ref|`` over the mean loss and its gradient, :func:`reference` in row slices."""
     rows, classes = logits.shape
     step = max(1, _SLICE // classes)
-    lse_parts, grad_err, grad_scale = [], 0.0, 0.0
+    loss_parts, grad_err, grad_scale = [], 0.0, 0.0
     for start in range(0, rows, step):
-        x = logits[start:start + step].double()
-        t = target[start:start + step]
-        lse = torch.logsumexp(x, 1)
-        lse_parts.append(lse - x.gather(1, t[:, None])[:, 0])
-        if len(outs) > 1:
-            ref = torch.exp(x - lse[:, None])
-            ref[torch.arange(ref.shape[0], device=ref.device), t] -= 1.0
-            ref /= rows
+        sl = slice(start, start + step)
+        loss, _, ref = reference(logits[sl], target[sl], 1.0 / rows if len(outs) > 1 else None)
+        loss_parts.append(loss)
+        if ref is not None:
             grad_scale = max(grad_scale, ref.abs().max().item())
-            grad_err = max(grad_err, (outs[1][start:start + step].double() - ref).abs().max().item())
-    loss_ref = torch.cat(lse_parts).mean() if rows else torch.tensor(float("nan"), dtype=torch.float64)
+            grad_err = max(grad_err, (outs[1][sl].double() - ref).abs().max().item())
+    loss_ref = torch.cat(loss_parts).mean() if rows else torch.tensor(float("nan"), dtype=torch.float64)
     err = abs(outs[0].double().item() - loss_ref.item()) / (abs(loss_ref.item()) or 1.0)
     if len(outs) > 1 and rows:
         err = max(err, grad_err / (grad_scale or 1.0))
