@@ -147,13 +147,15 @@ def _time(fn, dev: torch.device, warmup: int, iters: int) -> timing.Timing:
 
 
 def _quantize(x: torch.Tensor, dtype: torch.dtype, rowwise: bool, group):
-    """The unfused baseline's quantization in plain torch: ``(q, dequantization multipliers)``."""
+    """The unfused baseline's quantization in plain torch: ``(q, dequantization multipliers)``.
+    TENSORWISE takes the amax over ``group`` (``None``: this rank's tensor alone, as for a weight)."""
     fmax = float(torch.finfo(dtype).max)
     if rowwise:
         amax = x.abs().amax(dim=-1, keepdim=True).float()
     else:
         amax = x.abs().amax().float().reshape(1)
-        dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=group)
+        if group is not None:
+            dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=group)
     scale = fmax / amax.clamp_min(1e-12)
     q = (x.float() * scale).clamp(-fmax, fmax).to(dtype)
     return q, (1.0 / scale) if rowwise else (1.0 / scale).reshape(())
@@ -185,11 +187,11 @@ def _ag_case(c: _Case, x, w, group, tokens, k) -> None:
 def _ag_fp8_case(c: _Case, x, w, group, tokens, k, gran: str) -> None:
     dev, rowwise = x.device, gran == "rowwise"
     fp8 = fp8_dtype_for(Format.E4M3, dev)
-    wq, w_scale = _quantize(w, fp8, rowwise, None) if rowwise else _quantize_weight(w, fp8)
+    wq, w_scale = _quantize(w, fp8, rowwise, None)
     b_scale = w_scale.t() if rowwise else w_scale  # torch._scaled_mm's [1, N] for the rowwise weight
-    q0, s0 = _quantize(x, fp8, rowwise, group)
+    q_local, s_local = _quantize(x, fp8, rowwise, group)
     full = torch.empty((tokens, k), device=dev, dtype=torch.uint8)
-    full_s = torch.empty((tokens, 1), device=dev, dtype=torch.float32) if rowwise else s0
+    full_s = torch.empty((tokens, 1), device=dev, dtype=torch.float32) if rowwise else s_local
 
     def gather(q, s):
         _all_gather(full, q.view(torch.uint8), group=group)
@@ -205,23 +207,16 @@ def _ag_fp8_case(c: _Case, x, w, group, tokens, k, gran: str) -> None:
         return torch.ops.symm_mem.fused_all_gather_scaled_matmul(q, [wq.t()], s, [b_scale], 0, group.group_name,
                                                                  [None], [None], [torch.bfloat16], [False])[1][0]
     config = Float8QuantConfig(granularity=ScalingGranularity.ROWWISE if rowwise else ScalingGranularity.TENSORWISE)
-    c.comm, c.gemm = lambda: gather(q0, s0), lambda: scaled_mm(full.view(fp8), full_s)
+    c.comm, c.gemm = lambda: gather(q_local, s_local), lambda: scaled_mm(full.view(fp8), full_s)
     c.unfused = lambda: scaled_mm(*gather(*_quantize(x, fp8, rowwise, group)))
     c.torch_symm = torch_symm
     c.turbo = lambda s, o: fused_all_gather_scaled_matmul(x, [wq], ["NT"], None, [w_scale], 0, group,
                                                           A_quant_config=config, num_splits=s, order=o)[1][0]
-    a, s = gather(q0, s0)
+    a, s = gather(q_local, s_local)
     deq_w = wq.double() * w_scale.double()
     want = (a[:64].double() * (s[:64] if rowwise else s).double()) @ deq_w.t()
     c.err = lambda out: _rel_err(out[:64], want)
     c.plan = {"dtype": fp8, "out_dtype": torch.bfloat16, "layout": f"NT/{gran}"}
-
-
-def _quantize_weight(w: torch.Tensor, dtype: torch.dtype):
-    """A TENSORWISE weight: ``(q, one dequantization multiplier)`` from its own amax."""
-    fmax = float(torch.finfo(dtype).max)
-    scale = fmax / w.abs().amax().float().clamp_min(1e-12)
-    return (w.float() * scale).clamp(-fmax, fmax).to(dtype), (1.0 / scale).reshape(())
 
 
 def _rs_case(c: _Case, x, w, group, world, tokens, rank) -> None:
