@@ -110,6 +110,27 @@ def test_the_recorded_command_names_the_options_that_differ_from_their_defaults(
     assert " ".join(bench_cmd.command_line(_parser().parse_args(argv))) == command
 
 
+@pytest.mark.parametrize("typed, suite", [("grouped-gemm", "grouped_gemm"), ("grouped_gemm", "grouped_gemm"),
+                                           ("linear_fp8", "linear-fp8"), ("gemm_fp8", "gemm-fp8"),
+                                           ("cross_entropy", "cross-entropy"), ("report", "report")])
+def test_a_suite_name_takes_hyphens_and_underscores_alike(typed, suite):
+    from turbo_core.cli import bench_cmd
+    from turbo_core.cli.main import _parser
+
+    args = _parser().parse_args(["bench", typed, "--quick"])
+    assert args.suite == suite
+    assert " ".join(bench_cmd.command_line(args)) == f"turbo bench {suite} --quick"
+
+
+def test_an_unknown_suite_name_is_refused_with_the_choices(capsys):
+    from turbo_core.cli.main import _parser
+
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["bench", "grouped-gemms"])
+    err = capsys.readouterr().err
+    assert "invalid choice: 'grouped-gemms'" in err and "grouped_gemm" in err and "linear-fp8" in err
+
+
 # -- the committed dataset and the page generated from it --------------------------------------------
 
 DATA = REPO / "benchmarks" / "data"

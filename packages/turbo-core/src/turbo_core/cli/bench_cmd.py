@@ -45,10 +45,23 @@ def _option(p: argparse.ArgumentParser, flag: str, **kw) -> None:
     FLAGS[action.dest] = (flag, kw.get("action") == "store_true")
 
 
+#: Every name the ``suite`` argument takes, as the dataset and the docs spell it.
+SUITE_NAMES = tuple(dict.fromkeys([*SUITES, *FP8_SUITES, "report"]))
+
+
+def suite_name(text: str) -> str:
+    """The suite ``text`` names, with ``-`` and ``_`` interchangeable (``grouped-gemm`` is
+    ``grouped_gemm``, ``linear_fp8`` is ``linear-fp8``); anything else is returned as it is, for
+    argparse to refuse with the list of choices."""
+    spelled = {name.replace("_", "-"): name for name in SUITE_NAMES}
+    return spelled.get(text.replace("_", "-"), text)
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="benchmark suites: turbo backends beside the PyTorch baselines")
-    p.add_argument("suite", nargs="?", default="gemm", choices=list(dict.fromkeys([*SUITES, *FP8_SUITES, "report"])),
-                   help="which suite (default gemm); report: docs/performance.md from the dataset")
+    p.add_argument("suite", nargs="?", default="gemm", type=suite_name, choices=SUITE_NAMES,
+                   help="which suite (default gemm; '-' and '_' are interchangeable); report: docs/performance.md "
+                        "from the dataset")
     _option(p, "--quick", action="store_true", help="tiny shapes; runs on the CPU for smoke tests")
     _option(p, "--record", nargs="?", const=DATA_DIR, metavar="DIR",
                help=f"append the rows, with the commit, date, device and versions, to DIR/<suite>.jsonl "
