@@ -4,7 +4,7 @@ import pytest
 from triton.runtime.errors import OutOfResources
 
 from turbo_triton import _runtime
-from turbo_triton.gemm.configs import GemmConfig
+from turbo_triton.gemm.configs import GemmConfig, shrink
 
 
 def test_shrinks_until_it_fits_and_remembers():
@@ -18,11 +18,11 @@ def test_shrinks_until_it_fits_and_remembers():
 
     start = GemmConfig(128, 256, 64, 8, 8, 4)
     done = []
-    _runtime.launch_fitted(fake_launch, start, ("key-a",), done)
+    _runtime.launch_fitted(fake_launch, start, ("key-a",), done, shrink=shrink)
     assert [(c.num_stages, c.block_n) for c in calls] == [(4, 256), (3, 256), (2, 256), (2, 128)]
     assert done == [GemmConfig(128, 128, 64, 8, 8, 2)]
     calls.clear()
-    _runtime.launch_fitted(fake_launch, start, ("key-a",), done)  # remembered: no retries
+    _runtime.launch_fitted(fake_launch, start, ("key-a",), done, shrink=shrink)  # remembered: no retries
     assert [(c.num_stages, c.block_n) for c in calls] == [(2, 128)]
 
 
@@ -31,7 +31,7 @@ def test_gives_up_with_the_error_when_nothing_fits():
         raise OutOfResources(1, 0, "shared memory")
 
     with pytest.raises(OutOfResources):
-        _runtime.launch_fitted(never, GemmConfig(64, 64, 32, 4, 4, 2), ("key-b",))
+        _runtime.launch_fitted(never, GemmConfig(64, 64, 32, 4, 4, 2), ("key-b",), shrink=shrink)
 
 
 def test_takes_the_launcher_s_own_shrink_rule():

@@ -84,16 +84,13 @@ def has_tensor_descriptors() -> bool:
 _fitted: dict[tuple, object] = {}
 
 
-def launch_fitted(launch, cfg, key: tuple, *rest, shrink=None) -> None:
+def launch_fitted(launch, cfg, key: tuple, *rest, shrink) -> None:
     """``launch(cfg, *rest)``; if the compiled kernel needs more shared memory than the device has,
-    shrink the config and retry: ``shrink(cfg)`` gives the next smaller config or ``None`` (default
-    ``turbo_triton.gemm.configs.shrink``: fewer stages, then narrower N tiles). The config that fitted
+    shrink the config and retry: ``shrink(cfg)`` gives the next smaller config or ``None`` (the GEMM
+    launchers pass ``turbo_triton.gemm.configs.shrink``: fewer stages, then narrower N tiles). The config that fitted
     is remembered per launcher, starting config and ``key`` (dtypes, layout flags: what changes the
     kernel's footprint), so the retries happen once."""
     from triton.runtime.errors import OutOfResources
-
-    if shrink is None:
-        from turbo_triton.gemm.configs import shrink
 
     key = (launch.__name__, cfg, *key)
     cfg = _fitted.get(key, cfg)

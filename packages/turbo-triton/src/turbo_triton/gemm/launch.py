@@ -70,7 +70,8 @@ def gemm(args: GemmArgs, config: configs.GemmConfig | None = None) -> torch.Tens
 
     launch = _launch_tma if not interp and _tma_eligible(arch, k, a, b, c) else _launch_pointer
     key = (a.dtype, c.dtype, args.trans_a, args.trans_b, args.trans_c, accumulate)
-    _runtime.launch_fitted(launch, cfg, key, args, a, b, c, m, n, k, programs, accumulate, precision)
+    _runtime.launch_fitted(launch, cfg, key, args, a, b, c, m, n, k, programs, accumulate, precision,
+                           shrink=configs.shrink)
     return c
 
 

@@ -263,7 +263,8 @@ def gemm_fp8(args: GemmFp8Args, config: gemm_configs.GemmConfig | None = None) -
     launch = _launch_tma if tma else _launch_pointer
     key = (args.a.dtype, args.b.dtype, c.dtype, args.trans_a, args.trans_b, args.trans_c, args.out is not None,
            gran, tma_store)
-    _runtime.launch_fitted(launch, cfg, key, args, c, m, n, k, sms, gran, scales, tma_store)
+    _runtime.launch_fitted(launch, cfg, key, args, c, m, n, k, sms, gran, scales, tma_store,
+                           shrink=gemm_configs.shrink)
     return c
 
 

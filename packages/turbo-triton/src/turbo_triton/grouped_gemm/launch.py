@@ -135,7 +135,8 @@ def grouped_gemm(args: GroupedGemmArgs, config: configs.GroupedConfig | None = N
     programs = _programs(tiles, sms, args.num_cu)
     key = (a.dtype, args.trans_b, programs)
     launch = _launch_fwd_tma if path == "tma" else _launch_fwd_pointer
-    _runtime.launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, n, k, programs)
+    _runtime.launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, n, k, programs,
+                           shrink=configs.shrink)
     return c
 
 
@@ -236,7 +237,8 @@ def grouped_gemm_variable_k(args: GroupedGemmVariableKArgs, config: configs.Grou
     programs = _programs(tiles, sms, args.num_cu)
     key = (a.dtype, c.dtype, args.trans_c, args.out is not None, programs)
     launch = _launch_variable_k_tma if path == "tma" else _launch_variable_k_pointer
-    _runtime.launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, k, n, programs)
+    _runtime.launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, k, n, programs,
+                           shrink=configs.shrink)
     return c
 
 

@@ -346,7 +346,8 @@ def grouped_gemm_fp8(args: GroupedGemmFp8Args, config: configs.Fp8GroupedConfig 
     up = _upcast(args, arch, upcast)
     key = (a.dtype, args.b.dtype, c.dtype, args.trans_b, str(args.granularity), up, programs)
     launch = _launch_fp8_fwd_tma if path == "tma" else _launch_fp8_fwd_pointer
-    _runtime.launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, n, k, programs, arch, up)
+    _runtime.launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, n, k, programs, arch, up,
+                           shrink=configs.shrink)
     return c
 
 
@@ -537,7 +538,8 @@ def grouped_gemm_fp8_variable_k(args: GroupedGemmFp8VariableKArgs, config: confi
         launch = _launch_fp8_variable_k_kmajor
     else:
         launch = _launch_fp8_variable_k_tma if path == "tma" else _launch_fp8_variable_k_pointer
-    _runtime.launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, k, n, programs, up)
+    _runtime.launch_fitted(launch, cfg, key, args, c, _offsets(args.group_offs), g, m, k, n, programs, up,
+                           shrink=configs.shrink)
     return c
 
 
