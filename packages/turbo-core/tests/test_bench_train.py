@@ -376,3 +376,92 @@ def test_plain_and_turbo_decoders_agree_on_every_quick_model():
         tokens = torch.randint(0, model.config.vocab, (2, model.seq))
         got, want = turbo(tokens).double(), plain(tokens)
         assert (got - want).abs().max() <= 1e-5 * want.abs().max(), name
+
+
+# -- gradient accumulation (--micro-batches) ---------------------------------------------------------
+
+def test_micro_batches_through_the_cli(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    out = tmp_path / "train.json"
+    assert main(["bench", "train", "--quick", "--models", "mixtral-8x7b", "--providers", "torch", "turbo:bf16",
+                 "turbo:fp8-rowwise", "--micro-batches", "2", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["run"]["command"].endswith("--micro-batches 2")
+    model = QUICK_MODELS["mixtral-8x7b"]
+    rows = doc["rows"]
+    assert [r["provider"] for r in rows] == ["torch", "turbo:bf16", "turbo:fp8-rowwise"]
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert (r["micro_batches"], r["accumulation"], r["tokens"]) == (2, "2 micro-batches", model.tokens)
+        assert r["case"].endswith(" x2")
+        assert r["tokens_per_s"] == pytest.approx(2 * model.tokens / (r["median_ms"] * 1e-3))
+        rtol = FP8_LOSS_RTOL if "fp8" in r["provider"] else BF16_LOSS_RTOL
+        assert abs(r["loss_diff"]) <= rtol * r["torch_loss"], r
+    # a step of one micro-batch keeps its rows as they were: no accumulation variant
+    one = train.run(quick=True, tokens=None, models=["mixtral-8x7b"], providers=["turbo:bf16"], include_reference=False,
+                    warmup=0, iters=1, device="cpu")
+    assert one[0]["micro_batches"] == 1 and "accumulation" not in one[0] and not one[0]["case"].endswith(" x1")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "train", "--quick", "--micro-batches", "0"], "--micro-batches: expected a count >= 1, got 0"),
+    (["bench", "gemm", "--quick", "--micro-batches", "2"], "--micro-batches applies to train, not to gemm"),
+    (["bench", "train", "--hf", "--quick", "--micro-batches", "2"], "--micro-batches applies to train, not to train --hf"),
+])
+def test_micro_batches_refused_where_they_do_not_apply(argv, message, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"^micro_batches: expected an int >= 1, got 0$"):
+        train.run(quick=True, tokens=None, models=None, providers=None, include_reference=False, warmup=0, iters=1,
+                  device="cpu", micro_batches=0)
+
+
+def test_an_accumulated_step_is_the_step_of_the_mean_loss():
+    """Two micro-batches, each loss halved, then one optimizer step: the parameters an SGD step on
+    the mean of the two batches' losses gives."""
+    cfg = QUICK_MODELS["llama3.1-8b"].config
+    torch.manual_seed(0)
+    a, b = PlainDecoder(cfg), PlainDecoder(cfg)
+    b.load_state_dict(a.state_dict())
+    batches = train._data(QUICK_MODELS["llama3.1-8b"], 2, "cpu")[:2]
+    opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.5), torch.optim.SGD(b.parameters(), lr=0.5)
+    train._step_fn(a, opt_a)(batches)
+    ((train._loss(b, *batches[0]) + train._loss(b, *batches[1])) / 2).backward()
+    opt_b.step()
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6, msg=name)
+        assert pa.grad is None  # zero_grad(set_to_none=True) after the step
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_fp8_layers_quantize_each_weight_once_per_accumulated_step(recipe):
+    """Every FP8 layer of the MoE decoder, dense (Float8Linear) and expert (GroupedLinear), reuses its
+    weight's FP8 copies for the second micro-batch and quantizes again after the optimizer step."""
+    from turbo_core.modules import Float8Linear, GroupedLinear
+
+    model = QUICK_MODELS["mixtral-8x7b"]
+    torch.manual_seed(0)
+    net = TurboDecoder(model.config, demo_model.fp8_recipe(recipe))
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    step = train._step_fn(net, opt, fused=True)
+    batches = train._data(model, 2, "cpu")[:2]
+    layers = [m for m in net.modules() if isinstance(m, (Float8Linear, GroupedLinear))]
+    assert any(isinstance(m, GroupedLinear) for m in layers) and any(isinstance(m, Float8Linear) for m in layers)
+    step(batches)
+    assert [(m.weight_cache.misses, m.weight_cache.hits) for m in layers] == [(1, 1)] * len(layers)
+    step(batches)  # the optimizer changed every weight: quantized again, then reused again
+    assert [(m.weight_cache.misses, m.weight_cache.hits) for m in layers] == [(2, 2)] * len(layers)
+
+
+def test_accumulated_rows_get_tables_of_their_own():
+    from turbo_core.bench import compare
+
+    base = {"suite": "train", "pass": "step", "timing": "wall clock", "status": "ok", "median_ms": 1.0}
+    rows = [{**base, "case": "m b1x16", "provider": "torch.compile"},
+            {**base, "case": "m b1x16 x4", "provider": "torch.compile", "accumulation": "4 micro-batches"},
+            {**base, "case": "m b1x16", "provider": "turbo:bf16"},
+            {**base, "case": "m b1x16 x4", "provider": "turbo:bf16", "accumulation": "4 micro-batches"}]
+    groups = compare.groups(rows)
+    assert [(g.title, g.cases) for g in groups] == [("step · wall clock", ["m b1x16"]),
+                                                    ("step · wall clock · 4 micro-batches", ["m b1x16 x4"])]

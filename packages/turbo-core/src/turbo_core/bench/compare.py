@@ -3,7 +3,8 @@ provider to each reference on the cases where both ran.
 
 A suite row has ``suite``, ``case``, ``provider`` and ``status`` (keys in
 :mod:`turbo_core.bench.runner`). Rows split into groups by (suite, pass, variant): the variant is
-the row's ``granularity``, ``mode``, ``balance``, ``mask`` and ``timing`` where it carries them; each
+the row's ``granularity``, ``mode``, ``balance``, ``mask``, ``timing`` and ``accumulation`` (the
+``train`` suite's micro-batches per optimizer step, when more than one) where it carries them; each
 group is one table with its own baselines and providers. ``timing`` names what a row's
 ``median_ms`` is when it is not the device time of one call (``"wall clock"``: the wall clock per
 eager call, the device time then in ``device_ms``), so the two are never in one ratio.
@@ -34,7 +35,7 @@ __all__ = ["FRACTIONS", "METRICS", "TURBO_PREFIX", "VARIANT_FIELDS", "Comparison
 
 TURBO_PREFIX = "turbo:"
 #: Row fields that split a pass into separate tables (each its own baselines and providers).
-VARIANT_FIELDS = ("granularity", "mode", "balance", "mask", "timing")
+VARIANT_FIELDS = ("granularity", "mode", "balance", "mask", "timing", "accumulation")
 #: metric field -> unit; fraction field -> what it is a fraction of.
 METRICS = {"tflops": "TFLOP/s", "gbps": "GB/s", "tokens_per_s": "tokens/s"}
 FRACTIONS = {"peak_fraction": "of the datasheet dense peak", "copy_fraction": "of the measured copy bandwidth"}

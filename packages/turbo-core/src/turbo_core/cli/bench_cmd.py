@@ -21,13 +21,14 @@ from turbo_core.bench.suites import SUITES
 FP8_SUITES = ("gemm-fp8", "grouped-gemm-fp8")
 #: Options only some suites take: (option dest, the suite's keyword argument).
 SUITE_OPTIONS = (("granularities", "granularities"), ("fp8_format", "fp8_format"), ("passes", "passes"),
-                 ("operands", "operands"), ("profile_top", "profile_top"), ("world", "world"))
+                 ("operands", "operands"), ("profile_top", "profile_top"), ("world", "world"),
+                 ("micro_batches", "micro_batches"))
 #: The suites that start their own ranks (``--world``).
 RANK_SUITES = ("moe-dispatch", "async-tp", "cp-attention")
 #: The suites that take each option (for the error naming an option a suite lacks).
 OPTION_SUITES = {"granularities": FP8_SUITES, "fp8_format": FP8_SUITES,
                  "passes": (*FP8_SUITES, "attention", "cp-attention"), "operands": ("gemm-fp8",),
-                 "profile_top": ("host",), "world": RANK_SUITES}
+                 "profile_top": ("host",), "world": RANK_SUITES, "micro_batches": ("train",)}
 #: ``--passes`` choices: GEMM passes (FP8 suites) and attention passes.
 GEMM_PASSES = ("fwd", "dgrad", "wgrad")
 #: Defaults shared with :mod:`turbo_core.bench.dataset` and :mod:`turbo_core.bench.markdown` (kept
@@ -108,6 +109,9 @@ def add_parser(sub) -> None:
     _option(p, "--profile-top", type=int, metavar="N",
                help="host: also profile each turbo call with cProfile and record its N functions of most own "
                     "time (rows' host_profile: function, us per call under the profiler)")
+    _option(p, "--micro-batches", type=int, metavar="N",
+               help="train: N forward + backward passes (gradient accumulation) before each optimizer step, every "
+                    "timed step and loss-run step alike (default 1: one micro-batch a step)")
     _option(p, "--world", type=int, metavar="N",
                help=f"{', '.join(RANK_SUITES)}: the number of ranks the suite starts, one GPU each (default: the "
                     "visible GPUs, at most 8; 2 gloo ranks on the CPU)")
@@ -128,9 +132,10 @@ def suite_options(args, suite) -> dict:
             continue
         if kw not in params:
             flag = FLAGS[dest][0]
-            raise ValueError(f"{flag} applies to {', '.join(OPTION_SUITES[dest])}, not to {args.suite}")
-        if kw == "profile_top" and value < 1:
-            raise ValueError(f"--profile-top: expected a count >= 1, got {value}")
+            what = f"{args.suite} --hf" if getattr(args, "hf", False) else args.suite
+            raise ValueError(f"{flag} applies to {', '.join(OPTION_SUITES[dest])}, not to {what}")
+        if kw in ("profile_top", "micro_batches") and value < 1:
+            raise ValueError(f"{FLAGS[dest][0]}: expected a count >= 1, got {value}")
         if kw == "granularities":
             suite.granularities_of(value)  # names checked before any case runs
         if kw == "passes":

@@ -24,9 +24,11 @@ top-k probs divided by their sum -> the columns of the ``local_experts`` this ra
 computes them) -> ``moe_permute`` (tokens and probs sorted by expert) -> ``GroupedLinear`` gate/up
 ``[L, 2f, d]`` -> ``swiglu_with_probs`` (the routing prob multiplies each copy) -> ``GroupedLinear``
 down ``[L, d, f]`` -> ``moe_unpermute`` (each token's copies summed) -> plus, with ``shared_ffn``,
-a dense SwiGLU shared expert every token passes through. With ``fp8`` the experts run
-``grouped_gemm_fp8`` on the same weights with the same recipe. Attention, norms, the router and
-the embedding stay in the model dtype.
+a dense SwiGLU shared expert every token passes through. With ``fp8`` the experts are
+``GroupedLinear`` layers with that recipe (``grouped_gemm_fp8`` on the same weights). Every FP8
+layer, dense or grouped, keeps its weight's FP8 copies in its weight cache, so micro-batches that
+share an optimizer step (gradient accumulation) quantize each weight once. Attention, norms, the
+router and the embedding stay in the model dtype.
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ from turbo_core.ops import (
     swiglu_with_probs,
     swiglu_with_probs_fp8,
 )
-from turbo_core.ops.grouped_gemm_fp8 import grouped_gemm_fp8
 
 __all__ = ["FP8_RECIPES", "MOE_LAYOUTS", "SCORE_FUNCTIONS", "DemoConfig", "TurboDecoder", "fp8_recipe"]
 
@@ -236,14 +237,9 @@ class MoEFFN(torch.nn.Module):
         self.cfg, self.fp8 = cfg, fp8
         self.experts, self.topk, self.local = cfg.experts, cfg.topk, cfg.n_local_experts
         self.router = torch.nn.Linear(cfg.d_model, cfg.experts, bias=False)
-        self.gate_up = GroupedLinear(self.local, cfg.d_model, 2 * cfg.expert_ffn)
-        self.down = GroupedLinear(self.local, cfg.expert_ffn, cfg.d_model)
+        self.gate_up = GroupedLinear(self.local, cfg.d_model, 2 * cfg.expert_ffn, config=fp8)
+        self.down = GroupedLinear(self.local, cfg.expert_ffn, cfg.d_model, config=fp8)
         self.shared = DenseFFN(cfg, fp8, cfg.shared_ffn) if cfg.shared_ffn else None
-
-    def _grouped(self, layer: GroupedLinear, x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
-        if self.fp8 is None:
-            return layer(x, lens)
-        return grouped_gemm_fp8(x, layer.weight, lens, trans_b=True, out_dtype=x.dtype, config=self.fp8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
@@ -259,8 +255,8 @@ class MoEFFN(torch.nn.Module):
         perm = moe_permute(x2d, routing_map, num_local_experts=self.local, probs=probs,
                            probs_layout="routing_map")
         lens = perm.tokens_per_expert
-        h = self._grouped(self.gate_up, perm.permuted_tokens, lens)
-        h = self._grouped(self.down, swiglu_with_probs(h, perm.permuted_probs.float()), lens)
+        h = self.gate_up(perm.permuted_tokens, lens)
+        h = self.down(swiglu_with_probs(h, perm.permuted_probs.float()), lens)
         out, _ = moe_unpermute(h, perm.row_id_map, perm.num_dispatched_tokens, restore_shape=tuple(x2d.shape),
                                num_local_experts=self.local)
         if self.shared is not None:

@@ -2,6 +2,15 @@
 cross-entropy loss, the backward and an AdamW step, of the same model (same init, same data) built
 by each provider in turn.
 
+Gradient accumulation (``--micro-batches N``, default 1): a step is then N forward + loss + backward
+passes over N batches, each micro-batch's loss divided by N (the gradient of the mean over the N
+batches, as Megatron-LM and Hugging Face accumulate), and one AdamW step. The turbo FP8 providers'
+layers keep their weights' FP8 copies in their weight caches (``turbo_core.ops.weight_cache``), so a
+weight is quantized once per optimizer step, not once per micro-batch; torchao's float8 training casts
+its weights in every forward. Rows of N > 1 carry ``accumulation: "N micro-batches"``, which puts them
+in tables of their own on the performance page; ``tokens`` stays the tokens of one micro-batch and
+``tokens_per_s`` counts all N.
+
 Models (:mod:`turbo_core.bench.train_models`, the source of every number there): ``llama3.1-8b``
 (2 layers, sequence 8192), ``mixtral-8x7b`` (2 layers, sequence 4096), ``deepseek-v3-ep8`` (one MoE
 layer as one rank of 8-way expert parallelism holds it, 4096 tokens) and ``qwen3-30b-a3b`` (2
@@ -37,7 +46,7 @@ steps first. Peak memory: ``torch.cuda.max_memory_allocated`` over the provider'
 activations); None on the CPU.
 
 Loss: every provider also runs :data:`LOSS_STEPS` steps (:data:`QUICK_LOSS_STEPS` with
-``--quick``) from the init on the same fixed sequence of batches
+``--quick``; N micro-batches each) from the init on the same fixed sequence of batches
 (:class:`turbo_core.demo.data.SparseMarkovData`), before its timed steps and whatever ``--iters``
 says, then the loss of a held-out batch (``init_loss``: that batch's loss before the first step, so
 a row shows whether the steps lowered it); ``torch_loss`` is plain PyTorch's (always run, timed only
@@ -45,6 +54,7 @@ when ``torch`` is among the providers) and ``loss_diff`` the difference.
 
 Rows: the model's fields (``model``, ``batch``, ``seq``, ``tokens``, ``hidden``, ``layers``,
 ``heads``, ``kv_heads``, ``head_dim``, ``experts``, ``local_experts``, ``topk``, ``params``),
+``micro_batches`` (and ``accumulation`` when above 1),
 ``provider``, ``role``, ``status`` (``ok``, ``skipped: ...``, ``error: ...``: a provider that
 fails, out of memory or in its compiler, says so and the suite goes on), ``median_ms``, ``p10_ms``,
 ``p90_ms``, ``tokens_per_s``, ``peak_bytes``, ``init_loss``, ``loss``, ``torch_loss``, ``loss_diff``,
@@ -154,22 +164,29 @@ def _loss(net: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, fus
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
 def _step_fn(net: torch.nn.Module, opt: torch.optim.Optimizer,
-             fused: bool = False) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    def step(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = _loss(net, inputs, targets, fused)
-        loss.backward()
+             fused: bool = False) -> Callable[[list[Batch]], None]:
+    """``step(micro)``: a forward, loss and backward per ``(inputs, targets)`` of ``micro`` (each loss
+    divided by ``len(micro)`` when there are several), then the optimizer step."""
+    def step(micro: list[Batch]) -> None:
+        for inputs, targets in micro:
+            loss = _loss(net, inputs, targets, fused)
+            if len(micro) > 1:
+                loss = loss / len(micro)
+            loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss.detach()
 
     return step
 
 
-def _data(model: TrainModel, steps: int, device: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``steps + 1`` batches of the model's chain: the loss run's, then the held-out one."""
+def _data(model: TrainModel, batches: int, device: str) -> list[Batch]:
+    """``batches + 1`` batches of the model's chain: the loss run's, then the held-out one."""
     data = SparseMarkovData(model.config.vocab, seed=SEED + 1)
-    inputs, targets = data.batch(model.batch * (steps + 1), model.seq)
+    inputs, targets = data.batch(model.batch * (batches + 1), model.seq)
     return [(i.to(device), t.to(device)) for i, t in zip(inputs.split(model.batch), targets.split(model.batch),
                                                          strict=True)]
 
@@ -185,9 +202,11 @@ def _init_state(model: TrainModel, device: str) -> dict[str, torch.Tensor]:
     return state
 
 
-def _measure(provider: str, model: TrainModel, state: dict, batches: list, *, timed: bool, warmup: int, iters: int,
-             device: str) -> dict:
-    """One provider: the loss run, then (``timed``) the timed steps. Exceptions become the status."""
+def _measure(provider: str, model: TrainModel, state: dict, batches: list[Batch], *, timed: bool, warmup: int,
+             iters: int, device: str, micro_batches: int = 1) -> dict:
+    """One provider: the loss run (``micro_batches`` of ``batches`` a step, the last batch held out),
+    then (``timed``) the timed steps, each over the first ``micro_batches`` batches. Exceptions
+    become the status."""
     gpu = device == "cuda"
     try:
         net = build(provider, model, state, device)
@@ -200,16 +219,17 @@ def _measure(provider: str, model: TrainModel, state: dict, batches: list, *, ti
         # the held-out loss with autograd on, as in the steps, so that a compiled model reuses its
         # training graph (under no_grad it would compile another); nothing is backpropagated
         init_loss = float(_loss(net, *batches[-1], fused).detach())
-        for inputs, targets in batches[:-1]:
-            step(inputs, targets)
+        run = batches[:-1]
+        for first in range(0, len(run), micro_batches):
+            step(run[first:first + micro_batches])
         loss = float(_loss(net, *batches[-1], fused).detach())
         out: dict = {"init_loss": init_loss, "loss": loss}
         if timed:
-            first = batches[0]
-            t = timing.measure_batched(lambda: step(*first), device=device, warmup=warmup, iters=iters, calls=1,
+            micro = batches[:micro_batches]
+            t = timing.measure_batched(lambda: step(micro), device=device, warmup=warmup, iters=iters, calls=1,
                                        clock="wall")
             out.update(median_ms=t.median_ms, p10_ms=t.p10_ms, p90_ms=t.p90_ms,
-                       tokens_per_s=model.tokens / (t.median_ms * 1e-3),
+                       tokens_per_s=model.tokens * micro_batches / (t.median_ms * 1e-3),
                        peak_bytes=torch.cuda.max_memory_allocated() if gpu else None)
         return {"status": "ok", **out}
     except ImportError as exc:
@@ -248,10 +268,15 @@ def _vs(provider: str, names: list[str]) -> list[str] | None:
     return listed or None  # none of them ran: the page compares it with every reference
 
 
-def _fields(model: TrainModel) -> dict:
+def _fields(model: TrainModel, micro_batches: int) -> dict:
     cfg = model.config
     moe = cfg.moe_layers != "none"
-    return {"suite": "train", "case": f"{model.name} d{cfg.d_model} L{cfg.layers} b{model.batch}x{model.seq}",
+    case = f"{model.name} d{cfg.d_model} L{cfg.layers} b{model.batch}x{model.seq}"
+    accumulation = {}
+    if micro_batches > 1:
+        case += f" x{micro_batches}"
+        accumulation = {"accumulation": f"{micro_batches} micro-batches"}
+    return {"suite": "train", "case": case, **accumulation, "micro_batches": micro_batches,
             "model": model.name, "pass": "step", "timing": "wall clock", "dtype": "bfloat16", "batch": model.batch,
             "seq": model.seq, "tokens": model.tokens, "hidden": cfg.d_model, "layers": cfg.layers,
             "heads": cfg.heads if cfg.attention else None, "kv_heads": cfg.n_kv_heads if cfg.attention else None,
@@ -276,12 +301,17 @@ def _models(quick: bool, models: list[str] | None, tokens: int | None) -> list[T
 
 
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
-        include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
-    """Every model x provider (``include_reference`` is unused: every provider here is a whole model).
+        include_reference: bool, warmup: int, iters: int, device: str, progress=None,
+        micro_batches: int = 1) -> list[dict]:
+    """Every model x provider (``include_reference`` is unused: every provider here is a whole model);
+    ``micro_batches`` forward + backward passes per optimizer step.
 
     Raises:
-        ValueError: an unknown model or provider name (before any model is built).
+        ValueError: an unknown model or provider name, or ``micro_batches`` below 1 (before any model
+            is built).
     """
+    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+        raise ValueError(f"micro_batches: expected an int >= 1, got {micro_batches!r}")
     chosen = _models(quick, models, tokens)
     unknown = [p for p in providers or () if p not in PROVIDERS]
     if unknown:
@@ -294,10 +324,10 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
     for model in chosen:
         state = _init_state(model, device)
         _free(device, compiled=False)
-        batches = _data(model, loss_steps, device)
-        base = {**_fields(model), "params": _param_count(state), "loss_steps": loss_steps}
+        batches = _data(model, loss_steps * micro_batches, device)
+        base = {**_fields(model, micro_batches), "params": _param_count(state), "loss_steps": loss_steps}
         ref = _measure("torch", model, state, batches, timed="torch" in names, warmup=warmup, iters=iters,
-                       device=device)
+                       device=device, micro_batches=micro_batches)
         _free(device, compiled=False)
         if progress:
             progress.advance(task)
@@ -310,7 +340,7 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
                 results[name] = {"status": "skipped: torchao is not importable (pip install torchao)"}
             else:
                 results[name] = _measure(name, model, state, batches, timed=True, warmup=warmup, iters=iters,
-                                         device=device)
+                                         device=device, micro_batches=micro_batches)
                 _free(device, compiled=name.endswith("compile"))
             if progress:
                 progress.advance(task)
