@@ -65,3 +65,32 @@ def test_first_for_attention_on_nvidia_then_triton(primitive):
     order = default_order(primitive, Platform(kind="cuda", arch="sm90"))
     assert order[:2] == ("CUDNN", "TRITON")
     assert "CUDNN" not in default_order(primitive, Platform(kind="rocm", arch="gfx942"))
+
+
+def test_the_operators_of_this_pytorch_take_what_the_adapters_pass():
+    from turbo_cudnn.attention import schema_reason
+
+    assert schema_reason() is None
+
+
+def test_a_pytorch_whose_operators_changed_makes_the_backend_unavailable(monkeypatch):
+    from turbo_cudnn import attention, probe
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    # an operator whose arguments moved: the backward of a PyTorch without attn_bias, say
+    flash_bwd = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
+    monkeypatch.setattr(attention, "backward_op", lambda: flash_bwd)
+    assert probe.probe() == (
+        "this PyTorch's cuDNN attention backward operator takes (grad_out, query, key, value, out, logsumexp, "
+        "cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, scale); turbo-cudnn "
+        "passes (grad_out, query, key, value, out, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, "
+        "cum_seq_k, max_q, max_k, dropout_p, is_causal, *, scale)")
+
+    def missing():
+        raise RuntimeError("No such operator aten::_scaled_dot_product_cudnn_attention")
+
+    monkeypatch.setattr(attention, "forward_op", missing)
+    assert probe.probe() == ("this PyTorch has no cuDNN attention forward operator (RuntimeError: No such operator "
+                             "aten::_scaled_dot_product_cudnn_attention)")

@@ -46,6 +46,30 @@ def backward_op():
     return torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
 
 
+#: The leading arguments of each operator, by name, in the order the adapters pass them positionally.
+FORWARD_ARGS = ("query", "key", "value", "attn_bias", "compute_log_sumexp", "dropout_p", "is_causal",
+                "return_debug_mask")
+BACKWARD_ARGS = ("grad_out", "query", "key", "value", "out", "logsumexp", "philox_seed", "philox_offset",
+                 "attn_bias", "cum_seq_q", "cum_seq_k", "max_q", "max_k", "dropout_p", "is_causal")
+
+
+def schema_reason() -> str | None:
+    """``None`` when this PyTorch's two operators take the arguments the adapters pass (the names
+    above in that order, and a keyword ``scale``), else what differs: a PyTorch whose private
+    operators changed makes the backend unavailable, with the reason, instead of failing in a call."""
+    for what, op, expected in (("forward", forward_op, FORWARD_ARGS), ("backward", backward_op, BACKWARD_ARGS)):
+        try:
+            args = op()._schema.arguments
+        except (AttributeError, RuntimeError) as exc:
+            return f"this PyTorch has no cuDNN attention {what} operator ({type(exc).__name__}: {exc})"
+        names = tuple(a.name for a in args if not a.kwarg_only)[:len(expected)]
+        keywords = {a.name for a in args if a.kwarg_only}
+        if names != expected or "scale" not in keywords:
+            return (f"this PyTorch's cuDNN attention {what} operator takes ({', '.join(a.name for a in args)}); "
+                    f"turbo-cudnn passes ({', '.join(expected)}, *, scale)")
+    return None
+
+
 def _empty(args: AttentionFwdArgs | AttentionBwdArgs) -> bool:
     return args.q.shape[0] == 0 or args.q.shape[1] == 0 or args.k.shape[1] == 0
 
