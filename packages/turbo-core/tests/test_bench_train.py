@@ -406,7 +406,7 @@ def test_micro_batches_through_the_cli(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize("argv, message", [
     (["bench", "train", "--quick", "--micro-batches", "0"], "--micro-batches: expected a count >= 1, got 0"),
     (["bench", "gemm", "--quick", "--micro-batches", "2"], "--micro-batches applies to train, not to gemm"),
-    (["bench", "train", "--hf", "--quick", "--micro-batches", "2"], "--micro-batches applies to train, not to train --hf"),
+    (["bench", "host", "--quick", "--micro-batches", "2"], "--micro-batches applies to train, not to host"),
 ])
 def test_micro_batches_refused_where_they_do_not_apply(argv, message, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
@@ -426,7 +426,7 @@ def test_an_accumulated_step_is_the_step_of_the_mean_loss():
     b.load_state_dict(a.state_dict())
     batches = train._data(QUICK_MODELS["llama3.1-8b"], 2, "cpu")[:2]
     opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.5), torch.optim.SGD(b.parameters(), lr=0.5)
-    train._step_fn(a, opt_a)(batches)
+    train._step_fn(a, opt_a)(batches)  # turbo_core.bench.train_loop.step_fn, as both train modes run it
     ((train._loss(b, *batches[0]) + train._loss(b, *batches[1])) / 2).backward()
     opt_b.step()
     for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):

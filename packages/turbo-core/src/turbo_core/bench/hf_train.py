@@ -23,7 +23,8 @@ Providers (:data:`HF_PROVIDERS`):
   that E4M3 recipe (:func:`turbo_core.demo.fp8_recipe`) on the linear layers, the fused gate/up
   GEMMs and the experts.
 
-Clock, peak memory and the loss run are the ``train`` suite's (:mod:`turbo_core.bench.suites.train`):
+Clock, peak memory, the loss run and gradient accumulation (``--micro-batches N``) are the ``train``
+suite's (:mod:`turbo_core.bench.train_loop`):
 wall clock per step (median, p10, p90), CUDA-synchronized; ``torch.cuda.max_memory_allocated``
 after the model is built; the loss of a held-out batch after ``LOSS_STEPS`` steps from the init,
 beside ``hf``'s (``hf_loss``, ``loss_diff``), and that batch's loss before the first step
@@ -45,9 +46,9 @@ from collections.abc import Callable
 import torch
 from rich.table import Table
 
-from turbo_core import timing
 from turbo_core.bench.hf_models import HF_MODELS, QUICK_HF_MODELS, HFTrainModel
 from turbo_core.bench.suites.train import LOSS_STEPS, LR, QUICK_LOSS_STEPS, SEED, WEIGHT_DECAY, _gib, _x
+from turbo_core.bench.train_loop import accumulation_fields, check_micro_batches, loss_run_and_time, step_fn
 from turbo_core.demo.data import SparseMarkovData
 from turbo_core.demo.model import fp8_recipe
 
@@ -138,9 +139,9 @@ def _init_state(model: HFTrainModel, device: str) -> dict[str, torch.Tensor]:
     return state
 
 
-def _data(model: HFTrainModel, vocab: int, steps: int, device: str) -> list[torch.Tensor]:
-    """``steps + 1`` batches of token ids (the loss run's, then the held-out one)."""
-    inputs, _ = SparseMarkovData(vocab, seed=SEED + 1).batch(model.batch * (steps + 1), model.seq)
+def _data(model: HFTrainModel, vocab: int, batches: int, device: str) -> list[torch.Tensor]:
+    """``batches + 1`` batches of token ids (the loss run's, then the held-out one)."""
+    inputs, _ = SparseMarkovData(vocab, seed=SEED + 1).batch(model.batch * (batches + 1), model.seq)
     return [i.to(device) for i in inputs.split(model.batch)]
 
 
@@ -157,45 +158,30 @@ def _free(device: str) -> None:
 
 
 def _measure(provider: str, model: HFTrainModel, state: dict, batches: list, *, warmup: int, iters: int,
-             device: str) -> dict:
-    """One provider: the loss run, then the timed steps. Exceptions become the status."""
-    gpu = device == "cuda"
+             device: str, micro_batches: int = 1) -> dict:
+    """One provider: the loss run, then the timed steps (:func:`turbo_core.bench.train_loop.loss_run_and_time`,
+    ``micro_batches`` a step). Exceptions become the status."""
     try:
         net, note = build(provider, model, state, device)
-        opt = torch.optim.AdamW(net.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=gpu or None)
+        opt = torch.optim.AdamW(net.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=device == "cuda" or None)
 
-        def step(ids: torch.Tensor) -> torch.Tensor:
-            loss = _loss(net, ids)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return loss.detach()
+        def loss_of(ids: torch.Tensor) -> torch.Tensor:
+            return _loss(net, ids)
 
-        if gpu:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        init_loss = float(_loss(net, batches[-1]).detach())  # the held-out batch before the first step
-        for ids in batches[:-1]:
-            step(ids)
-        out: dict = {"init_loss": init_loss, "loss": float(_loss(net, batches[-1]).detach()), "note": note}
-        first = batches[0]
-        t = timing.measure_batched(lambda: step(first), device=device, warmup=warmup, iters=iters, calls=1,
-                                   clock="wall")
-        out.update(median_ms=t.median_ms, p10_ms=t.p10_ms, p90_ms=t.p90_ms,
-                   tokens_per_s=model.tokens / (t.median_ms * 1e-3),
-                   peak_bytes=torch.cuda.max_memory_allocated() if gpu else None)
-        return {"status": "ok", **out}
+        out = loss_run_and_time(loss_of, step_fn(loss_of, opt), batches, micro_batches=micro_batches,
+                                tokens=model.tokens, timed=True, warmup=warmup, iters=iters, device=device)
+        return {"status": "ok", **out, "note": note}
     except ImportError as exc:
         return {"status": f"skipped: {str(exc)[:300]}"}
     except Exception as exc:  # noqa: BLE001 - a provider that fails says why; the suite goes on
         return {"status": f"error: {type(exc).__name__}: {str(exc)[:300]}"}
 
 
-def _fields(model: HFTrainModel, cfg) -> dict:
+def _fields(model: HFTrainModel, cfg, micro_batches: int) -> dict:
     moe = model.moe
     heads = cfg.num_attention_heads
-    return {"suite": "train", "mode": "hf",
-            "case": f"{model.name} hf d{cfg.hidden_size} L{cfg.num_hidden_layers} b{model.batch}x{model.seq}",
+    case = f"{model.name} hf d{cfg.hidden_size} L{cfg.num_hidden_layers} b{model.batch}x{model.seq}"
+    return {"suite": "train", "mode": "hf", **accumulation_fields(case, micro_batches),
             "model": model.name, "pass": "step", "timing": "wall clock", "dtype": "bfloat16", "batch": model.batch,
             "seq": model.seq, "tokens": model.tokens, "hidden": cfg.hidden_size, "layers": cfg.num_hidden_layers,
             "heads": heads, "kv_heads": cfg.num_key_value_heads,
@@ -224,13 +210,17 @@ def _models(quick: bool, models: list[str] | None, tokens: int | None) -> list[H
 
 
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
-        include_reference: bool, warmup: int, iters: int, device: str, progress=None) -> list[dict]:
-    """Every model x provider (``include_reference`` is unused: every provider is a whole model).
+        include_reference: bool, warmup: int, iters: int, device: str, progress=None,
+        micro_batches: int = 1) -> list[dict]:
+    """Every model x provider (``include_reference`` is unused: every provider is a whole model);
+    ``micro_batches`` forward + backward passes per optimizer step.
 
     Raises:
-        ValueError: an unknown model or provider name (before any model is built).
+        ValueError: an unknown model or provider name, or ``micro_batches`` below 1 (before any model
+            is built).
         ImportError: transformers is not installed.
     """
+    check_micro_batches(micro_batches)
     chosen = _models(quick, models, tokens)
     unknown = [p for p in providers or () if p not in HF_PROVIDERS]
     if unknown:
@@ -246,9 +236,10 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         cfg = model.config()
         state = _init_state(model, device)
         _free(device)
-        batches = _data(model, cfg.vocab_size, loss_steps, device)
-        base = {**_fields(model, cfg), "params": sum(v.numel() for v in state.values()), "loss_steps": loss_steps}
-        timing_args = {"warmup": warmup, "iters": iters, "device": device}
+        batches = _data(model, cfg.vocab_size, loss_steps * micro_batches, device)
+        base = {**_fields(model, cfg, micro_batches), "params": sum(v.numel() for v in state.values()),
+                "loss_steps": loss_steps}
+        timing_args = {"warmup": warmup, "iters": iters, "device": device, "micro_batches": micro_batches}
         ref = _measure(BASELINE, model, state, batches, **timing_args)
         _free(device)
         if progress:

@@ -124,3 +124,21 @@ def test_real_widths_have_the_model_cards_sizes():
     h, e, i, v = 2048, 128, 768, 151936
     qwen_layer = h * (32 * 128) * 2 + h * (4 * 128) * 2 + 2 * 128 + e * 3 * h * i + e * h + 2 * h
     assert counts["qwen3-30b-a3b"] == 2 * v * h + 2 * qwen_layer + h
+
+
+def test_micro_batches_accumulate_before_each_step(tmp_path, capsys, monkeypatch):
+    """``--hf --micro-batches 2``: the train suite's accumulation loop (tested there against the mean
+    loss's step), with the rows' accumulation fields and turbo FP8's loss beside the unpatched model's."""
+    monkeypatch.setenv("COLUMNS", "200")
+    out = tmp_path / "train.json"
+    assert main(["bench", "train", "--hf", "--quick", "--models", "qwen3-30b-a3b", "--providers", "hf",
+                 "turbo:fp8-rowwise", "--micro-batches", "2", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["run"]["command"].endswith("--hf --micro-batches 2")
+    rows = {r["provider"]: r for r in doc["rows"]}
+    for r in rows.values():
+        _check_common(r, "qwen3-30b-a3b")
+        assert r["status"] == "ok", r
+        assert (r["micro_batches"], r["accumulation"]) == (2, "2 micro-batches") and r["case"].endswith(" x2")
+        assert r["tokens_per_s"] == pytest.approx(2 * r["tokens"] / (r["median_ms"] * 1e-3))
+    assert abs(rows["turbo:fp8-rowwise"]["loss_diff"]) <= FP8_LOSS_RTOL * rows["hf"]["loss"]

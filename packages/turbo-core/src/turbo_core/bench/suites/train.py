@@ -2,14 +2,12 @@
 cross-entropy loss, the backward and an AdamW step, of the same model (same init, same data) built
 by each provider in turn.
 
-Gradient accumulation (``--micro-batches N``, default 1): a step is then N forward + loss + backward
-passes over N batches, each micro-batch's loss divided by N (the gradient of the mean over the N
-batches, as Megatron-LM and Hugging Face accumulate), and one AdamW step. The turbo FP8 providers'
-layers keep their weights' FP8 copies in their weight caches (``turbo_core.ops.weight_cache``), so a
-weight is quantized once per optimizer step, not once per micro-batch; torchao's float8 training casts
-its weights in every forward. Rows of N > 1 carry ``accumulation: "N micro-batches"``, which puts them
-in tables of their own on the performance page; ``tokens`` stays the tokens of one micro-batch and
-``tokens_per_s`` counts all N.
+Gradient accumulation (``--micro-batches N``, default 1; the loop of :mod:`turbo_core.bench.train_loop`):
+a step is then N forward + loss + backward passes over N batches, each loss divided by N, and one
+AdamW step. The turbo FP8 providers' layers keep their weights' FP8 copies in their weight caches
+(``turbo_core.ops.weight_cache``), so a weight is quantized once per optimizer step, not once per
+micro-batch; torchao's float8 training casts its weights in every forward. ``tokens`` stays the
+tokens of one micro-batch and ``tokens_per_s`` counts all N.
 
 Models (:mod:`turbo_core.bench.train_models`, the source of every number there): ``llama3.1-8b``
 (2 layers, sequence 8192), ``mixtral-8x7b`` (2 layers, sequence 4096), ``deepseek-v3-ep8`` (one MoE
@@ -74,7 +72,7 @@ import torch
 import torch.nn.functional as F
 from rich.table import Table
 
-from turbo_core import timing
+from turbo_core.bench.train_loop import accumulation_fields, check_micro_batches, loss_run_and_time, step_fn
 from turbo_core.bench.train_models import MODELS, QUICK_MODELS, TrainModel
 from turbo_core.demo.data import SparseMarkovData
 from turbo_core.demo.model import TurboDecoder, fp8_recipe
@@ -167,20 +165,9 @@ def _loss(net: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, fus
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-def _step_fn(net: torch.nn.Module, opt: torch.optim.Optimizer,
-             fused: bool = False) -> Callable[[list[Batch]], None]:
-    """``step(micro)``: a forward, loss and backward per ``(inputs, targets)`` of ``micro`` (each loss
-    divided by ``len(micro)`` when there are several), then the optimizer step."""
-    def step(micro: list[Batch]) -> None:
-        for inputs, targets in micro:
-            loss = _loss(net, inputs, targets, fused)
-            if len(micro) > 1:
-                loss = loss / len(micro)
-            loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
+def _step_fn(net: torch.nn.Module, opt: torch.optim.Optimizer, fused: bool = False) -> Callable[[list[Batch]], None]:
+    """``step(micro)``: :func:`turbo_core.bench.train_loop.step_fn` over ``(inputs, targets)`` batches."""
+    return step_fn(lambda batch: _loss(net, *batch, fused), opt)
 
 
 def _data(model: TrainModel, batches: int, device: str) -> list[Batch]:
@@ -207,30 +194,13 @@ def _measure(provider: str, model: TrainModel, state: dict, batches: list[Batch]
     """One provider: the loss run (``micro_batches`` of ``batches`` a step, the last batch held out),
     then (``timed``) the timed steps, each over the first ``micro_batches`` batches. Exceptions
     become the status."""
-    gpu = device == "cuda"
     try:
         net = build(provider, model, state, device)
-        opt = torch.optim.AdamW(net.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=gpu or None)
+        opt = torch.optim.AdamW(net.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=device == "cuda" or None)
         fused = provider.startswith("turbo:")
-        step = _step_fn(net, opt, fused)
-        if gpu:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        # the held-out loss with autograd on, as in the steps, so that a compiled model reuses its
-        # training graph (under no_grad it would compile another); nothing is backpropagated
-        init_loss = float(_loss(net, *batches[-1], fused).detach())
-        run = batches[:-1]
-        for first in range(0, len(run), micro_batches):
-            step(run[first:first + micro_batches])
-        loss = float(_loss(net, *batches[-1], fused).detach())
-        out: dict = {"init_loss": init_loss, "loss": loss}
-        if timed:
-            micro = batches[:micro_batches]
-            t = timing.measure_batched(lambda: step(micro), device=device, warmup=warmup, iters=iters, calls=1,
-                                       clock="wall")
-            out.update(median_ms=t.median_ms, p10_ms=t.p10_ms, p90_ms=t.p90_ms,
-                       tokens_per_s=model.tokens * micro_batches / (t.median_ms * 1e-3),
-                       peak_bytes=torch.cuda.max_memory_allocated() if gpu else None)
+        out = loss_run_and_time(lambda batch: _loss(net, *batch, fused), _step_fn(net, opt, fused), batches,
+                                micro_batches=micro_batches, tokens=model.tokens, timed=timed, warmup=warmup,
+                                iters=iters, device=device)
         return {"status": "ok", **out}
     except ImportError as exc:
         return {"status": f"skipped: {type(exc).__name__}: {str(exc)[:300]}"}
@@ -272,11 +242,7 @@ def _fields(model: TrainModel, micro_batches: int) -> dict:
     cfg = model.config
     moe = cfg.moe_layers != "none"
     case = f"{model.name} d{cfg.d_model} L{cfg.layers} b{model.batch}x{model.seq}"
-    accumulation = {}
-    if micro_batches > 1:
-        case += f" x{micro_batches}"
-        accumulation = {"accumulation": f"{micro_batches} micro-batches"}
-    return {"suite": "train", "case": case, **accumulation, "micro_batches": micro_batches,
+    return {"suite": "train", **accumulation_fields(case, micro_batches),
             "model": model.name, "pass": "step", "timing": "wall clock", "dtype": "bfloat16", "batch": model.batch,
             "seq": model.seq, "tokens": model.tokens, "hidden": cfg.d_model, "layers": cfg.layers,
             "heads": cfg.heads if cfg.attention else None, "kv_heads": cfg.n_kv_heads if cfg.attention else None,
@@ -310,8 +276,7 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         ValueError: an unknown model or provider name, or ``micro_batches`` below 1 (before any model
             is built).
     """
-    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
-        raise ValueError(f"micro_batches: expected an int >= 1, got {micro_batches!r}")
+    check_micro_batches(micro_batches)
     chosen = _models(quick, models, tokens)
     unknown = [p for p in providers or () if p not in PROVIDERS]
     if unknown:

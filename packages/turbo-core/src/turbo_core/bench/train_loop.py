@@ -1,0 +1,81 @@
+"""The training-step loop that both ``turbo bench train`` modes run and time (the demo decoder's
+providers, :mod:`turbo_core.bench.suites.train`, and Hugging Face models', :mod:`turbo_core.bench.hf_train`).
+
+A step is ``micro_batches`` forward + loss + backward passes, each loss divided by ``micro_batches``
+when there are several (the gradient of the mean over the micro-batches, as Megatron-LM and Hugging
+Face accumulate), then the optimizer step and ``zero_grad(set_to_none=True)``. Rows of more than one
+micro-batch carry ``accumulation: "<N> micro-batches"``, a variant of their own on the performance
+page (:data:`turbo_core.bench.compare.VARIANT_FIELDS`), and their case names end in ``x<N>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from turbo_core import timing
+
+__all__ = ["accumulation_fields", "check_micro_batches", "loss_run_and_time", "step_fn"]
+
+
+def check_micro_batches(micro_batches: object) -> int:
+    """``micro_batches`` when it is an int >= 1, else ``ValueError`` naming it."""
+    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+        raise ValueError(f"micro_batches: expected an int >= 1, got {micro_batches!r}")
+    return micro_batches
+
+
+def accumulation_fields(case: str, micro_batches: int) -> dict:
+    """The row fields that say how many micro-batches a step took: ``case`` (with `` x<N>`` when
+    more than one), ``micro_batches`` and, above one, ``accumulation``."""
+    if micro_batches == 1:
+        return {"case": case, "micro_batches": 1}
+    return {"case": f"{case} x{micro_batches}", "accumulation": f"{micro_batches} micro-batches",
+            "micro_batches": micro_batches}
+
+
+def step_fn(loss_of: Callable[[Any], torch.Tensor], opt: torch.optim.Optimizer) -> Callable[[list], None]:
+    """``step(micro)``: ``loss_of(batch).backward()`` for each batch of ``micro`` (each loss divided by
+    ``len(micro)`` when there are several), then ``opt.step()`` and ``opt.zero_grad(set_to_none=True)``."""
+    def step(micro: list) -> None:
+        for batch in micro:
+            loss = loss_of(batch)
+            if len(micro) > 1:
+                loss = loss / len(micro)
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def loss_run_and_time(loss_of: Callable[[Any], torch.Tensor], step: Callable[[list], None], batches: list, *,
+                      micro_batches: int, tokens: int, timed: bool, warmup: int, iters: int, device: str) -> dict:
+    """The loss run, then (``timed``) the timed steps, of one provider.
+
+    The loss run: ``init_loss``, the held-out last batch's loss before the first step (with autograd
+    on, as in the steps, so that a compiled model reuses its training graph); a step per
+    ``micro_batches`` of the other batches; then ``loss``, the held-out batch's loss again. Timed
+    steps: each over the first ``micro_batches`` batches, wall clock per step
+    (:func:`turbo_core.timing.measure_batched`, ``clock="wall"``, CUDA-synchronized) after ``warmup``
+    steps; ``tokens_per_s`` counts ``tokens`` per micro-batch; ``peak_bytes`` is
+    ``torch.cuda.max_memory_allocated`` since this call began (None on the CPU)."""
+    gpu = device == "cuda"
+    if gpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    init_loss = float(loss_of(batches[-1]).detach())
+    run = batches[:-1]
+    for first in range(0, len(run), micro_batches):
+        step(run[first:first + micro_batches])
+    out: dict = {"init_loss": init_loss, "loss": float(loss_of(batches[-1]).detach())}
+    if timed:
+        micro = batches[:micro_batches]
+        t = timing.measure_batched(lambda: step(micro), device=device, warmup=warmup, iters=iters, calls=1,
+                                   clock="wall")
+        out.update(median_ms=t.median_ms, p10_ms=t.p10_ms, p90_ms=t.p90_ms,
+                   tokens_per_s=tokens * micro_batches / (t.median_ms * 1e-3),
+                   peak_bytes=torch.cuda.max_memory_allocated() if gpu else None)
+    return out
