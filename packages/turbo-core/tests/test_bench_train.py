@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from turbo_core.bench import dataset
 from turbo_core.bench.suites import train
+from turbo_core.bench.train_loop import step_fn
 from turbo_core.bench.train_models import MODELS, QUICK_MODELS
 from turbo_core.cli import main
 from turbo_core.demo import DemoConfig, PlainDecoder, TurboDecoder
@@ -426,7 +427,7 @@ def test_an_accumulated_step_is_the_step_of_the_mean_loss():
     b.load_state_dict(a.state_dict())
     batches = train._data(QUICK_MODELS["llama3.1-8b"], 2, "cpu")[:2]
     opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.5), torch.optim.SGD(b.parameters(), lr=0.5)
-    train._step_fn(a, opt_a)(batches)  # turbo_core.bench.train_loop.step_fn, as both train modes run it
+    step_fn(lambda batch: train._loss(a, *batch), opt_a)(batches)  # the loop both train modes run
     ((train._loss(b, *batches[0]) + train._loss(b, *batches[1])) / 2).backward()
     opt_b.step()
     for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
@@ -444,7 +445,7 @@ def test_fp8_layers_quantize_each_weight_once_per_accumulated_step(recipe):
     torch.manual_seed(0)
     net = TurboDecoder(model.config, demo_model.fp8_recipe(recipe))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
-    step = train._step_fn(net, opt, fused=True)
+    step = step_fn(lambda batch: train._loss(net, *batch, True), opt)
     batches = train._data(model, 2, "cpu")[:2]
     layers = [m for m in net.modules() if isinstance(m, (Float8Linear, GroupedLinear))]
     assert any(isinstance(m, GroupedLinear) for m in layers) and any(isinstance(m, Float8Linear) for m in layers)

@@ -45,12 +45,12 @@ def test_the_oracle_equals_the_contract_written_out():
                           window=(0, -1), sink=True, scale=None, deterministic=False, layout="bshd",
                           dtype=torch.bfloat16, seed=7)
     q, k, v, sink, dout = props._inputs(case)
-    out64, lse64, (q64, k64, v64, s64) = props._reference(case, q, k, v, sink)
+    out64, lse64, (q64, k64, v64, sink64) = props._reference(case, q, k, v, sink)
     out = out64.detach().to(case.dtype)
     props._contract_backward(out64, lse64, out, dout)
     want = _contract_grads(q[0].double(), k[0].double(), v[0].double(), sink.double(), dout[0].double(),
                            out[0].double(), case.d_qk ** -0.5)
-    for got, expected in zip((q64.grad[0], k64.grad[0], v64.grad[0], s64.grad), want, strict=True):
+    for got, expected in zip((q64.grad[0], k64.grad[0], v64.grad[0], sink64.grad), want, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
     # and it differs from differentiating the exact output, which is what the fix is about
     exact = [t.detach().double().requires_grad_() for t in (q, k, v, sink)]

@@ -132,8 +132,7 @@ def suite_options(args, suite) -> dict:
             continue
         if kw not in params:
             flag = FLAGS[dest][0]
-            what = f"{args.suite} --hf" if getattr(args, "hf", False) else args.suite
-            raise ValueError(f"{flag} applies to {', '.join(OPTION_SUITES[dest])}, not to {what}")
+            raise ValueError(f"{flag} applies to {', '.join(OPTION_SUITES[dest])}, not to {args.suite}")
         if kw in ("profile_top", "micro_batches") and value < 1:
             raise ValueError(f"{FLAGS[dest][0]}: expected a count >= 1, got {value}")
         if kw == "granularities":

@@ -234,7 +234,7 @@ class MoEFFN(torch.nn.Module):
 
     def __init__(self, cfg: DemoConfig, fp8: Float8QuantConfig | None) -> None:
         super().__init__()
-        self.cfg, self.fp8 = cfg, fp8
+        self.cfg = cfg
         self.experts, self.topk, self.local = cfg.experts, cfg.topk, cfg.n_local_experts
         self.router = torch.nn.Linear(cfg.d_model, cfg.experts, bias=False)
         self.gate_up = GroupedLinear(self.local, cfg.d_model, 2 * cfg.expert_ffn, config=fp8)

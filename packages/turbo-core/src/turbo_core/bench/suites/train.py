@@ -165,11 +165,6 @@ def _loss(net: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, fus
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-def _step_fn(net: torch.nn.Module, opt: torch.optim.Optimizer, fused: bool = False) -> Callable[[list[Batch]], None]:
-    """``step(micro)``: :func:`turbo_core.bench.train_loop.step_fn` over ``(inputs, targets)`` batches."""
-    return step_fn(lambda batch: _loss(net, *batch, fused), opt)
-
-
 def _data(model: TrainModel, batches: int, device: str) -> list[Batch]:
     """``batches + 1`` batches of the model's chain: the loss run's, then the held-out one."""
     data = SparseMarkovData(model.config.vocab, seed=SEED + 1)
@@ -198,9 +193,12 @@ def _measure(provider: str, model: TrainModel, state: dict, batches: list[Batch]
         net = build(provider, model, state, device)
         opt = torch.optim.AdamW(net.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=device == "cuda" or None)
         fused = provider.startswith("turbo:")
-        out = loss_run_and_time(lambda batch: _loss(net, *batch, fused), _step_fn(net, opt, fused), batches,
-                                micro_batches=micro_batches, tokens=model.tokens, timed=timed, warmup=warmup,
-                                iters=iters, device=device)
+
+        def loss_of(batch: Batch) -> torch.Tensor:
+            return _loss(net, *batch, fused)
+
+        out = loss_run_and_time(loss_of, step_fn(loss_of, opt), batches, micro_batches=micro_batches,
+                                tokens=model.tokens, timed=timed, warmup=warmup, iters=iters, device=device)
         return {"status": "ok", **out}
     except ImportError as exc:
         return {"status": f"skipped: {type(exc).__name__}: {str(exc)[:300]}"}
