@@ -6,7 +6,8 @@ a tenth of the rows ignored (holding NaN: never read), label smoothing 0 and 0.1
 shape; a small odd vocabulary; every output element written (outputs allocated poisoned). Gates: ``loss`` and ``lse`` per element within ``2e-6 (1 + |ref|)`` (fp32
 math over the whole row); ``dlogits`` per element within ``2**-8 |ref| + 1e-6 max|ref|`` (one bf16
 rounding of the fp32 value, whose own error is that of ``exp`` and of the fp32 ``lse``), with ``dloss``
-of order V so that ``dlogits`` is of order 1. An out-of-range target: a NaN row. Then the op:
+of order V so that ``dlogits`` is of order 1 off the target (fp16: at most 4096, so that the target's
+``-dloss`` stays within fp16's range). An out-of-range target: a NaN row. Then the op:
 ``turbo_core.ops.cross_entropy`` pinned to TRITON runs forward and backward with no host sync (``mean``
 counted on the device), and selection picks TRITON by default on this GPU.
 """
@@ -38,7 +39,10 @@ def _inputs(rows, classes, dtype, seed):
     skip = torch.rand(rows, device=DEV, generator=gen) < 0.1
     t[skip] = -100
     x[skip] = float("nan")
-    dloss = torch.randn(rows, device=DEV, generator=gen) * classes
+    # dlogits = dloss (softmax - onehot): order 1 off the target and order |dloss| on it. fp16 holds
+    # magnitudes up to 65504, so its dloss stays below that (a larger one overflows to inf, as the math
+    # in fp16 says).
+    dloss = torch.randn(rows, device=DEV, generator=gen) * (min(classes, 4096) if dtype == torch.float16 else classes)
     return x, t, skip, dloss
 
 

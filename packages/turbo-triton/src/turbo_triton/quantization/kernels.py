@@ -40,6 +40,7 @@ from turbo_triton.quantization.numerics import (
     group_max,
     load_f32,
     mx_scale,
+    nan_amax,
     nan_max,
     tile_of,
     to_fp8,
@@ -107,7 +108,7 @@ def rowwise_with_trans_kernel(x_ptr, q_ptr, s_ptr, a_ptr, M, N, sx_b, sx_m, sx_n
         q_offs = b * M * N + rows[:, None] * N + cols[None, :]
         _fp32_groups(x, rows, cols, mask, tm, tm * 0, M, N, q_ptr, q_offs, s_ptr + b * ss_b, ss_m, ss_m, eps,
                      BM, BN, 1, BN, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
-        col_amax = nan_max(col_amax, tl.reduce(tl.abs(x), 0, nan_max))  # masked elements load as 0
+        col_amax = nan_max(col_amax, nan_amax(tl.abs(x), 0))  # masked elements load as 0
     if PARTIAL:
         tl.store(a_ptr + (b * tiles_m + tm0) * N + cols, col_amax.to(tl.int32, bitcast=True), mask=cols < N)
     else:
@@ -160,14 +161,14 @@ def amax_kernel(x_ptr, a_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, sa_n,
         mask = (rows < M)[:, None] & (cols < N)[None, :]
         acc = nan_max(acc, tl.abs(load_f32(base + rows[:, None] * sx_m, mask, X_BITS)))
     if RED_M and RED_N:
-        amax = tl.reduce(tl.reduce(acc, 1, nan_max), 0, nan_max)
+        amax = nan_amax(nan_amax(acc, 1), 0)
         tl.atomic_max(a_ptr + b * sa_b, amax.to(tl.int32, bitcast=True))
     elif RED_N:
         rows = row0 + tl.arange(0, BM)
-        amax = tl.reduce(acc, 1, nan_max)
+        amax = nan_amax(acc, 1)
         tl.atomic_max(a_ptr + b * sa_b + rows * sa_m, amax.to(tl.int32, bitcast=True), mask=rows < M)
     else:
-        amax = tl.reduce(acc, 0, nan_max)
+        amax = nan_amax(acc, 0)
         tl.atomic_max(a_ptr + b * sa_b + cols * sa_n, amax.to(tl.int32, bitcast=True), mask=cols < N)
 
 

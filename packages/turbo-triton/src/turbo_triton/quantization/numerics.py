@@ -5,7 +5,10 @@ Everything is written to give the TORCH reference's bits (``turbo_core.reference
 * amax: the max of ``|x|`` taken on the int32 bits of ``|x|`` (for non-negative floats the integer
   order is the float order, and every NaN sorts above +inf), so a NaN anywhere in a group gives a
   NaN amax exactly as ``torch.amax`` does, with no float max whose NaN rule differs per target.
-  The same bits make the TENSORWISE/long-ROWWISE ``atomic_max`` exact and deterministic.
+  The same bits make the TENSORWISE/long-ROWWISE ``atomic_max`` exact and deterministic. Compiled,
+  the reductions over a tile take a NaN-keeping float max (``nan_amax``); under the interpreter,
+  which runs a custom ``tl.reduce`` combiner element by element in Python, they take numpy's integer
+  max of those bits: the same amax, NaN for NaN.
 * FP32 scales: ``scale = (1 / max(amax, eps)) * fp8_max`` and ``scale_inv = 1 / scale``, each
   division correctly rounded (``div_rn``): torch evaluates ``fp8_max / t`` as
   ``t.reciprocal() * fp8_max`` (``Tensor.__rtruediv__``), two roundings that are replicated here.
@@ -31,6 +34,12 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+from turbo_triton import _runtime
+
+#: ``TRITON_INTERPRET=1`` when this module was imported (the interpreter and compiled kernels never mix
+#: in one process): picks the interpreter's form of :func:`nan_amax`.
+INTERPRETED: tl.constexpr = tl.constexpr(_runtime.interpreting())
 
 
 @triton.jit
@@ -60,8 +69,21 @@ def group_max(t, BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.co
 
 @triton.jit
 def nan_max(a, b):
-    """``max(a, b)``, NaN if either is NaN (``max.NaN``; the reduction combiner of ``group_amax``)."""
+    """``max(a, b)``, NaN if either is NaN (``max.NaN``; the reduction combiner of ``nan_amax``)."""
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def nan_amax(a, axis: tl.constexpr, keep_dims: tl.constexpr = False):
+    """The max of fp32 ``a`` (magnitudes: no sign bit set) along ``axis``, NaN where any element is
+    NaN. Compiled: ``tl.reduce`` with :func:`nan_max`. Interpreted: the integer max of the bits
+    (numpy's, where a combiner would run in Python per element), whose order is the float order
+    here with every NaN above +inf."""
+    if INTERPRETED:
+        bits = tl.max(a.to(tl.int32, bitcast=True), axis=axis, keep_dims=keep_dims)
+        return bits.to(tl.float32, bitcast=True)
+    else:
+        return tl.reduce(a, axis, nan_max, keep_dims=keep_dims)
 
 
 @triton.jit
@@ -77,14 +99,14 @@ def group_amax(x, BM: tl.constexpr, BN: tl.constexpr, GM: tl.constexpr, GN: tl.c
     if GM == 1 and GN == 1:
         r = a
     elif GM == 1 and GN == BN:
-        r = tl.reduce(a, 1, nan_max, keep_dims=True)
+        r = nan_amax(a, 1, keep_dims=True)
     elif GM == BM and GN == 1:
-        r = tl.reduce(a, 0, nan_max, keep_dims=True)
+        r = nan_amax(a, 0, keep_dims=True)
     elif GM == BM and GN == BN:
-        r = tl.reduce(tl.reduce(a, 1, nan_max, keep_dims=True), 0, nan_max, keep_dims=True)
+        r = nan_amax(nan_amax(a, 1, keep_dims=True), 0, keep_dims=True)
     else:
         a = tl.reshape(a, (BM // GM, GM, BN // GN, GN))
-        r = tl.reduce(tl.reduce(a, 3, nan_max), 1, nan_max)
+        r = nan_amax(nan_amax(a, 3), 1)
     return r.to(tl.int32, bitcast=True)
 
 
