@@ -9,7 +9,9 @@ CUDA graphs: TENSORWISE (atomics into a zeroed buffer), ROWWISE two-pass, MX and
 and replayed on new data.
 
 Why these inputs: tokens x hidden and weights at model sizes (16384 x 4096; 4095 x 14337, odd on both
-dims; 2048 x 53248, a row long enough for ROWWISE's two-pass path), a single row, a tiny odd matrix;
+dims; 2048 x 53248, a row long enough for ROWWISE's two-pass path), a single row, tiny matrices (1 x 1
+and 5 x 40 in fp32: one partial tile, most of it padding, where the property tests' shrunk MX 2-D
+examples land);
 E5M2 and fp32 input on a few of them; special values (zero blocks, NaN, +-Inf, saturation under MX
 scales, fp32 subnormals) through every granularity; a 3-D batch of weights; a transposed view.
 """
@@ -62,6 +64,8 @@ INPUTS = {
     "2048x53248": ((2048, 53248), E4M3, torch.bfloat16),
     "1x8192": ((1, 8192), E4M3, torch.bfloat16),
     "37x45-e5m2-fp32": ((37, 45), E5M2, torch.float32),
+    "1x1-fp32": ((1, 1), E4M3, torch.float32),
+    "5x40-fp32": ((5, 40), E4M3, torch.float32),
     "special-fp32": ((4096, 4096), E4M3, torch.float32),
     "special-fp32-e5m2": ((4096, 4096), E5M2, torch.float32),
     "special-bf16": ((4096, 4096), E4M3, torch.bfloat16),
