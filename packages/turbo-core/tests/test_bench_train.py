@@ -26,6 +26,7 @@ from turbo_core.demo import DemoConfig, PlainDecoder, TurboDecoder
 from turbo_core.demo import model as demo_model
 from turbo_core.demo.model import MoEFFN, SelfAttention
 from turbo_core.demo.plain import _Attention, _MoE
+from turbo_core.modules import GroupedLinear
 
 # Two bf16 models whose ops round to bf16 at different places (the reference backend's fused SwiGLU
 # with probs and fp32 unpermute sum vs eager silu * up and index_add) give logits that differ by
@@ -144,7 +145,13 @@ def test_report_compares_each_turbo_provider_with_compile_bf16_and_torchao(tmp_p
                         object() if name == "torchao" else real(name, *a))
     rows = train.run(quick=True, tokens=None, models=["llama3.1-8b", "deepseek-v3-ep8"], providers=None,
                      include_reference=False, warmup=0, iters=1, device="cpu")
-    assert len(rows) == 2 * len(train.PROVIDERS) and all(r["status"] == "ok" for r in rows)
+    assert len(rows) == 2 * len(train.PROVIDERS)
+    for r in rows:  # the bf16-wgrad variants need experts: skipped on the dense llama
+        dense_variant = r["model"] == "llama3.1-8b" and r["provider"].endswith(train.HP_WGRAD)
+        assert r["status"].startswith("skipped: llama3.1-8b has no experts") if dense_variant else r["status"] == "ok"
+    moe = {r["provider"]: r for r in rows if r["model"] == "deepseek-v3-ep8"}
+    assert moe["turbo:fp8-rowwise+bf16-wgrad"]["vs"] == ["torch.compile", "turbo:bf16", "turbo:fp8-rowwise",
+                                                         "torchao:fp8-rowwise+compile"]
     by = {r["provider"]: r for r in rows if r["model"] == "llama3.1-8b"}
     assert by["turbo:fp8-rowwise"]["ratio"] == ms["torch.compile"] / ms["turbo:fp8-rowwise"]
     assert by["turbo:fp8-rowwise"]["bf16_ratio"] == ms["turbo:bf16"] / ms["turbo:fp8-rowwise"]
@@ -165,7 +172,9 @@ def test_report_compares_each_turbo_provider_with_compile_bf16_and_torchao(tmp_p
                      "`turbo:fp8-tensorwise` vs `turbo:bf16`", "`turbo:fp8-tensorwise` vs `torchao:fp8-tensorwise+compile`",
                      "`turbo:fp8-rowwise` vs `torch.compile`", "`turbo:fp8-rowwise` vs `turbo:bf16`",
                      "`turbo:fp8-rowwise` vs `torchao:fp8-rowwise+compile`", "`turbo:fp8-blockwise` vs `torch.compile`",
-                     "`turbo:fp8-blockwise` vs `turbo:bf16`"]
+                     "`turbo:fp8-blockwise` vs `turbo:bf16`"] + [
+        f"`turbo:fp8-{r}+bf16-wgrad` vs `{v}`" for r in ("tensorwise", "rowwise")
+        for v in ("torch.compile", "turbo:bf16", f"turbo:fp8-{r}", f"torchao:fp8-{r}+compile")]
     assert "Cells: tokens/s · median wall clock" in text
     line = next(line for line in text.splitlines() if line.startswith("| llama3.1-8b "))
     tokens = QUICK_MODELS["llama3.1-8b"].tokens
@@ -466,3 +475,21 @@ def test_accumulated_rows_get_tables_of_their_own():
     groups = compare.groups(rows)
     assert [(g.title, g.cases) for g in groups] == [("step · wall clock", ["m b1x16"]),
                                                     ("step · wall clock · 4 micro-batches", ["m b1x16 x4"])]
+
+
+def test_bf16_wgrad_provider_keeps_fp8_forward_and_bf16_expert_wgrads():
+    """``turbo:fp8-rowwise+bf16-wgrad``: every expert layer with ``wgrad_fp8=False``, the projections as
+    in ``turbo:fp8-rowwise``; its steps train (loss within the FP8 band of plain PyTorch's)."""
+    model = QUICK_MODELS["mixtral-8x7b"]
+    state = train._init_state(model, "cpu")
+    net = train.build("turbo:fp8-rowwise+bf16-wgrad", model, state, "cpu")
+    experts = [m for m in net.modules() if isinstance(m, GroupedLinear)]
+    assert experts and all(m.wgrad_fp8 is False and m.config.granularity.value == "ROWWISE" for m in experts)
+    plain = train.build("turbo:fp8-rowwise", model, state, "cpu")
+    assert all(m.wgrad_fp8 for m in plain.modules() if isinstance(m, GroupedLinear))
+    rows = train.run(quick=True, tokens=None, models=["mixtral-8x7b"],
+                     providers=["turbo:bf16", "turbo:fp8-rowwise+bf16-wgrad"], include_reference=False,
+                     warmup=0, iters=1, device="cpu")
+    r = rows[-1]
+    assert r["provider"] == "turbo:fp8-rowwise+bf16-wgrad" and r["status"] == "ok", r
+    assert r["loss"] < r["init_loss"] and abs(r["loss_diff"]) <= FP8_LOSS_RTOL * r["torch_loss"], r

@@ -32,6 +32,11 @@ class GroupedLinear(torch.nn.Module):
         config: ``None`` (the high-precision ``grouped_gemm``) or a :class:`Float8QuantConfig`: the
             forward is ``grouped_gemm_fp8(x, W, group_lens, group_offs, trans_b=True,
             out_dtype=x.dtype, config=config)`` (the recipe of ``turbo_core.ops.grouped_gemm_fp8``).
+        wgrad_fp8: with an FP8 config, ``False`` computes the weight gradient in the weight's precision
+            (``grouped_gemm_fp8``'s ``wgrad_fp8``): the forward and the input gradient stay FP8. Where
+            each expert sees a few hundred tokens, the FP8 weight gradient saves little GEMM time and
+            costs two column quantizations (``docs/design-notes.md``). Also an attribute, read by every
+            forward.
 
     Attributes:
         weight: ``[G, out_features, in_features]`` (each ``W[g]`` laid out like ``nn.Linear.weight``),
@@ -50,9 +55,12 @@ class GroupedLinear(torch.nn.Module):
     """
 
     def __init__(self, group_num: int, in_features: int, out_features: int, device=None, dtype=None,
-                 config: Float8QuantConfig | None = None) -> None:
+                 config: Float8QuantConfig | None = None, wgrad_fp8: bool = True) -> None:
         super().__init__()
+        if not isinstance(wgrad_fp8, bool):
+            raise TypeError(f"wgrad_fp8: expected a bool, got {wgrad_fp8!r}")
         self.config = None if config is None else fp8_config(config)
+        self.wgrad_fp8 = wgrad_fp8
         self.weight_cache: WeightQuantCache | None = WeightQuantCache()
         self.group_num = _check_size("group_num", group_num, 1)
         self.in_features = _check_size("in_features", in_features, 0)
@@ -72,7 +80,7 @@ class GroupedLinear(torch.nn.Module):
         if self.config is not None:
             return grouped_gemm_fp8(x, self.weight, group_lens, group_offs, trans_b=True, out_dtype=x.dtype,
                                     config=self.config, fuse_bgrad_accum_pattern=pattern,
-                                    weight_cache=self.weight_cache)
+                                    weight_cache=self.weight_cache, wgrad_fp8=self.wgrad_fp8)
         return grouped_gemm(x, self.weight, group_lens, group_offs, trans_b=True, fuse_bgrad_accum_pattern=pattern)
 
     def extra_repr(self) -> str:
@@ -80,5 +88,6 @@ class GroupedLinear(torch.nn.Module):
         if self.config is not None:
             cfg = self.config
             block = f", block_size={cfg.block_size}" if cfg.block_size is not None else ""
-            fp8 = f", format={cfg.format.value}, granularity={cfg.granularity.value}{block}"
+            wgrad = "" if self.wgrad_fp8 else ", wgrad_fp8=False"
+            fp8 = f", format={cfg.format.value}, granularity={cfg.granularity.value}{block}{wgrad}"
         return f"group_num={self.group_num}, in_features={self.in_features}, out_features={self.out_features}{fp8}"

@@ -20,6 +20,12 @@ MX_BLOCKWISE  a and dC: 1x32 rows along K/N (``quantize_fp8``, tight rows) and t
 FP4           as MX_BLOCKWISE with ``quantize_fp4`` / ``grouped_quantize_fp4`` (groups padded to 512)
 ============  ==========================================================================================
 
+With ``wgrad_fp8=False`` the weight gradient is the high-precision variable-K ``grouped_gemm_variable_k``
+on a and dC as given (a is saved unquantized, and neither column copy is made); the forward and the
+dgrad stay FP8. The variable-K GEMM's reduction runs over each group's tokens, often a few hundred
+rows, where FP8 saves little GEMM time and its column quantizations cost whole passes over a and dC
+(``docs/design-notes.md``, "When FP8 pays in a training step").
+
 Under HYBRID, dC is E5M2 and a, b are E4M3. Rows past ``sum(group_lens)`` (an over-allocated tail)
 take part in the TENSORWISE scales and in ROWWISE's column scales of the wgrad (whose extent is
 not known without a host sync): keep them finite (e.g. zero). BLOCKWISE/MX/FP4 column copies leave
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import torch
 
+from turbo_core.dispatch.launch import grouped_gemm as launch_hp
 from turbo_core.dispatch.launch import grouped_gemm_fp8 as launch
 from turbo_core.dispatch.specs.validate import (
     assert_group_values_async,
@@ -126,8 +133,10 @@ def _variable_k(scheme: Scheme, a: tuple, g: tuple, group_lens: Tensor, group_of
 
 class _LowpGroupedGemmFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, a, b, b_t, a_t, group_lens, group_offs, trans_b, out_dtype, scheme, num_cu, fused, needs, cache):
+    def forward(ctx, a, b, b_t, a_t, group_lens, group_offs, trans_b, out_dtype, scheme, num_cu, fused, needs, cache,
+                wgrad_fp8):
         need_da, need_db = needs
+        col_db = need_db and wgrad_fp8  # the FP8 variable-K wgrad needs a's column copy
         b_k = 1 if trans_b else 0
         need_b = {b_k, 1 - b_k} if need_da else {b_k}
         if isinstance(b, QuantizedTensor):
@@ -136,15 +145,15 @@ class _LowpGroupedGemmFunction(torch.autograd.Function):
             qb = quantize_weight(cache, b, (scheme, "grouped"), need_b,
                                  lambda dims: quantize(scheme, b, dims, "weight", fused_rowwise=True))
         if _grouped_layout(scheme):
-            x, col = _quantize_tokens(scheme, a, group_lens, group_offs, need_db, "input")
+            x, col = _quantize_tokens(scheme, a, group_lens, group_offs, col_db, "input")
             wg = col
         else:
-            need = {1} | ({0} if need_db else set())
+            need = {1} | ({0} if col_db else set())
             qa = from_quantized(a, a_t, 1, need) if isinstance(a, QuantizedTensor) else \
                 quantize(scheme, a, need, "input", fused_rowwise=True)
             x = operand(qa, 1, False)
             wg = None
-            if need_db:
+            if col_db:
                 w = operand(qa, 0, False)
                 data, scale = w.data, w.scale
                 if w.t:  # a pair's K-major copy ([K, M]): the variable-K GEMM takes the M-major [M, K]
@@ -157,12 +166,12 @@ class _LowpGroupedGemmFunction(torch.autograd.Function):
             saved += [yd.data, yd.scale]
             ctx.yd_t = yd.t
         if need_db:
-            saved += list(wg)
+            saved += list(wg) if wgrad_fp8 else [a]
         if fused:
             saved.append(b)
         ctx.save_for_backward(*saved)
         ctx.need = (need_da, need_db)
-        ctx.trans_b, ctx.scheme, ctx.num_cu, ctx.fused = trans_b, scheme, num_cu, fused
+        ctx.trans_b, ctx.scheme, ctx.num_cu, ctx.fused, ctx.wgrad_fp8 = trans_b, scheme, num_cu, fused, wgrad_fp8
         ctx.a_dtype, ctx.b_dtype = a.dtype, b.dtype
         return c
 
@@ -173,13 +182,15 @@ class _LowpGroupedGemmFunction(torch.autograd.Function):
         group_lens, group_offs = saved.pop(0), saved.pop(0)
         scheme, num_cu = ctx.scheme, ctx.num_cu
         grad_c = grad_c.contiguous()
-        if _grouped_layout(scheme):
-            xg, gcol = _quantize_tokens(scheme, grad_c, group_lens, group_offs, need_db, "grad")
-        else:
-            qg = quantize(scheme, grad_c, ({1} if need_da else set()) | ({0} if need_db else set()), "grad",
+        col_db = need_db and ctx.wgrad_fp8
+        xg = gcol = None
+        if _grouped_layout(scheme) and (need_da or col_db):
+            xg, gcol = _quantize_tokens(scheme, grad_c, group_lens, group_offs, col_db, "grad")
+        elif need_da or col_db:
+            qg = quantize(scheme, grad_c, ({1} if need_da else set()) | ({0} if col_db else set()), "grad",
                           fused_rowwise=True)
             xg = operand(qg, 1, False) if need_da else None
-            if need_db:
+            if col_db:
                 w = operand(qg, 0, False)
                 gcol = (w.data, w.scale, group_lens, group_offs)
         grad_a = grad_b = None
@@ -187,7 +198,9 @@ class _LowpGroupedGemmFunction(torch.autograd.Function):
             yd = Operand(saved.pop(0), saved.pop(0), ctx.yd_t)
             # dA_g = dC_g @ op(B[g]).T; rows past the last group stay zero.
             grad_a = _mm(scheme, xg, yd, group_lens, group_offs, ctx.a_dtype, num_cu)
-        if need_db:
+        if need_db and not ctx.wgrad_fp8:
+            grad_b = _high_precision_wgrad(ctx, saved.pop(0), grad_c, group_lens, group_offs, saved)
+        elif need_db:
             a_col = (saved.pop(0), saved.pop(0))
             lens_w, offs_w = saved.pop(0), saved.pop(0)
             # dB[g] = A_g.T @ dC_g over group g's rows, in b's layout ([G, N, K] when trans_b).
@@ -198,12 +211,27 @@ class _LowpGroupedGemmFunction(torch.autograd.Function):
             else:
                 grad_b = _variable_k(scheme, a_col, gcol, lens_w, offs_w, trans_c=ctx.trans_b, num_cu=num_cu,
                                      out_dtype=ctx.b_dtype)
-        return grad_a, grad_b, None, None, None, None, None, None, None, None, None, None, None
+        return grad_a, grad_b, None, None, None, None, None, None, None, None, None, None, None, None
+
+
+def _high_precision_wgrad(ctx, a: Tensor, grad_c: Tensor, group_lens: Tensor, group_offs: Tensor, saved: list):
+    """``dB[g] = A_g.T @ dC_g`` by the high-precision variable-K GEMM (dC cast to a's dtype), in b's
+    layout and dtype, or accumulated into ``b.main_grad`` under the fused pattern."""
+    a = a.contiguous()
+    g = grad_c if grad_c.dtype == a.dtype else grad_c.to(a.dtype)
+    if ctx.fused:
+        b = saved.pop(0)
+        launch_hp.grouped_gemm_variable_k(a, g, group_lens, group_offs, trans_c=ctx.trans_b, num_cu=ctx.num_cu,
+                                          out=b.main_grad)
+        return fused_dummy_grad(b)
+    grad_b = launch_hp.grouped_gemm_variable_k(a, g, group_lens, group_offs, trans_c=ctx.trans_b, num_cu=ctx.num_cu)
+    return grad_b if grad_b.dtype == ctx.b_dtype else grad_b.to(ctx.b_dtype)
 
 
 def _run(a, b, group_lens, group_offs, trans_b, out_dtype, scheme: Scheme, num_cu, fuse_bgrad_accum_pattern,
-         weight_cache):
+         weight_cache, wgrad_fp8: bool = True):
     cache = op_cache(weight_cache)
+    require_bool("wgrad_fp8", wgrad_fp8)
     a, a_t = unpair("a", a)
     b, b_t = unpair("b", b)
     check_operand("a", a, 2, scheme, grouped_ok=True)
@@ -212,6 +240,9 @@ def _run(a, b, group_lens, group_offs, trans_b, out_dtype, scheme: Scheme, num_c
         raise ValueError(f"a: a pre-quantized a is supported for TENSORWISE and ROWWISE only; "
                          f"{'FP4' if scheme.fp4 else scheme.granularity.value} quantizes the tokens in "
                          f"group-dependent layouts inside the op")
+    if isinstance(a, QuantizedTensor) and not wgrad_fp8:
+        raise ValueError("wgrad_fp8: False needs a high-precision a (its weight gradient reads a unquantized); "
+                         "got a pre-quantized a")
     require_bool("trans_b", trans_b)
     check_grouped_inner_dim(a, b, trans_b)
     g = b.shape[0]
@@ -235,14 +266,14 @@ def _run(a, b, group_lens, group_offs, trans_b, out_dtype, scheme: Scheme, num_c
     if fused:
         b.grad_added_to_main_grad = True
     return _LowpGroupedGemmFunction.apply(a, b, b_t, a_t, group_lens, group_offs, trans_b, out_dtype, scheme,
-                                          num_cu, fused, needs_grads(a, b, fused), cache)
+                                          num_cu, fused, needs_grads(a, b, fused), cache, wgrad_fp8)
 
 
 def grouped_gemm_fp8(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tensor | QuantizedTensor | QuantizedTensorPair,
                      group_lens: Tensor, group_offs: Tensor | None = None, trans_b: bool = True,
                      out_dtype: torch.dtype | None = None, config: Float8QuantConfig | None = None,
                      num_cu: int | None = None, fuse_bgrad_accum_pattern: str | None = None, *,
-                     weight_cache: WeightQuantCache | None = None) -> Tensor:
+                     weight_cache: WeightQuantCache | None = None, wgrad_fp8: bool = True) -> Tensor:
     """FP8 grouped GEMM with autograd: ``out_g = dequant(q(A_g)) @ dequant(q(op(B[g])))``.
 
     Args:
@@ -259,6 +290,9 @@ def grouped_gemm_fp8(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tenso
             ``b.main_grad``, any granularity).
         weight_cache: ``None`` or a :class:`~turbo_core.ops.weight_cache.WeightQuantCache`: b's
             quantized copies reused while b is unchanged, as in :func:`turbo_core.ops.gemm_fp8`.
+        wgrad_fp8: ``True`` (the recipe above) or ``False``: the weight gradient by the high-precision
+            variable-K GEMM on a and dC (a saved unquantized; a must not be pre-quantized), the
+            forward and dgrad in FP8.
 
     Returns:
         ``[M_total, N]`` in ``out_dtype``; rows past ``sum(group_lens)`` are zero (and get a zero
@@ -271,7 +305,7 @@ def grouped_gemm_fp8(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tenso
     first = unpair("a", a)[0]
     scheme = fp8_scheme(config, first.device if isinstance(first, Tensor) else None)
     return _run(a, b, group_lens, group_offs, trans_b, out_dtype, scheme, num_cu, fuse_bgrad_accum_pattern,
-                weight_cache)
+                weight_cache, wgrad_fp8)
 
 
 def grouped_gemm_fp4(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tensor | QuantizedTensor | QuantizedTensorPair,

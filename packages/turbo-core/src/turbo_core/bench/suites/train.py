@@ -26,6 +26,9 @@ Providers (:data:`PROVIDERS`), every one from the same bf16 weights
   default backends) — the denominator of ``bf16_ratio``;
 * ``turbo:fp8-tensorwise`` / ``-rowwise`` / ``-blockwise``: the turbo decoder with that E4M3 recipe
   (:func:`turbo_core.demo.fp8_recipe`) on every projection and expert;
+* ``turbo:fp8-tensorwise+bf16-wgrad`` / ``turbo:fp8-rowwise+bf16-wgrad``: the same, with the experts'
+  weight gradients in bf16 (``GroupedLinear(wgrad_fp8=False)``: forward and input gradients in FP8);
+  skipped on a model without experts, where it is the plain recipe;
 * ``torchao:fp8-tensorwise`` / ``-rowwise``, eager and ``+compile``: the plain model after
   ``torchao.float8.convert_to_float8_training`` (its ``nn.Linear`` layers whose sizes are multiples
   of 16, the routers excepted; the experts' weights stay bf16), where torchao is importable.
@@ -77,6 +80,7 @@ from turbo_core.bench.train_models import MODELS, QUICK_MODELS, TrainModel
 from turbo_core.demo.data import SparseMarkovData
 from turbo_core.demo.model import TurboDecoder, fp8_recipe
 from turbo_core.demo.plain import PlainDecoder
+from turbo_core.modules import GroupedLinear
 from turbo_core.ops import cross_entropy
 
 __all__ = ["LOSS_STEPS", "LR", "OK_FIELDS", "PROVIDERS", "QUICK_LOSS_STEPS", "WEIGHT_DECAY", "build", "print_table", "run"]
@@ -93,6 +97,8 @@ BASELINE = "torch.compile"
 BF16 = "turbo:bf16"
 #: torchao's float8 training recipes timed (by ``Float8LinearConfig.from_recipe_name``).
 TORCHAO_RECIPES = ("tensorwise", "rowwise")
+#: Suffix of the FP8 providers whose experts compute their weight gradients in bf16.
+HP_WGRAD = "+bf16-wgrad"
 #: Keyword arguments of every ``torch.compile`` call here (tests may narrow the backend).
 COMPILE_OPTIONS: dict = {}
 
@@ -106,6 +112,7 @@ PROVIDERS: dict[str, str] = {
     BASELINE: "baseline",
     BF16: "turbo",
     **{f"turbo:fp8-{r}": "turbo" for r in ("tensorwise", "rowwise", "blockwise")},
+    **{f"turbo:fp8-{r}{HP_WGRAD}": "turbo" for r in ("tensorwise", "rowwise")},
     **{f"torchao:fp8-{r}": "reference" for r in TORCHAO_RECIPES},
     **{f"torchao:fp8-{r}+compile": "reference" for r in TORCHAO_RECIPES},
 }
@@ -136,9 +143,13 @@ def build(provider: str, model: TrainModel, state: dict[str, torch.Tensor], devi
     if provider not in PROVIDERS:
         raise ValueError(f"provider: expected one of {', '.join(PROVIDERS)}, got {provider!r}")
     if provider.startswith("turbo:"):
-        recipe = provider.removeprefix("turbo:fp8-") if provider != BF16 else "none"
+        recipe = provider.removeprefix("turbo:fp8-").removesuffix(HP_WGRAD) if provider != BF16 else "none"
         net = _empty(TurboDecoder, cfg, fp8_recipe(recipe), device=device)
         net.load_state_dict(state, strict=True)
+        if provider.endswith(HP_WGRAD):
+            for layer in net.modules():
+                if isinstance(layer, GroupedLinear):
+                    layer.wgrad_fp8 = False
         return net
     net = _empty(PlainDecoder, cfg, device=device)
     net.load_state_dict(state, strict=True)
@@ -229,11 +240,18 @@ def _vs(provider: str, names: list[str]) -> list[str] | None:
     if not provider.startswith("turbo:"):
         return None
     out = [BASELINE] + ([BF16] if provider != BF16 else [])
-    recipe = provider.removeprefix("turbo:fp8-")
+    recipe = provider.removeprefix("turbo:fp8-").removesuffix(HP_WGRAD)
+    if provider.endswith(HP_WGRAD):
+        out.append(provider.removesuffix(HP_WGRAD))
     if recipe in TORCHAO_RECIPES:
         out.append(f"torchao:fp8-{recipe}+compile")
     listed = [p for p in out if p in names]
     return listed or None  # none of them ran: the page compares it with every reference
+
+
+def _has_experts(model: TrainModel) -> bool:
+    cfg = model.config
+    return any(cfg.is_moe(i) for i in range(cfg.layers))
 
 
 def _fields(model: TrainModel, micro_batches: int) -> dict:
@@ -301,6 +319,9 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
                 results[name] = ref
             elif name.startswith("torchao:") and not have_torchao:
                 results[name] = {"status": "skipped: torchao is not importable (pip install torchao)"}
+            elif name.endswith(HP_WGRAD) and not _has_experts(model):
+                results[name] = {"status": f"skipped: {model.name} has no experts (the provider is "
+                                           f"{name.removesuffix(HP_WGRAD)} there)"}
             else:
                 results[name] = _measure(name, model, state, batches, timed=True, warmup=warmup, iters=iters,
                                          device=device, micro_batches=micro_batches)
