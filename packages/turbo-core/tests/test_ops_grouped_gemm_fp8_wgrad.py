@@ -16,18 +16,6 @@ GRANS = ["TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE"]
 LENS = (5, 0, 9, 3)  # an empty group; plus two tail rows past the last group
 
 
-@pytest.fixture(autouse=True)
-def _fp8_kernels(monkeypatch):
-    """The FP8 GEMM reference kernels registered with TORCH (as in ``test_ops_grouped_gemm_fp8``)."""
-    import turbo_core.dispatch.specs.gemm_fp8  # noqa: F401
-    import turbo_core.dispatch.specs.grouped_gemm_fp8  # noqa: F401
-    from turbo_core.reference import plugin
-
-    missing = tuple(f for f in ("gemm_fp8", "grouped_gemm_fp8") if f not in plugin.FAMILIES)
-    if missing:
-        monkeypatch.setattr(plugin, "FAMILIES", plugin.FAMILIES + missing)
-
-
 def _config(gran):
     return Float8QuantConfig(granularity=gran, block_size=32 if gran == "BLOCKWISE" else None)
 
