@@ -62,7 +62,7 @@ def core(session: nox.Session) -> None:
 
 
 #: pytest-xdist workers of a backend's tests (its test extra brings pytest-xdist): turbo-triton's run
-#: its kernels in the Triton interpreter, about an hour on one core of the 2-core CI machine.
+#: its kernels in the Triton interpreter, about half an hour on one core of the 2-core CI machine.
 WORKERS = {"triton": "2"}
 
 
