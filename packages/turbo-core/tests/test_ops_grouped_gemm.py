@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 import torch
+from grouped_math import variable_k_float64
 
 from turbo_core.dispatch.launch import grouped_gemm as launch
 from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmVariableKArgs
@@ -38,16 +39,6 @@ def _operands(lens, k, n, trans_b, dtype=torch.float32, tail=0, seed=0):
     a = torch.randn(m, k, generator=g).to(dtype)
     b = torch.randn(*((len(lens), n, k) if trans_b else (len(lens), k, n)), generator=g).to(dtype)
     return a, b
-
-
-def _variable_k_ref(a, b, lens, trans_c=False):
-    """float64 [G, K, N]: group g's rows of a, transposed, times the same rows of b."""
-    out, start = [], 0
-    for length in lens:
-        c = a[start:start + length].double().t() @ b[start:start + length].double()
-        out.append(c.t() if trans_c else c)
-        start += length
-    return torch.stack(out)
 
 
 # -- the shared conformance cases run against TORCH in test_conformance_torch.py; here: they can fail --
@@ -217,7 +208,7 @@ def test_padded_tail_is_zero_and_ignored(trans_b):
     out.backward(grad)
     assert torch.equal(a.grad[7:], torch.zeros(4, 5))
     assert torch.isfinite(b.grad).all()
-    wgrad = _variable_k_ref(a.detach(), grad, lens, trans_c=trans_b)
+    wgrad = variable_k_float64(a.detach(), grad, lens, trans_c=trans_b)
     torch.testing.assert_close(b.grad.double(), wgrad, rtol=1e-5, atol=1e-5)
 
 
@@ -240,7 +231,7 @@ def test_non_contiguous_inputs():
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
     out.sum().backward()
     assert a_t.grad.shape == a_t.shape and b_t.grad.shape == b_t.shape
-    torch.testing.assert_close(b_t.grad.double(), _variable_k_ref(a_t.detach(), torch.ones(7, 5), lens),
+    torch.testing.assert_close(b_t.grad.double(), variable_k_float64(a_t.detach(), torch.ones(7, 5), lens),
                                rtol=1e-5, atol=1e-5)
 
 
@@ -251,7 +242,7 @@ def test_variable_k_accumulates_and_leaves_empty_groups_unchanged():
     out = torch.full((3, 6, 4), 0.5)
     got = launch.grouped_gemm_variable_k(a, g, gl, go, trans_c=True, out=out)
     assert got is out
-    want = _variable_k_ref(a, g, lens, trans_c=True) + 0.5
+    want = variable_k_float64(a, g, lens, trans_c=True) + 0.5
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
     assert torch.equal(out[1], torch.full((6, 4), 0.5))
     plain = launch.grouped_gemm_variable_k(a, g, gl, go)
@@ -266,7 +257,7 @@ def test_fused_wgrad_returns_dummy_and_accumulates_twice():
     w.main_grad = torch.zeros(3, 4, 6)
     for _ in range(2):
         grouped_gemm(x, w, _lens(*lens), trans_b=True, fuse_bgrad_accum_pattern="megatron").sum().backward()
-    want = 2 * _variable_k_ref(x.detach(), torch.ones(10, 4), lens, trans_c=True)
+    want = 2 * variable_k_float64(x.detach(), torch.ones(10, 4), lens, trans_c=True)
     torch.testing.assert_close(w.main_grad.double(), want, rtol=1e-5, atol=1e-5)
     assert w.grad_added_to_main_grad is True
     assert torch.count_nonzero(w.grad) == 0  # the dummy gradient, never the real one
@@ -292,7 +283,7 @@ def test_reference_sync_free_path_matches_per_group_path(monkeypatch, trans):
     want[-3:] = 0
     torch.testing.assert_close(per_group[0].double(), want, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(sync_free[0].double(), want, rtol=1e-6, atol=1e-6)
-    wgrad = _variable_k_ref(a, grad, lens, trans_c=trans)
+    wgrad = variable_k_float64(a, grad, lens, trans_c=trans)
     torch.testing.assert_close(per_group[1].double(), wgrad, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(sync_free[1].double(), wgrad, rtol=1e-6, atol=1e-6)
 
@@ -385,7 +376,7 @@ def test_grouped_linear_main_grad():
     mod.weight.main_grad = torch.zeros(2, 4, 3)
     x = torch.randn(5, 3)
     mod(x, _lens(2, 3)).sum().backward()
-    want = _variable_k_ref(x, torch.ones(5, 4), (2, 3), trans_c=True)
+    want = variable_k_float64(x, torch.ones(5, 4), (2, 3), trans_c=True)
     torch.testing.assert_close(mod.weight.main_grad.double(), want, rtol=1e-5, atol=1e-5)
     assert mod.weight.grad_added_to_main_grad is True
 

@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from turbo_core.dispatch.specs.validate import require_bool
 from turbo_core.low_precision import Float8QuantConfig
 from turbo_core.ops.gemm_fp8 import fp8_config
 from turbo_core.ops.grouped_gemm import grouped_gemm
@@ -57,8 +58,7 @@ class GroupedLinear(torch.nn.Module):
     def __init__(self, group_num: int, in_features: int, out_features: int, device=None, dtype=None,
                  config: Float8QuantConfig | None = None, wgrad_fp8: bool = True) -> None:
         super().__init__()
-        if not isinstance(wgrad_fp8, bool):
-            raise TypeError(f"wgrad_fp8: expected a bool, got {wgrad_fp8!r}")
+        require_bool("wgrad_fp8", wgrad_fp8)
         self.config = None if config is None else fp8_config(config)
         self.wgrad_fp8 = wgrad_fp8
         self.weight_cache: WeightQuantCache | None = WeightQuantCache()
