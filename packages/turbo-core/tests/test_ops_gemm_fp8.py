@@ -451,6 +451,38 @@ def test_no_grad_forward_quantizes_each_operand_once():
     assert calls == {"quantize_fp8": 6, "gemm_fp8": 2}
 
 
+@pytest.mark.parametrize("gran", ["TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE", "FP4"])
+def test_forward_without_gradients_makes_no_node_and_the_same_bits(gran):
+    """Inputs that need no gradient take the forward alone (no autograd node): the same output,
+    bit for bit, as the recording path, whose backward still works."""
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(48, 64, generator=gen), torch.randn(32, 64, generator=gen)
+    op = gemm_fp4 if gran == "FP4" else gemm_fp8
+    cfg = Float4QuantConfig() if gran == "FP4" else Float8QuantConfig(
+        granularity=gran, block_size=32 if gran == "BLOCKWISE" else None)
+    plain = op(a, b, trans_b=True, config=cfg)
+    assert plain.grad_fn is None
+    a_g = a.clone().requires_grad_(True)
+    recorded = op(a_g, b, trans_b=True, config=cfg)
+    assert recorded.grad_fn is not None
+    assert torch.equal(plain, recorded.detach())
+    recorded.sum().backward()
+    assert a_g.grad is not None and a_g.grad.shape == a.shape
+
+
+def test_config_changed_after_a_call_is_read_again():
+    """The op's scheme follows the config's current fields: E5M2 after ``config.format = E5M2``
+    gives E5M2's result, not the one of the first call's E4M3."""
+    gen = torch.Generator().manual_seed(4)
+    a, b = torch.randn(16, 64, generator=gen), torch.randn(8, 64, generator=gen)
+    cfg = Float8QuantConfig()
+    e4m3 = gemm_fp8(a, b, trans_b=True, config=cfg)
+    cfg.format = "E5M2"
+    e5m2 = gemm_fp8(a, b, trans_b=True, config=cfg)
+    assert torch.equal(e5m2, gemm_fp8(a, b, trans_b=True, config=Float8QuantConfig(format="E5M2")))
+    assert not torch.equal(e4m3, e5m2)
+
+
 # -- torch.compile and opcheck ---------------------------------------------------------------------
 
 

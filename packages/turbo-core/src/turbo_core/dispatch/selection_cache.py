@@ -96,9 +96,14 @@ def env_values(primitive: str, family: str) -> tuple:
 
 # -- the call signature ----------------------------------------------------------------------------
 
-_SCALARS = frozenset({bool, int, float, str, type(None)})
 _TENSOR = torch.Tensor
 _getters: dict[type, Callable[[Any], tuple]] = {}
+
+# How a field value of each type enters the signature (decided once per type, :func:`_kind_of`):
+# itself (scalars, dtypes, enum members: hashable, compared by value), a tensor's metadata, a
+# sequence's items, a dataclass's fields, or its repr.
+_PLAIN, _TENSOR_KIND, _SEQUENCE, _DATACLASS, _REPR = range(5)
+_kinds: dict[type, int] = {t: _PLAIN for t in (bool, int, float, str, type(None), torch.dtype)}
 
 
 def _fields_getter(cls: type) -> Callable[[Any], tuple]:
@@ -117,17 +122,30 @@ def _fields_getter(cls: type) -> Callable[[Any], tuple]:
     return getter
 
 
+def _kind_of(t: type) -> int:
+    if issubclass(t, torch.Tensor):
+        return _TENSOR_KIND
+    if issubclass(t, (tuple, list)):  # NamedTuples (ScalingRecipe, MoeDispatchHandle) included
+        return _SEQUENCE
+    if issubclass(t, (torch.dtype, enum.Enum)):
+        return _PLAIN
+    if dataclasses.is_dataclass(t):
+        return _DATACLASS
+    return _REPR
+
+
 def _value(v: Any) -> Any:
     t = type(v)
-    if t in _SCALARS:
+    kind = _kinds.get(t)
+    if kind is None:
+        kind = _kinds.setdefault(t, _kind_of(t))
+    if kind == _PLAIN:
         return v
-    if isinstance(v, torch.Tensor):
+    if kind == _TENSOR_KIND:
         return (t, v.dtype, v.shape, v.stride(), v.device, v.data_ptr() % 16)
-    if isinstance(v, (tuple, list)):  # NamedTuples (ScalingRecipe, MoeDispatchHandle) included
+    if kind == _SEQUENCE:
         return (t, *map(_value, v))
-    if isinstance(v, (torch.dtype, enum.Enum)):
-        return v
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+    if kind == _DATACLASS:
         return (t, *map(_value, _fields_getter(t)(v)))
     return (t, repr(v))  # anything else by its repr, as ``args_key`` does
 
@@ -141,12 +159,13 @@ def call_signature(args: Any) -> tuple:
     Finer than :func:`turbo_core.dispatch.primitives.args_key` (the full address residue, the
     tensor type) and several times cheaper (no string conversions)."""
     out = []
+    kinds = _kinds
     for v in _fields_getter(type(args))(args):
         t = type(v)
-        if t in _SCALARS:
-            out.append(v)
-        elif t is _TENSOR:  # the common case, inline
+        if t is _TENSOR:  # the common cases, inline
             out.append((v.dtype, v.shape, v.stride(), v.device, v.data_ptr() % 16))
+        elif kinds.get(t) == _PLAIN:
+            out.append(v)
         else:
             out.append(_value(v))
     return tuple(out)

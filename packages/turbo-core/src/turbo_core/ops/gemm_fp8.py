@@ -123,9 +123,22 @@ def _fp8_dtypes(fmt: str, device: torch.device | None) -> tuple[torch.dtype, tor
     return fp8_dtype_for(fmt, device, True), fp8_dtype_for(fmt, device, False)
 
 
+#: Eager calls' schemes by (format, granularity, block size, device): a few entries a process.
+_schemes: dict[tuple, Scheme] = {}
+
+
 def fp8_scheme(config: Float8QuantConfig, device: torch.device | None) -> Scheme:
-    fwd, bwd = _fp8_dtypes(config.format.value, device)
-    return Scheme(config.granularity, config.block_size, fwd, bwd)
+    """The scheme of ``config``'s current fields on ``device`` (eagerly from a memo keyed by those
+    fields, so a config changed after construction gets its new scheme)."""
+    if torch.compiler.is_compiling():
+        fwd, bwd = _fp8_dtypes(config.format.value, device)
+        return Scheme(config.granularity, config.block_size, fwd, bwd)
+    key = (config.format, config.granularity, config.block_size, device)
+    scheme = _schemes.get(key)
+    if scheme is None:
+        fwd, bwd = _fp8_dtypes(config.format.value, device)
+        scheme = _schemes.setdefault(key, Scheme(config.granularity, config.block_size, fwd, bwd))
+    return scheme
 
 
 def fp4_scheme(config: Float4QuantConfig) -> Scheme:
@@ -276,6 +289,11 @@ def resolve_out_dtype(out_dtype: object, a: Tensor, b: Tensor) -> torch.dtype:
     return out_dtype
 
 
+#: The op's config when none is given (read only here; ``fp8_config(None)`` gives callers that keep
+#: a config, such as ``Float8Linear``, their own).
+_DEFAULT_FP8 = Float8QuantConfig()
+
+
 def fp8_config(config: object) -> Float8QuantConfig:
     if config is None:
         return Float8QuantConfig()
@@ -311,6 +329,16 @@ def _operand_dirs(x: Tensor, x_t: QuantizedTensor | None, scheme: Scheme, fwd_di
         return from_quantized(x, x_t, fwd_dim, need)
     return quantize_weight(cache, x, (scheme, "dense"), need,
                            lambda dims: quantize(scheme, x, dims, role, k_major=True))
+
+
+def _forward_only(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, cache):
+    """The forward GEMM alone (no gradient will be asked for): one copy of each operand, no
+    autograd node."""
+    a_k = 0 if trans_a else 1  # the stored dims the forward contracts along
+    b_k = 1 if trans_b else 0
+    qa = _operand_dirs(a, a_t, scheme, a_k, {a_k}, "input")
+    qb = _operand_dirs(b, b_t, scheme, b_k, {b_k}, "weight", cache)
+    return _mm(scheme, operand(qa, a_k, trans_a), operand(qb, b_k, trans_b), out_dtype=out_dtype)
 
 
 class _LowpGemmFunction(torch.autograd.Function):
@@ -442,15 +470,23 @@ def gemm_fp8(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tensor | Quan
         (granularity, block size, quantized axis), ``fuse_bgrad_accum_pattern``, ``main_grad`` and
         ``weight_cache``.
     """
-    config = fp8_config(config)
+    config = _DEFAULT_FP8 if config is None else fp8_config(config)
     cache = op_cache(weight_cache)
     first = unpair("a", a)[0]
     scheme = fp8_scheme(config, first.device if isinstance(first, Tensor) else None)
     a, a_t, b, b_t, out_dtype, fused = _prepare(a, b, trans_a, trans_b, out_dtype, scheme, fuse_bgrad_accum_pattern)
     if fused:
         b.grad_added_to_main_grad = True
-    return _LowpGemmFunction.apply(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, fused,
-                                   needs_grads(a, b, fused), cache)
+    return _run(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, fused, cache)
+
+
+def _run(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, fused, cache) -> Tensor:
+    """The checked call: through the autograd ``Function`` when a gradient may be asked for (or
+    while torch.compile traces, which sees the same graph either way), else the forward alone."""
+    needs = needs_grads(a, b, fused)
+    if needs[0] or needs[1] or torch.compiler.is_compiling():
+        return _LowpGemmFunction.apply(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, fused, needs, cache)
+    return _forward_only(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, cache)
 
 
 def gemm_fp4(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tensor | QuantizedTensor | QuantizedTensorPair,
@@ -477,5 +513,4 @@ def gemm_fp4(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tensor | Quan
     a, a_t, b, b_t, out_dtype, fused = _prepare(a, b, trans_a, trans_b, out_dtype, scheme, fuse_bgrad_accum_pattern)
     if fused:
         b.grad_added_to_main_grad = True
-    return _LowpGemmFunction.apply(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, fused,
-                                   needs_grads(a, b, fused), cache)
+    return _run(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, fused, cache)

@@ -11,7 +11,7 @@ import torch
 
 from turbo_core.dispatch.dispatcher import call
 from turbo_core.dispatch.specs.activation_fp8 import GluFwdFp8Args, glu_fp8_primitive, glu_fwd_fp8_shapes
-from turbo_core.low_precision import E8M0_DTYPE, ScalingGranularity
+from turbo_core.low_precision import E8M0_DTYPE, ScalingGranularity, as_granularity
 
 __all__ = ["glu_fwd_fp8"]
 
@@ -64,4 +64,4 @@ def glu_fwd_fp8(kind: str, x: T, probs: T, row_mask: T | None = None, *, out_dty
         gran = granularity.value if isinstance(granularity, G) else str(granularity)
         outs = getattr(torch.ops.turbo, name)(x, probs, row_mask, out_dtype, gran, block_size, store_y)
         return outs[0], outs[1], (outs[2] if store_y else None)
-    return call(name, GluFwdFp8Args(x, probs, out_dtype, G(granularity), block_size, row_mask, store_y))
+    return call(name, GluFwdFp8Args(x, probs, out_dtype, as_granularity(granularity), block_size, row_mask, store_y))

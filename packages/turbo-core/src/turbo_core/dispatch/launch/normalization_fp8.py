@@ -12,7 +12,7 @@ import torch
 
 from turbo_core.dispatch.dispatcher import call
 from turbo_core.dispatch.specs.normalization_fp8 import RmsNormFwdFp8Args, rmsnorm_fwd_fp8_shapes
-from turbo_core.low_precision import E8M0_DTYPE, ScalingGranularity
+from turbo_core.low_precision import E8M0_DTYPE, ScalingGranularity, as_granularity
 
 __all__ = ["rmsnorm_fwd_fp8"]
 
@@ -58,5 +58,5 @@ def rmsnorm_fwd_fp8(x: T, gamma: T | None, *, out_dtype: torch.dtype, granularit
         y = outs[3] if store_y else None
         x_plus_r = outs[-1] if residual is not None else None
         return outs[0], outs[1], y, outs[2], x_plus_r
-    return call("rmsnorm_fwd_fp8", RmsNormFwdFp8Args(x, gamma, out_dtype, G(granularity), block_size, eps,
+    return call("rmsnorm_fwd_fp8", RmsNormFwdFp8Args(x, gamma, out_dtype, as_granularity(granularity), block_size, eps,
                                                      zero_centered, residual, store_y))

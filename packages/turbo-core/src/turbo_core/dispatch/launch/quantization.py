@@ -31,6 +31,7 @@ from turbo_core.low_precision import (
     MXFP4_BLOCK_SIZE,
     ScalingGranularity,
     ScalingRecipe,
+    as_granularity,
 )
 
 __all__ = [
@@ -99,7 +100,7 @@ def _grouped_fp4_outputs(x: T, lens: T, offs: T, axis) -> T4:
 @torch.library.custom_op("turbo::quantize_fp8", mutates_args=())
 def _quantize_fp8_op(x: T, out_dtype: torch.dtype, granularity: str, axis: int | None,
                      block_size: int | None, recipe: list[bool]) -> T2:
-    return call("quantize_fp8", QuantizeFp8Args(x, out_dtype, G(granularity), axis, block_size, _recipe(recipe)))
+    return call("quantize_fp8", QuantizeFp8Args(x, out_dtype, as_granularity(granularity), axis, block_size, _recipe(recipe)))
 
 
 @_quantize_fp8_op.register_fake
@@ -112,7 +113,7 @@ def quantize_fp8(x: T, out_dtype: torch.dtype, granularity: G, *, axis: int | No
     """Run the ``quantize_fp8`` primitive (see :class:`QuantizeFp8Args`)."""
     if torch.compiler.is_compiling():
         return torch.ops.turbo.quantize_fp8(x, out_dtype, _name(granularity), axis, block_size, _flags(recipe))
-    return call("quantize_fp8", QuantizeFp8Args(x, out_dtype, G(granularity), axis, block_size, recipe))
+    return call("quantize_fp8", QuantizeFp8Args(x, out_dtype, as_granularity(granularity), axis, block_size, recipe))
 
 
 # -- quantize_fp8_with_trans -----------------------------------------------------------------------------
@@ -149,7 +150,7 @@ def quantize_fp8_with_trans(x: T, out_dtype: torch.dtype, granularity: G, *, blo
 @torch.library.custom_op("turbo::dequantize_fp8", mutates_args=())
 def _dequantize_fp8_op(x: T, scale_inv: T, out_dtype: torch.dtype, granularity: str, axis: int | None,
                        block_size: int | None, recipe: list[bool]) -> T:
-    return call("dequantize_fp8", DequantizeFp8Args(x, scale_inv, out_dtype, G(granularity), axis, block_size,
+    return call("dequantize_fp8", DequantizeFp8Args(x, scale_inv, out_dtype, as_granularity(granularity), axis, block_size,
                                                     _recipe(recipe)))
 
 
@@ -166,7 +167,7 @@ def dequantize_fp8(x: T, scale_inv: T, out_dtype: torch.dtype, granularity: G, *
     if torch.compiler.is_compiling():
         return torch.ops.turbo.dequantize_fp8(x, scale_inv, out_dtype, _name(granularity), axis, block_size,
                                               _flags(recipe))
-    return call("dequantize_fp8", DequantizeFp8Args(x, scale_inv, out_dtype, G(granularity), axis, block_size,
+    return call("dequantize_fp8", DequantizeFp8Args(x, scale_inv, out_dtype, as_granularity(granularity), axis, block_size,
                                                     recipe))
 
 
