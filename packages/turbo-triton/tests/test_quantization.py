@@ -244,12 +244,19 @@ def test_rowwise_two_pass_amax_walks_down_m(monkeypatch, tile):
 
 @pytest.mark.parametrize("shape,tile", [((8, 4096), None), ((64, 96), Tile(4, 32, iters=4)), ((3, 1024), None)],
                          ids=["flat-rows", "flat-rows-walk", "one-row"])
-@pytest.mark.parametrize("special", [None, "nan", "inf"])
-def test_tensorwise_flat_rows_view(shape, tile, special):
+@pytest.mark.parametrize("special", [None, "nan", "inf", "last-max"])
+@pytest.mark.parametrize("amax", ["partials", "atomics"])
+def test_tensorwise_flat_rows_view(monkeypatch, shape, tile, special, amax):
     """TENSORWISE of a contiguous tensor runs on ``[1, numel / 1024, 1024]`` (amax walking down
-    the rows, then scale_kernel, then the cast); 3 x 1024 elements is one such row too few."""
+    the rows, then the cast); 3 x 1024 elements is one such row too few. The cast reduces the amax
+    programs' partial maxima, or (past ``MAX_PARTIALS`` programs, forced here) reads the one cell
+    they ``atomic_max`` into; the special value sits in a middle or the last program's rows."""
+    if amax == "atomics":
+        monkeypatch.setattr(quantize, "MAX_PARTIALS", 0)
     x = _input(shape, torch.bfloat16, seed=29)
-    if special:
+    if special == "last-max":
+        x.view(-1)[-3] = 1e4
+    elif special:
         x.view(-1)[x.numel() // 3] = math.nan if special == "nan" else -math.inf
     _check_quantize(_quant_args(x, E4M3, "TENSORWISE"), tile)
     _check_quantize(_quant_args(x.t(), E5M2, "TENSORWISE"), tile)

@@ -11,7 +11,9 @@ divide the tile), so a tile holds whole groups and is read from memory once:
   ``bs x 1``, 2-D ``bs x bs``, and ROWWISE when a whole row/column fits one tile).
 * ``amax_kernel`` + ``cast_kernel``: groups longer than a tile (TENSORWISE; ROWWISE along a long
   dim): the amax goes to an int32 buffer by ``atomic_max`` on the bits of ``|x|`` (exact and
-  deterministic), then the cast reads it. Two reads of ``x``, no host sync.
+  deterministic), then the cast reads it. Two reads of ``x``, no host sync. TENSORWISE (one
+  group) has each amax program store its own max instead, and every cast program reduce those
+  partials: no zero-filled buffer, no atomics.
 * ``quant_mx_kernel``: E8M0 scales of 1x32 blocks along N (row-wise) or 32x1 blocks along M
   (col-wise, written transposed), or 32x32 tiles; the grid covers the zero padding to 128.
 * ``blockwise_with_trans_kernel`` / ``mx_with_trans_kernel``: both directions from one read of
@@ -139,12 +141,14 @@ def partial_scale_kernel(p_ptr, scale_ptr, s_ptr, P, N, eps, FMAX: tl.constexpr,
 @triton.jit
 def amax_kernel(x_ptr, a_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, sa_n,
                 BM: tl.constexpr, BN: tl.constexpr, RED_M: tl.constexpr, RED_N: tl.constexpr, X_BITS: tl.constexpr,
-                ITERS: tl.constexpr = 1):
+                ITERS: tl.constexpr = 1, PARTIAL: tl.constexpr = False):
     """``atomic_max`` of the bits of ``|x|`` into the int32 buffer ``a`` (zero-initialised):
     one entry per ``b`` when reducing over both M and N, per ``(b, m)`` (RED_N), or per
     ``(b, n)`` (RED_M). A program walks ``ITERS`` tiles of ``BM x BN`` down M, keeping an
     element-wise running max, and reduces it once: one atomic per ``BM * ITERS`` rows instead
-    of one per tile (RED_M and both; RED_N takes ITERS 1)."""
+    of one per tile (RED_M and both; RED_N takes ITERS 1). PARTIAL (both, one batch): each program
+    stores its own max at ``a[program]`` instead (``a`` uninitialised: no zero fill before the
+    launch), and ``cast_kernel`` takes the max of those partials."""
     tiles_n = tl.cdiv(N, BN)
     tiles_m = tl.cdiv(M, BM * ITERS)
     pid = tl.program_id(0)
@@ -160,7 +164,9 @@ def amax_kernel(x_ptr, a_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, sa_n,
         rows = row0 + i * BM + tl.arange(0, BM)
         mask = (rows < M)[:, None] & (cols < N)[None, :]
         acc = nan_max(acc, tl.abs(load_f32(base + rows[:, None] * sx_m, mask, X_BITS)))
-    if RED_M and RED_N:
+    if RED_M and RED_N and PARTIAL:
+        tl.store(a_ptr + pid, nan_amax(nan_amax(acc, 1), 0).to(tl.int32, bitcast=True))
+    elif RED_M and RED_N:
         amax = nan_amax(nan_amax(acc, 1), 0)
         tl.atomic_max(a_ptr + b * sa_b, amax.to(tl.int32, bitcast=True))
     elif RED_N:
@@ -184,15 +190,18 @@ def scale_kernel(a_ptr, scale_ptr, s_ptr, n, eps, FMAX: tl.constexpr, BLOCK: tl.
 
 
 @triton.jit
-def cast_kernel(x_ptr, a_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, sa_n, eps, sq_m, sq_n,
+def cast_kernel(x_ptr, a_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, sa_n, eps, sq_m, sq_n, P,
                 BM: tl.constexpr, BN: tl.constexpr, RED_M: tl.constexpr, RED_N: tl.constexpr,
                 FMAX: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FNUZ: tl.constexpr,
                 SOFT: tl.constexpr, X_BITS: tl.constexpr, HW_SAT: tl.constexpr = False,
-                SCALED: tl.constexpr = False):
+                SCALED: tl.constexpr = False, BP: tl.constexpr = 0):
     """Quantize with the amax that ``amax_kernel`` left in ``a``; ``scale_inv`` has ``a``'s
     layout and is written by the first tile along the reduced dims; q element ``(b, i, j)`` at
     ``b*M*N + i*sq_m + j*sq_n`` (as ``quant_groups_kernel``). SCALED (reductions over M):
-    ``a`` holds the fp32 scales that ``scale_kernel`` wrote (``scale_inv`` too): nothing to divide."""
+    ``a`` holds the fp32 scales that ``scale_kernel`` wrote (``scale_inv`` too): nothing to divide.
+    BP > 0 (both reduced, one batch): ``a`` holds ``P <= BP`` per-program amax bits (``amax_kernel``
+    PARTIAL), reduced here as integers (a NaN's bits sort above every number's, as with
+    ``atomic_max``); ``P`` is unused otherwise."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M, N, BM, BN)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
@@ -200,6 +209,13 @@ def cast_kernel(x_ptr, a_ptr, q_ptr, s_ptr, M, N, sx_b, sx_m, sx_n, sa_b, sa_m, 
         q = x * tl.load(a_ptr + b * sa_b)
     elif SCALED:
         q = x * tl.load(a_ptr + b * sa_b + cols * sa_n, mask=cols < N, other=0.0)[None, :]
+    elif RED_M and RED_N and BP > 0:
+        offs = tl.arange(0, BP)
+        amax = tl.max(tl.load(a_ptr + offs, mask=offs < P, other=0), axis=0)
+        scale, s_inv = fp32_scale(amax, eps, FMAX)
+        q = x * scale
+        if (tm == 0) & (tn == 0):
+            tl.store(s_ptr, s_inv)
     elif RED_M and RED_N:
         scale, s_inv = fp32_scale(tl.load(a_ptr + b * sa_b), eps, FMAX)
         q = x * scale

@@ -11,7 +11,7 @@ BLOCKWISE, other axis       ``[before, n, after]``     ``quant_groups_kernel``, 
 BLOCKWISE 2-D               ``[B, M, N]``              ``quant_groups_kernel``, groups ``bs x bs``
 ROWWISE, short reduction    as BLOCKWISE               ``quant_groups_kernel``, one group a row/column
 ROWWISE, long reduction     as BLOCKWISE               ``amax_kernel`` (+ ``scale_kernel``) + ``cast_kernel``
-TENSORWISE                  ``[1, numel / C, C]``      ``amax_kernel`` + ``scale_kernel`` + ``cast_kernel``
+TENSORWISE                  ``[1, numel / C, C]``      ``amax_kernel`` (per-program maxima) + ``cast_kernel``
 MX_BLOCKWISE                ``[B, M, N]``              ``quant_mx_kernel`` (row-wise or transposed)
 ==========================  =========================  ==============================================
 
@@ -31,12 +31,16 @@ from turbo_triton.launcher import fast_kernel
 from turbo_triton.quantization import common
 from turbo_triton.quantization.common import Tile
 
-__all__ = ["can_handle", "quantize_fp8", "ROW_FUSED_MAX", "COL_FUSED_MAX"]
+__all__ = ["can_handle", "quantize_fp8", "COL_FUSED_MAX", "MAX_PARTIALS", "ROW_FUSED_MAX"]
 
 G = ScalingGranularity
 #: Longest ROWWISE reduction quantized from one read: along the last dim / along another dim.
 ROW_FUSED_MAX = 16384
 COL_FUSED_MAX = 256
+#: Most amax programs of a TENSORWISE quantization whose partial maxima the cast programs reduce
+#: themselves (each reads them all: 4 KB at most); more (tensors past about 2^29 elements) take
+#: atomics on a zero-filled cell.
+MAX_PARTIALS = 1024
 
 
 def can_handle(args: QuantizeFp8Args) -> str | None:
@@ -81,28 +85,35 @@ def _launch_amax_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, red_m
     common.check_tile(a_tile, 1, 1)
     common.check_tile(c_tile, 1, 1)
     iters = common.amax_iters(b, m, n, a_tile, red_m)
-    amax = torch.zeros(s3.shape, dtype=torch.int32, device=x3.device)
-    sa = amax.stride()
+    a_grid = (b * cdiv(m, a_tile.block_m * iters) * cdiv(n, a_tile.block_n),)
+    # One scale for the whole tensor: each amax program leaves its own max (no zero-filled buffer
+    # for atomics), the cast reduces those partials; beyond MAX_PARTIALS programs, atomics.
+    partial = red_m and red_n and b == 1 and a_grid[0] <= MAX_PARTIALS
+    if partial:
+        amax = torch.empty((a_grid[0],), dtype=torch.int32, device=x3.device)
+    else:
+        amax = torch.zeros(s3.shape, dtype=torch.int32, device=x3.device)
+    sa = (0, 0, 0) if partial else amax.stride()
     xa, x_bits = common.x_arg(x3)
     flags = dict(RED_M=red_m, RED_N=red_n, X_BITS=x_bits)
-    a_grid = (b * cdiv(m, a_tile.block_m * iters) * cdiv(n, a_tile.block_n),)
     fast_kernel(kernels.amax_kernel)[a_grid](xa, amax, m, n, *x3.stride(), *sa, BM=a_tile.block_m, BN=a_tile.block_n,
-                                ITERS=iters, **flags, num_warps=a_tile.num_warps)
-    scale_cast(x3, q, s3, amax, red_m, red_n, dtype, c_tile, q_transposed)
+                                ITERS=iters, **flags, PARTIAL=partial, num_warps=a_tile.num_warps)
+    scale_cast(x3, q, s3, amax, red_m, red_n, dtype, c_tile, q_transposed, partials=a_grid[0] if partial else 0)
 
 
 def scale_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, amax: torch.Tensor | None, red_m: bool,
                red_n: bool, dtype: torch.dtype, c_tile: Tile, q_transposed: bool = False,
-               scales: torch.Tensor | None = None) -> None:
+               scales: torch.Tensor | None = None, partials: int = 0) -> None:
     """The second pass of the two-pass path: the cast of ``x3`` from the amax bits in ``amax``
-    (shaped like ``s3``); reductions over M alone (one scale a column) first turn the amax into
-    scales once (``scale_kernel``), unless ``scales`` (fp32, shaped like ``s3``, ``s3`` already
-    written) are given. A reduction over both dims (one scale a batch, TENSORWISE) has the cast derive
-    its one scale itself: one launch fewer, the same bits (both use ``fp32_scale``)."""
+    (shaped like ``s3``, or ``partials`` per-program maxima of one batch); reductions over M alone
+    (one scale a column) first turn the amax into scales once (``scale_kernel``), unless ``scales``
+    (fp32, shaped like ``s3``, ``s3`` already written) are given. A reduction over both dims (one
+    scale a batch, TENSORWISE) has the cast derive its one scale itself: one launch fewer, the same
+    bits (both use ``fp32_scale``)."""
     from turbo_triton.quantization import kernels
 
     b, m, n = x3.shape
-    sa = (scales if scales is not None else amax).stride()
+    sa = (0, 0, 0) if partials else (scales if scales is not None else amax).stride()
     xa, x_bits = common.x_arg(x3)
     flags = dict(RED_M=red_m, RED_N=red_n, X_BITS=x_bits)
     fmt = common.fmt_constexprs(dtype)
@@ -114,8 +125,8 @@ def scale_cast(x3: torch.Tensor, q: torch.Tensor, s3: torch.Tensor, amax: torch.
                                                                 FMAX=fmt["FMAX"], BLOCK=1024, num_warps=4)
     fast_kernel(kernels.cast_kernel)[common.grid(b, m, n, c_tile)](
         xa, a_arg, common.data_arg(q), s3, m, n, *x3.stride(), *sa, common.eps(), *_q_strides(m, n, q_transposed),
-        BM=c_tile.block_m,
-        BN=c_tile.block_n, **flags, **fmt, **common.hw_sat(), SCALED=scaled, num_warps=c_tile.num_warps)
+        partials, BM=c_tile.block_m, BN=c_tile.block_n, **flags, **fmt, **common.hw_sat(), SCALED=scaled,
+        BP=next_power_of_2(partials) if partials else 0, num_warps=c_tile.num_warps)
 
 
 def _tensorwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None):
