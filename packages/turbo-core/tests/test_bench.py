@@ -280,6 +280,12 @@ def test_quick_host_suite_times_every_op_beside_its_torch_call(tmp_path):
             assert sum(parts.values()) == pytest.approx(r["us_per_call"])
     step = next(r for r in rows if r["op"] == "linear_fp8" and r["provider"] == "turbo:auto")
     assert "gemm_fp8:TORCH" in step["kernels"] and step["pass"] == "fwd+bwd"
+    # a step case also times its forward alone, on both sides; the other cases have no such part
+    for r in rows:
+        if r["pass"] == "fwd+bwd":
+            assert 0 < r["us_forward"], r
+        else:
+            assert "us_forward" not in r, r
 
 
 def test_host_profile_top_ranks_the_functions_a_turbo_call_spends_its_time_in(tmp_path, capsys):
@@ -294,7 +300,13 @@ def test_host_profile_top_ranks_the_functions_a_turbo_call_spends_its_time_in(tm
     # the TORCH reference kernel of the gemm primitive is among the functions a CPU call spends time in
     every = {label for r in rows for label, _us in r["host_profile"]}
     assert any(label.startswith("turbo_core/") for label in every), every
-    assert "under cProfile" in capsys.readouterr().out
+    # with callees: the op's own entry point is where a call spends (nearly) all of it
+    cum = gemm_row["host_profile_cumulative"]
+    assert len(cum) == 5 and [us for _l, us in cum] == sorted((us for _l, us in cum), reverse=True)
+    assert any(label.startswith("turbo_core/ops/gemm.py") for label, _us in cum), cum
+    assert not any("suites/host.py" in label for r in rows for label, _us in r["host_profile_cumulative"])
+    printed = capsys.readouterr().out
+    assert "under cProfile" in printed and "time with callees" in printed
     assert main(["bench", "host", "--quick", "--profile-top", "0"]) == 2
     assert "--profile-top: expected a count >= 1, got 0" in capsys.readouterr().err
 

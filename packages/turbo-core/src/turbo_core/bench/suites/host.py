@@ -31,7 +31,9 @@ linear_fp8        ``Float8Linear`` forward + backward            ``torch.nn.Line
 
 Each ``linear`` step first writes the weight in place (``mul_(1.0)`` under ``no_grad``, one small kernel
 on both sides), as an optimizer step does: a changed weight is quantized again, so the FP8 step pays
-the weight's quantization once a step, as in training.
+the weight's quantization once a step, as in training. Both sides of a step case are also timed as
+the same weight write and forward alone (``us_forward``; the output dropped, nothing recorded
+kept), so ``us_per_call - us_forward`` is what the backward costs the host.
 
 ``turbo:auto`` is the dispatcher's own choice for every primitive the op calls (no pin: what a
 user's call gets); the row's ``kernels`` names the ``primitive:backend`` pairs that served it.
@@ -53,8 +55,10 @@ primitive calls of one op call.
 
 ``--profile-top N`` goes one level further: :data:`CALLS` more turbo calls run under ``cProfile``, and
 the row's ``host_profile`` lists the N functions with the most own time (``[function, us per call]``,
-``function`` as ``file:line(name)`` relative to its package). The profiler adds its own cost to every
-Python call, so these figures rank the functions; they do not add up to ``us_per_call``.
+``function`` as ``file:line(name)`` relative to its package), and ``host_profile_cumulative`` the N
+with the most time including their callees (the call's own entry point left out), which says which
+layer of the call holds the time. The profiler adds its own cost to every Python call, so these
+figures rank the functions; they do not add up to ``us_per_call``.
 """
 
 from __future__ import annotations
@@ -109,7 +113,8 @@ _E4M3_MAX = 448.0
 @dataclass(frozen=True)
 class HostCase:
     """``prepare(tokens, device, generator) -> (torch_fn, turbo_fn)``: zero-argument calls that
-    each return the output compared between them."""
+    each return the output compared between them; a step case returns ``(torch_fn, turbo_fn,
+    (torch_forward, turbo_forward))``, its forward-only calls."""
 
     op: str
     pass_: str
@@ -246,18 +251,19 @@ def _linear_step(t: int, device: str, gen: torch.Generator, fp8: bool = True):
     x = _randn(gen, device, t, HIDDEN).requires_grad_(True)
     dy = _randn(gen, device, t, HIDDEN)
 
-    def step(mod: torch.nn.Module) -> Callable[[], torch.Tensor]:
+    def step(mod: torch.nn.Module, backward: bool = True) -> Callable[[], torch.Tensor]:
         def once():
             with torch.no_grad():  # the weight changes every step, as under an optimizer (an in-place write:
                 mod.weight.mul_(1.0)  # it invalidates Float8Linear's cached weight quantization)
             y = mod(x)
-            y.backward(dy)
-            mod.weight.grad = mod.bias.grad = x.grad = None  # as zero_grad(set_to_none=True) between steps
+            if backward:
+                y.backward(dy)
+                mod.weight.grad = mod.bias.grad = x.grad = None  # as zero_grad(set_to_none=True) between steps
             return y.detach()
 
         return once
 
-    return step(ref), step(mod)
+    return step(ref), step(mod), (step(ref, backward=False), step(mod, backward=False))
 
 
 #: Every case, in table order.
@@ -323,9 +329,11 @@ def _where(filename: str) -> str:
     return "/".join(parts[-2:])
 
 
-def _profile(fn: Callable[[], torch.Tensor], *, device: str, calls: int, top: int) -> list[list]:
-    """The ``top`` functions of most own time over ``calls`` calls of ``fn`` under ``cProfile``:
-    ``[[function, us per call], ...]``, most first."""
+def _profile(fn: Callable[[], torch.Tensor], *, device: str, calls: int, top: int) -> dict[str, list[list]]:
+    """Over ``calls`` calls of ``fn`` under ``cProfile``: ``{"host_profile": the top functions by own
+    time, "host_profile_cumulative": by time with their callees}``, each ``[[function, us per call],
+    ...]``, most first. The cumulative ranking leaves out the functions every call passes through
+    whole (``fn`` and the profiler's own entries: as much time as the call)."""
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(calls):
@@ -333,12 +341,17 @@ def _profile(fn: Callable[[], torch.Tensor], *, device: str, calls: int, top: in
     profiler.disable()
     if device == "cuda":
         torch.cuda.synchronize()
-    entries = []
-    for (filename, line, name), (_cc, _nc, tottime, _ct, _callers) in pstats.Stats(profiler).stats.items():
+    own, cumulative = [], []
+    for (filename, line, name), (_cc, _nc, tottime, cumtime, _callers) in pstats.Stats(profiler).stats.items():
         label = f"{name}" if filename == "~" else f"{_where(filename)}:{line}({name})"
-        entries.append([label, tottime / calls * 1e6])
-    entries.sort(key=lambda e: -e[1])
-    return [[label, round(us, 2)] for label, us in entries[:top]]
+        own.append([label, tottime / calls * 1e6])
+        if not (filename == "~" and name.startswith("<method 'disable'")) and "suites/host.py" not in label:
+            cumulative.append([label, cumtime / calls * 1e6])
+    out = {}
+    for key, entries in (("host_profile", own), ("host_profile_cumulative", cumulative)):
+        entries.sort(key=lambda e: -e[1])
+        out[key] = [[label, round(us, 2)] for label, us in entries[:top]]
+    return out
 
 
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
@@ -358,13 +371,14 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
                 "tokens": tokens, "hidden": HIDDEN, "dtype": "bfloat16", "torch_call": case.torch_call,
                 "baseline": "torch", "calls": calls}
         try:
-            torch_fn, turbo_fn = case.prepare(tokens, device, gen)
+            torch_fn, turbo_fn, *forward = case.prepare(tokens, device, gen)
         except Exception as exc:  # noqa: BLE001 - the rows say why
             rows += [{**base, "provider": p, "status": f"error: {type(exc).__name__}: {str(exc)[:300]}"}
                      for p in ("torch", "turbo:auto")]
             continue
         ref = None
         base_ms = None
+        forward_fns = dict(zip(("torch", "turbo:auto"), forward[0], strict=True)) if forward else {}
         for name, fn in (("torch", torch_fn), ("turbo:auto", turbo_fn)):
             if providers and name not in providers:
                 continue
@@ -372,10 +386,13 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
             try:
                 out, served, recorded = _kernels(fn)
                 t = timing.measure_batched(fn, device=device, warmup=warmup, iters=iters, calls=calls, clock="wall")
+                if name in forward_fns:
+                    row["us_forward"] = timing.measure_batched(forward_fns[name], device=device, warmup=warmup,
+                                                               iters=iters, calls=calls, clock="wall").median_ms * 1e3
                 if name != "torch":
                     row.update(_layers(recorded, device=device, warmup=warmup, iters=iters, n=calls))
                     if profile_top:
-                        row["host_profile"] = _profile(fn, device=device, calls=calls, top=profile_top)
+                        row.update(_profile(fn, device=device, calls=calls, top=profile_top))
             except Exception as exc:  # noqa: BLE001 - one failing provider is reported, the suite goes on
                 rows.append({**row, "status": f"error: {type(exc).__name__}: {str(exc)[:300]}"})
                 continue
@@ -420,12 +437,23 @@ def print_table(rows: list[dict], console) -> None:
                       str(r["primitive_calls"]), r.get("kernels", ""))
     if table.row_count:
         console.print(table)
+    steps = [r for r in rows if r.get("status") == "ok" and r.get("us_forward") is not None]
+    if steps:
+        table = Table(title="turbo bench host: a step's us, its forward and its backward (step - forward)")
+        for col in ("case", "provider", "step", "forward", "backward"):
+            table.add_column(col)
+        for r in steps:
+            table.add_row(r["case"], r["provider"], f"{r['us_per_call']:.1f}", f"{r['us_forward']:.1f}",
+                          f"{r['us_per_call'] - r['us_forward']:.1f}")
+        console.print(table)
     for r in rows:
-        if r.get("host_profile"):
-            prof = Table(title=f"turbo bench host: {r['case']} under cProfile, functions of most own time "
+        for key, what in (("host_profile", "own time"), ("host_profile_cumulative", "time with callees")):
+            if not r.get(key):
+                continue
+            prof = Table(title=f"turbo bench host: {r['case']} under cProfile, functions of most {what} "
                                "(us per call, profiler-inflated)")
             prof.add_column("function", overflow="fold")
             prof.add_column("us/call", justify="right")
-            for label, us in r["host_profile"]:
+            for label, us in r[key]:
                 prof.add_row(label, f"{us:.1f}")
             console.print(prof)
