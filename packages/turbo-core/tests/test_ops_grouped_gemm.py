@@ -10,14 +10,13 @@ import textwrap
 
 import pytest
 import torch
-from grouped_math import variable_k_float64
 
 from turbo_core.dispatch.launch import grouped_gemm as launch
 from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmVariableKArgs
 from turbo_core.modules import GroupedLinear
 from turbo_core.ops import grouped_gemm, grouped_gemm_compute_offs
 from turbo_core.reference import grouped_gemm as ref
-from turbo_core.testing.cases.grouped_gemm import CASES, reference_grouped_gemm
+from turbo_core.testing.cases.grouped_gemm import CASES, reference_grouped_gemm, reference_grouped_gemm_variable_k
 
 I64 = torch.int64
 
@@ -208,7 +207,7 @@ def test_padded_tail_is_zero_and_ignored(trans_b):
     out.backward(grad)
     assert torch.equal(a.grad[7:], torch.zeros(4, 5))
     assert torch.isfinite(b.grad).all()
-    wgrad = variable_k_float64(a.detach(), grad, lens, trans_c=trans_b)
+    wgrad = reference_grouped_gemm_variable_k(a.detach(), grad, lens, trans_c=trans_b)
     torch.testing.assert_close(b.grad.double(), wgrad, rtol=1e-5, atol=1e-5)
 
 
@@ -231,7 +230,7 @@ def test_non_contiguous_inputs():
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
     out.sum().backward()
     assert a_t.grad.shape == a_t.shape and b_t.grad.shape == b_t.shape
-    torch.testing.assert_close(b_t.grad.double(), variable_k_float64(a_t.detach(), torch.ones(7, 5), lens),
+    torch.testing.assert_close(b_t.grad.double(), reference_grouped_gemm_variable_k(a_t.detach(), torch.ones(7, 5), lens),
                                rtol=1e-5, atol=1e-5)
 
 
@@ -242,7 +241,7 @@ def test_variable_k_accumulates_and_leaves_empty_groups_unchanged():
     out = torch.full((3, 6, 4), 0.5)
     got = launch.grouped_gemm_variable_k(a, g, gl, go, trans_c=True, out=out)
     assert got is out
-    want = variable_k_float64(a, g, lens, trans_c=True) + 0.5
+    want = reference_grouped_gemm_variable_k(a, g, lens, trans_c=True) + 0.5
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
     assert torch.equal(out[1], torch.full((6, 4), 0.5))
     plain = launch.grouped_gemm_variable_k(a, g, gl, go)
@@ -257,7 +256,7 @@ def test_fused_wgrad_returns_dummy_and_accumulates_twice():
     w.main_grad = torch.zeros(3, 4, 6)
     for _ in range(2):
         grouped_gemm(x, w, _lens(*lens), trans_b=True, fuse_bgrad_accum_pattern="megatron").sum().backward()
-    want = 2 * variable_k_float64(x.detach(), torch.ones(10, 4), lens, trans_c=True)
+    want = 2 * reference_grouped_gemm_variable_k(x.detach(), torch.ones(10, 4), lens, trans_c=True)
     torch.testing.assert_close(w.main_grad.double(), want, rtol=1e-5, atol=1e-5)
     assert w.grad_added_to_main_grad is True
     assert torch.count_nonzero(w.grad) == 0  # the dummy gradient, never the real one
@@ -283,7 +282,7 @@ def test_reference_sync_free_path_matches_per_group_path(monkeypatch, trans):
     want[-3:] = 0
     torch.testing.assert_close(per_group[0].double(), want, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(sync_free[0].double(), want, rtol=1e-6, atol=1e-6)
-    wgrad = variable_k_float64(a, grad, lens, trans_c=trans)
+    wgrad = reference_grouped_gemm_variable_k(a, grad, lens, trans_c=trans)
     torch.testing.assert_close(per_group[1].double(), wgrad, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(sync_free[1].double(), wgrad, rtol=1e-6, atol=1e-6)
 
@@ -376,7 +375,7 @@ def test_grouped_linear_main_grad():
     mod.weight.main_grad = torch.zeros(2, 4, 3)
     x = torch.randn(5, 3)
     mod(x, _lens(2, 3)).sum().backward()
-    want = variable_k_float64(x, torch.ones(5, 4), (2, 3), trans_c=True)
+    want = reference_grouped_gemm_variable_k(x, torch.ones(5, 4), (2, 3), trans_c=True)
     torch.testing.assert_close(mod.weight.main_grad.double(), want, rtol=1e-5, atol=1e-5)
     assert mod.weight.grad_added_to_main_grad is True
 

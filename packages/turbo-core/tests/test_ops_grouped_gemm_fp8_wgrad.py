@@ -5,13 +5,13 @@ Megatron's fused accumulation; validation."""
 
 import pytest
 import torch
-from grouped_math import variable_k_float64
 
 from turbo_core import Float8QuantConfig, ScalingGranularity
 from turbo_core.modules import GroupedLinear
 from turbo_core.ops.grouped_gemm_fp8 import grouped_gemm_fp8
 from turbo_core.ops.quantization import quantize_fp8
 from turbo_core.quantized_tensor import QuantizedTensor
+from turbo_core.testing.cases.grouped_gemm import reference_grouped_gemm_variable_k
 
 GRANS = ["TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE"]
 LENS = (5, 0, 9, 3)  # an empty group; plus two tail rows past the last group
@@ -44,7 +44,7 @@ def test_fp8_forward_and_dgrad_high_precision_wgrad(gran, trans_b):
     out8, da8, db8 = _run(a, b, grad, lens, trans_b, gran, True)
     out, da, db = _run(a, b, grad, lens, trans_b, gran, False)
     assert torch.equal(out, out8) and torch.equal(da, da8)
-    want = variable_k_float64(a, grad, LENS, trans_c=trans_b)
+    want = reference_grouped_gemm_variable_k(a, grad, LENS, trans_c=trans_b)
     assert db.dtype == torch.float32 and db.shape == want.shape
     torch.testing.assert_close(db.double(), want, rtol=1e-5, atol=1e-4)
     assert torch.count_nonzero(db[1]) == 0
@@ -57,7 +57,7 @@ def test_bf16_weight_gradient_in_the_weights_dtype(gran):
     a, b, grad, lens = _inputs(torch.bfloat16, True, seed=1)
     _, _, db = _run(a, b, grad, lens, True, gran, False)
     assert db.dtype == torch.bfloat16
-    want = variable_k_float64(a, grad, LENS, trans_c=True)
+    want = reference_grouped_gemm_variable_k(a, grad, LENS, trans_c=True)
     torch.testing.assert_close(db.double(), want, rtol=2**-7, atol=1e-2 * want.abs().max().item())
 
 
@@ -70,7 +70,7 @@ def test_fused_accumulation_into_main_grad(gran):
         out = grouped_gemm_fp8(a, w, lens, config=_config(gran), fuse_bgrad_accum_pattern="megatron", wgrad_fp8=False)
         out.backward(grad)
     assert torch.count_nonzero(w.grad) == 0 and w.grad_added_to_main_grad is True
-    want = 1 + 2 * variable_k_float64(a, grad, LENS, trans_c=True)
+    want = 1 + 2 * reference_grouped_gemm_variable_k(a, grad, LENS, trans_c=True)
     torch.testing.assert_close(w.main_grad.double(), want, rtol=1e-5, atol=1e-4)
 
 
@@ -93,7 +93,7 @@ def test_grouped_linear_passes_it_through():
     assert "wgrad_fp8=False" in repr(layer)
     a, _, grad, lens = _inputs(torch.float32, True, seed=3)
     layer(a, lens).backward(grad)
-    want = variable_k_float64(a, grad, LENS, trans_c=True)
+    want = reference_grouped_gemm_variable_k(a, grad, LENS, trans_c=True)
     torch.testing.assert_close(layer.weight.grad.double(), want, rtol=1e-5, atol=1e-4)
     layer.wgrad_fp8 = True  # an attribute every forward reads
     layer.weight.grad = None

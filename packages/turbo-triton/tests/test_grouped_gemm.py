@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmVariableKArgs
+from turbo_core.testing.cases.grouped_gemm import reference_grouped_gemm_variable_k
 from turbo_triton.grouped_gemm import launch
 from turbo_triton.grouped_gemm.configs import GroupedConfig
 from turbo_triton.grouped_gemm.launch import (
@@ -48,15 +49,6 @@ def _fwd_ref(a, b, lens, trans_b):
         out[start:start + n] = a[start:start + n].double() @ w
         start += n
     return out
-
-
-def _vark_ref(a, b, lens, trans_c):
-    mats, start = [], 0
-    for n in lens:
-        c = a[start:start + n].double().t() @ b[start:start + n].double()
-        mats.append(c.t() if trans_c else c)
-        start += n
-    return torch.stack(mats)
 
 
 def _close(got, want, dtype):
@@ -113,7 +105,7 @@ def test_variable_k_against_float64(trans_c, path, k, n, cfg, dtype):
         c = grouped_gemm_variable_k(
             GroupedGemmVariableKArgs(a, b, torch.tensor(lens), _offs(lens), trans_c), cfg, path)
         assert c.dtype == dtype and c.shape == ((g, n, k) if trans_c else (g, k, n))
-        _close(c, _vark_ref(a, b, lens, trans_c), dtype)
+        _close(c, reference_grouped_gemm_variable_k(a, b, lens, trans_c), dtype)
         for i, length in enumerate(lens):
             if length == 0:
                 assert torch.count_nonzero(c[i]) == 0, "an empty group gives a zero matrix"
@@ -133,7 +125,7 @@ def test_variable_k_accumulates_into_out(trans_c, path, k, n, cfg, out_dtype):
     got = grouped_gemm_variable_k(
         GroupedGemmVariableKArgs(a, b, torch.tensor(lens), _offs(lens), trans_c, None, out), cfg, path)
     assert got is out and out.dtype == out_dtype
-    _close(out, base.double() + _vark_ref(a, b, lens, trans_c), out_dtype)
+    _close(out, base.double() + reference_grouped_gemm_variable_k(a, b, lens, trans_c), out_dtype)
     assert torch.equal(out[0], base[0]), "an empty group leaves out[g] unchanged"
 
 
@@ -185,7 +177,7 @@ def test_strided_inputs_hints_and_offsets_view():
         torch.testing.assert_close(c.double(), want, rtol=1e-4, atol=1e-4)
     y = torch.randn(22, 64)[:, ::3]
     c = grouped_gemm_variable_k(GroupedGemmVariableKArgs(a, y, torch.tensor(lens), offs, False, 2))
-    torch.testing.assert_close(c.double(), _vark_ref(a, y, lens, False), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(c.double(), reference_grouped_gemm_variable_k(a, y, lens, False), rtol=1e-4, atol=1e-4)
 
 
 def test_tma_path_only_where_it_applies():
@@ -225,7 +217,7 @@ def test_offsets_past_the_rows_are_clamped():
     c = grouped_gemm(GroupedGemmArgs(a, b, lens, offs))
     torch.testing.assert_close(c.double(), _fwd_ref(a, b, (5, 3), False), rtol=1e-4, atol=1e-4)
     c = grouped_gemm_variable_k(GroupedGemmVariableKArgs(a, a, lens, offs))
-    torch.testing.assert_close(c.double(), _vark_ref(a, a, (5, 3), False), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(c.double(), reference_grouped_gemm_variable_k(a, a, (5, 3), False), rtol=1e-4, atol=1e-4)
 
 
 def test_sm90_tile_rules():

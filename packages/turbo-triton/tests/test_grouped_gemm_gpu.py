@@ -24,6 +24,7 @@ from gpu_support import COMPILED, DEV, capture, poisoned_empty, replay
 
 from turbo_core.dispatch.specs.grouped_gemm import GroupedGemmArgs, GroupedGemmVariableKArgs
 from turbo_core.testing import assert_close_to_reference
+from turbo_core.testing.cases.grouped_gemm import reference_grouped_gemm_variable_k
 
 pytestmark = [pytest.mark.gpu, COMPILED]
 
@@ -64,15 +65,6 @@ def _fwd_ref(a, b, lens, trans_b):
         out[start:start + n] = a[start:start + n].double() @ w
         start += n
     return out
-
-
-def _vark_ref(a, b, lens, trans_c):
-    mats, start = [], 0
-    for n in lens:
-        c = a[start:start + n].double().t() @ b[start:start + n].double()
-        mats.append(c.t() if trans_c else c)
-        start += n
-    return torch.stack(mats)
 
 
 def _elem_err(c, ref):
@@ -171,7 +163,7 @@ def test_variable_k_against_float64(gl, configs, dtype, trans_c, shape, k, n, v,
     cfg, path = _variant(configs, v)
     with poisoned_empty():
         c = gl.grouped_gemm_variable_k(args, cfg, path)
-    want = _vark_ref(a, b, lens, trans_c)
+    want = reference_grouped_gemm_variable_k(a, b, lens, trans_c)
     if base is not None:
         assert c is out
         want = want + base.double()
@@ -258,7 +250,7 @@ def test_moe_layers(gl, model, layer, balance, pass_):
         args = GroupedGemmVariableKArgs(a, b, lens_t, offs, trans_c=True, out=out)
         with poisoned_empty():
             c = gl.grouped_gemm_variable_k(args)
-        want = _vark_ref(a, b, lens, True)
+        want = reference_grouped_gemm_variable_k(a, b, lens, True)
         if base is not None:
             want += base.double()
         path = gl.variable_k_kernel_path(args)
@@ -300,5 +292,8 @@ def test_graph_replays_with_new_group_lengths(gl, what):
         offs.copy_(new_offs)
         c.fill_(float("nan"))
         replay(graph)
-        want = _vark_ref(a, dy, lens, True) if what.startswith("wgrad") else _fwd_ref(a, w, lens, True)
+        if what.startswith("wgrad"):
+            want = reference_grouped_gemm_variable_k(a, dy, lens, True)
+        else:
+            want = _fwd_ref(a, w, lens, True)
         assert_close_to_reference(c, want, what=f"{what}, replayed with {name} lengths")

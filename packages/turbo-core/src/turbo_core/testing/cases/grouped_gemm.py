@@ -36,6 +36,22 @@ def reference_grouped_gemm(a64: torch.Tensor, b64: torch.Tensor, lens: tuple[int
     return torch.cat(pieces)
 
 
+def reference_grouped_gemm_variable_k(a: torch.Tensor, b: torch.Tensor, lens, trans_c: bool = False) -> torch.Tensor:
+    """float64 ``[G, K, N]`` (``[G, N, K]`` with ``trans_c``) of the variable-K (wgrad) GEMM: group g's
+    rows of ``a`` ``[M, K]``, transposed, times the same rows of ``b`` ``[M, N]``; a zero matrix for an
+    empty group. Rows past ``sum(lens)`` take no part."""
+    a64, b64 = a.double(), b.double()
+    k, n = a64.shape[1], b64.shape[1]
+    mats, start = [], 0
+    for length in lens:
+        c = a64[start:start + length].t() @ b64[start:start + length]
+        mats.append(c.t() if trans_c else c)
+        start += length
+    if not mats:
+        return a64.new_zeros((0, n, k) if trans_c else (0, k, n))
+    return torch.stack(mats)
+
+
 def _run(lens, k, n, trans_b, dtype, tail, fused, *, device="cpu"):
     """Inputs drawn on the CPU, the op on ``device``, float64 math and comparisons on the CPU."""
     g = len(lens)

@@ -23,6 +23,7 @@ from turbo_core.dispatch.specs.grouped_gemm_fp8 import (
     GroupedGemmFp8Args,
     GroupedGemmFp8VariableKArgs,
 )
+from turbo_core.testing.cases.grouped_gemm import reference_grouped_gemm_variable_k
 from turbo_core.testing.numerics import assert_close_fp8_gemm
 from turbo_core.testing.properties.gemm import _FNUZ_PAIRS, _OCP_PAIRS
 from turbo_core.testing.properties.harness import Property, Target, close, overflowed
@@ -88,10 +89,7 @@ def _forward_want(a64, b64_per_group, lens, trans_b):
 
 def _wgrad_want(a64, b64, lens, trans_c, out0):
     """``C[g] = A_g.T @ B_g`` (a64 ``[M, K]``, b64 ``[M, N]``), plus ``out0``."""
-    offs = offsets(list(lens))
-    c = torch.stack([a64[offs[g]:offs[g] + ln].t() @ b64[offs[g]:offs[g] + ln] for g, ln in enumerate(lens)]) \
-        if lens else torch.zeros(0, a64.shape[1], b64.shape[1], dtype=torch.float64)
-    c = c.transpose(1, 2) if trans_c else c
+    c = reference_grouped_gemm_variable_k(a64, b64, lens, trans_c)
     return c + out0.to(torch.float64) if out0 is not None else c
 
 
