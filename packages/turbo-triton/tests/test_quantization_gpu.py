@@ -131,6 +131,28 @@ def test_quantize_with_trans_bit_identical(name, case):
     assert_same_bits(got, ref.quantize_fp8_with_trans(args), what="quantize_fp8_with_trans (q_row, s_row, q_col, s_col)")
 
 
+#: MX 2-D (32 x 32 tiles) tile shapes: what the heuristic picks for short rows (32 x 128: N <= 128),
+#: for long rows (32 x 256) and for more than 32 rows (64 x 128), and square ones.
+#: ``(block_m, block_n, num_warps)``.
+MX_2D_TILES = [(32, 128, 4), (32, 256, 4), (64, 128, 4), (32, 32, 4), (64, 64, 4), (32, 128, 8)]
+
+
+@pytest.mark.parametrize("tile", MX_2D_TILES, ids=lambda t: "{}x{}w{}".format(*t))
+@pytest.mark.parametrize("name", ["1x1-fp32", "5x40-fp32", "37x45-e5m2-fp32", "1x8192"])
+@pytest.mark.parametrize("axis", [-1, -2], ids=["row", "col"])
+def test_mx_2d_every_tile_shape(name, tile, axis):
+    """MX_BLOCKWISE with 32 x 32 tiles at each tile shape, bit for bit against the reference: which
+    tile shape, if any, the compiled kernel gets wrong."""
+    from turbo_triton.quantization import quantize
+    from turbo_triton.quantization.common import Tile
+
+    x, _fp8 = _input(name)
+    args = QuantizeFp8Args(x, torch.float8_e4m3fn, "MX_BLOCKWISE", axis, 32, R2D)
+    with poisoned_empty(0xA5):
+        got = quantize.quantize_fp8(args, Tile(*tile))
+    assert_same_bits(got, ref.quantize_fp8(args), what=f"MX 2-D q, scale at tile {tile}")
+
+
 GRAPHED = {
     "tensorwise": lambda t: QuantizeFp8Args(t, E4M3, "TENSORWISE"),
     "rowwise-first": lambda t: QuantizeFp8Args(t, E4M3, "ROWWISE", 0),
