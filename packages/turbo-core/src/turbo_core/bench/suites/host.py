@@ -32,8 +32,8 @@ linear_fp8        ``Float8Linear`` forward + backward            ``torch.nn.Line
 Each ``linear`` step first writes the weight in place (``mul_(1.0)`` under ``no_grad``, one small kernel
 on both sides), as an optimizer step does: a changed weight is quantized again, so the FP8 step pays
 the weight's quantization once a step, as in training. Both sides of a step case are also timed as
-the same weight write and forward alone (``us_forward``; the output dropped, nothing recorded
-kept), so ``us_per_call - us_forward`` is what the backward costs the host.
+the same weight write and forward alone (``us_forward``; the output and its graph dropped unused),
+so ``us_per_call - us_forward`` is what the backward costs the host.
 
 ``turbo:auto`` is the dispatcher's own choice for every primitive the op calls (no pin: what a
 user's call gets); the row's ``kernels`` names the ``primitive:backend`` pairs that served it.
