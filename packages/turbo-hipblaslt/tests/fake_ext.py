@@ -245,5 +245,7 @@ def simulate(monkeypatch, fake: FakeExt | None = None) -> FakeExt:
     monkeypatch.setattr(relayout, "_fallback", {})
     for module in (gemm, gemm_fp8, grouped_gemm):
         monkeypatch.setattr(module, "gpu_reason", lambda t, what: None)
+    for module in (gemm, gemm_fp8):  # launch templates start empty, as in a new process on this "device"
+        monkeypatch.setattr(module, "_templates", {})
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     return fake

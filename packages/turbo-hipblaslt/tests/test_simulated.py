@@ -164,6 +164,31 @@ def test_gemm_fp8_every_layout_vs_reference(sim, fp32_opt_in, gran, a2d, b2d, mn
     assert_close_to_reference(acc, start.bfloat16().double() + want, dtype=torch.bfloat16)
 
 
+@pytest.mark.parametrize("gran,a2d,b2d,mnk", [
+    ("TENSORWISE", False, False, (5, 7, 32)), ("ROWWISE", False, False, (5, 7, 32)),
+    ("BLOCKWISE", False, True, (128, 256, 640)), ("BLOCKWISE", True, False, (256, 128, 384)),
+])
+@pytest.mark.parametrize("ta,tb", [(False, True), (True, False)])
+def test_gemm_fp8_repeats_launch_from_the_template_with_this_calls_pointers(sim, fp32_opt_in, gran, a2d, b2d, mnk,
+                                                                           ta, tb):
+    """A second call of the same metadata takes the launch template: the same call tuple as the first
+    call's but for the data and scale pointers (this call's: its own copies and scale layouts), and
+    results against float64 math on each call's own inputs."""
+    m, n, k = mnk
+    bs = 128 if gran == "BLOCKWISE" else None
+    gemm_fp8._templates.clear()
+    for rep in range(3):
+        a, sa, b, sb = _fp8(gran, ta, tb, m, n, k, a2d, b2d, seed=rep)
+        want = reference_gemm_fp8(GemmFp8Args(a, sa, b, sb, ta, tb, F64, gran, bs))
+        got = gemm_fp8.gemm_fp8(GemmFp8Args(a, sa, b, sb, ta, tb, torch.float32, gran, bs))
+        assert_close_to_reference(got, want, dtype=torch.float32)
+    assert len(gemm_fp8._templates) == 1
+    first, second = sim.calls[-3], sim.calls[-2]  # fresh, then from the template
+    assert second.a != first.a and second.d != first.d
+    assert second._replace(a=first.a, b=first.b, d=first.d, a_scale=first.a_scale, b_scale=first.b_scale) == first
+    assert len(sim.relayouts) == 3 * (int(ta) + int(not tb))  # every call copies its own operands
+
+
 @pytest.mark.parametrize("how", ["col", "padded", "padded_col"])
 def test_relayout_copies_every_byte_pattern(sim, how):
     bits = torch.randint(0, 256, (37, 53), dtype=torch.uint8, generator=torch.Generator().manual_seed(5))

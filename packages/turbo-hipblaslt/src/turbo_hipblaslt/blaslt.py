@@ -65,15 +65,19 @@ def args_for(p: BlasPlan, a: Side, b: Side, d: torch.Tensor, *, beta: float = 0.
     return args
 
 
-def template_args(head: tuple, swapped: bool, a_ptr: int, b_ptr: int, d: torch.Tensor) -> tuple:
+def template_args(head: tuple, swapped: bool, a_ptr: int, b_ptr: int, d: torch.Tensor, a_scale_ptr: int = 0,
+                  b_scale_ptr: int = 0) -> tuple:
     """:func:`args_for`'s tuple from ``head``, an earlier call's tuple of the same metadata (plan,
-    dtypes, flags, device): its data pointers, stream and workspace replaced by this call's (turbo's
-    ``a``/``b`` are BLAS B/A when the plan is ``swapped``), ``algo`` 0."""
+    dtypes, flags, scale modes, device): its data and scale pointers, stream and workspace replaced
+    by this call's (turbo's ``a``/``b`` and their scales are BLAS B/A when the plan is ``swapped``),
+    ``algo`` 0. Unscaled calls leave the scale pointers 0."""
     index = head[0]
     stream = runtime.stream_handle(index)
     ws, ws_size, held = runtime.workspace(index, stream)
     first, second = (b_ptr, a_ptr) if swapped else (a_ptr, b_ptr)
-    args = (*head[:6], first, *head[7:9], second, *head[10:12], d.data_ptr(), *head[13:25], stream, ws, ws_size, 0)
+    first_s, second_s = (b_scale_ptr, a_scale_ptr) if swapped else (a_scale_ptr, b_scale_ptr)
+    args = (*head[:6], first, *head[7:9], second, *head[10:12], d.data_ptr(), *head[13:21], first_s, head[22],
+            second_s, head[24], stream, ws, ws_size, 0)
     if held is None:
         return args
     args = HeldArgs(args)

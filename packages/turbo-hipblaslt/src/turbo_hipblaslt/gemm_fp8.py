@@ -28,6 +28,14 @@ magnitude, invisible in a bf16/fp16 result but beyond fp32's tolerance, so an fp
 Algorithm: the heuristic's first choice, or the rank a tuning database holds for the call's key,
 whose layout names both scale modes (``turbo_hipblaslt.algos``; this module registers the
 ``("HIPBLASLT", "gemm_fp8")`` search space).
+
+Host cost: as ``gemm``'s, a call without ``out`` looks its *launch template* up by its metadata
+(shapes, strides and dtypes of both operands and both scales, the flags, granularity, block size,
+result dtype, device and the fp32-result opt-in): what :func:`_prepare` decided (scale modes,
+copies, plan), the result's shape and the call tuple of an earlier call; per call only the scale
+re-layouts and operand copies the template names run, and the data and scale pointers, stream and
+workspace are written. The memo holds plain values (no tensor) and keeps at most
+:data:`TEMPLATES` entries (cleared when full).
 """
 
 from __future__ import annotations
@@ -44,13 +52,16 @@ from turbo_hipblaslt.gemm import call_reason, gpu_reason, result_layout
 from turbo_hipblaslt.layout import LayoutUnsupported, k_contiguous, plan_gemm
 from turbo_hipblaslt.matmul_args import Side, call_args
 
-__all__ = ["call_for", "can_handle", "gemm_fp8"]
+__all__ = ["TEMPLATES", "call_for", "can_handle", "gemm_fp8"]
 
 G = ScalingGranularity
 _OCP = (torch.float8_e4m3fn, torch.float8_e5m2)
 _FNUZ = (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
 _E5M2 = (torch.float8_e5m2, torch.float8_e5m2fnuz)
 BLOCK = 128
+#: Launch templates kept before the memo is cleared (one per distinct call metadata).
+TEMPLATES = 1024
+_templates: dict[tuple, tuple] = {}
 _FP32_REASON = ("HIPBLASLT gemm_fp8: no fp32 result (out_dtype=float32 or an fp32 out) on sm{cc} with {lib}: its "
                 "FP8 tensor-core MMAs add products at reduced precision (about 14 bits; cuBLASLt promotes to fp32 "
                 "only between MMA steps), so the result misses fp32's tolerance (1e-4) by "
@@ -181,26 +192,55 @@ def call_for(args: GemmFp8Args) -> tuple | str:
                      workspace_size=runtime.workspace_bytes())
 
 
-def gemm_fp8(args: GemmFp8Args) -> torch.Tensor:
-    a, b, out = args.a, args.b, args.out
-    m, n, k = gemm_fp8_dims(args)
-    shape = (n, m) if args.trans_c else (m, n)
-    if m == 0 or n == 0 or k == 0:
-        return out if out is not None else torch.zeros(shape, dtype=args.result_dtype, device=a.device)
-    prep = _prepare(args)
-    if isinstance(prep, str):  # the dispatcher asked can_handle first; reached only when called directly
-        raise ValueError(prep)
-    a_cd, b_cd = (0 if args.trans_a else 1), (1 if args.trans_b else 0)
-    sa = _scale(args.a_scale_inv, prep.a_mode, prep.a_kind, a_cd)
-    sb = _scale(args.b_scale_inv, prep.b_mode, prep.b_kind, b_cd)
+def _template_key(args: GemmFp8Args) -> tuple:
+    a, b, sa, sb = args.a, args.b, args.a_scale_inv, args.b_scale_inv
+    return (a.shape, a.stride(), a.dtype, b.shape, b.stride(), b.dtype, sa.shape, sa.stride(), sa.dtype, sb.shape,
+            sb.stride(), sb.dtype, args.out_dtype, args.trans_a, args.trans_b, args.trans_c, args.granularity,
+            args.block_size, a.device, runtime.fp8_fp32_out_allowed())
+
+
+def _operands(args: GemmFp8Args, prep: _Prep) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(a, a's scales, b, b's scales)`` as the library takes them: scales re-laid out for their mode,
+    operands copied K-contiguous where ``prep`` says."""
+    a, b = args.a, args.b
+    sa = _scale(args.a_scale_inv, prep.a_mode, prep.a_kind, 0 if args.trans_a else 1)
+    sb = _scale(args.b_scale_inv, prep.b_mode, prep.b_kind, 1 if args.trans_b else 0)
     if prep.copy_a:
         a = relayout.contiguous(a.t() if args.trans_a else a)
     if prep.copy_b:
         b = relayout.contiguous(b if args.trans_b else b.t())
+    return a, sa, b, sb
+
+
+def gemm_fp8(args: GemmFp8Args) -> torch.Tensor:
+    out = args.out
+    if out is None:
+        key = _template_key(args)
+        t = _templates.get(key)
+        if t is not None:  # (prep, result shape, head tuple)
+            prep, shape, head = t
+            a, sa, b, sb = _operands(args, prep)
+            d = torch.empty(shape, dtype=args.result_dtype, device=a.device)
+            algos.launch("gemm_fp8", blaslt.template_args(head, prep.plan.swapped, a.data_ptr(), b.data_ptr(), d,
+                                                          sa.data_ptr(), sb.data_ptr()))
+            return d
+    m, n, k = gemm_fp8_dims(args)
+    shape = (n, m) if args.trans_c else (m, n)
+    if m == 0 or n == 0 or k == 0:
+        return out if out is not None else torch.zeros(shape, dtype=args.result_dtype, device=args.a.device)
+    prep = _prepare(args)
+    if isinstance(prep, str):  # the dispatcher asked can_handle first; reached only when called directly
+        raise ValueError(prep)
+    a, sa, b, sb = _operands(args, prep)
     d = out if out is not None else torch.empty(shape, dtype=args.result_dtype, device=a.device)
     side_a = Side(a.data_ptr(), DTYPE_CODES[a.dtype], sa.data_ptr(), prep.a_mode)
     side_b = Side(b.data_ptr(), DTYPE_CODES[b.dtype], sb.data_ptr(), prep.b_mode)
-    algos.launch("gemm_fp8", blaslt.args_for(prep.plan, side_a, side_b, d, beta=1.0 if out is not None else 0.0))
+    call = blaslt.args_for(prep.plan, side_a, side_b, d, beta=1.0 if out is not None else 0.0)
+    algos.launch("gemm_fp8", call)
+    if out is None:
+        if len(_templates) >= TEMPLATES:
+            _templates.clear()
+        _templates[key] = (prep, shape, tuple(call))
     return d
 
 
