@@ -36,6 +36,20 @@ def test_arg_key_is_as_fine_as_tritons_specialization():
         key("a string")
 
 
+def test_args_key_is_arg_key_of_each_argument_memo_or_not(monkeypatch):
+    a = torch.zeros(64, dtype=torch.float32)
+    args = (a, a[1:], a.to(torch.bfloat16), 1, 2, 16, 17, 2**31 - 1, 2**31, 2**63, 0.5, True, None, -3, 0)
+    want = tuple(map(launcher.arg_key, args))
+    monkeypatch.setattr(launcher, "_int_keys", {})
+    assert launcher._args_key(args) == want  # memo empty
+    assert launcher._args_key(args) == want  # from the memo
+    monkeypatch.setattr(launcher, "_int_keys", {})
+    monkeypatch.setattr(launcher, "_INT_KEYS_MAX", 2)  # a full memo is cleared, never wrong
+    assert launcher._args_key(args) == want and len(launcher._int_keys) <= 2
+    with pytest.raises(launcher._Unkeyed):
+        launcher._args_key((1, "a string"))
+
+
 def test_the_tail_lays_out_constexprs_and_defaults_in_signature_order():
     k = launcher.FastKernel(_scale_kernel)
     assert k._tail(4, {"BLOCK": 32}) == (32, False)  # SQUARE from its default

@@ -63,6 +63,33 @@ def _descriptor_key(d: Any) -> tuple:
             getattr(d, "padding", None), getattr(d, "round_f32_to_tf32", None))
 
 
+#: ``_int_key`` of the ints seen (sizes, strides, offsets: few distinct values); cleared past
+#: :data:`_INT_KEYS_MAX` entries.
+_int_keys: dict[int, tuple] = {}
+_INT_KEYS_MAX = 4096
+
+
+def _args_key(args: tuple) -> tuple:
+    """``tuple(map(arg_key, args))``, with the two common kinds (plain tensors, ints) inline and the
+    ints' keys memoized."""
+    out = []
+    append = out.append
+    for v in args:
+        t = type(v)
+        if t is _TENSOR:
+            append((v.dtype, v.data_ptr() % 16 == 0))
+        elif t is int:
+            k = _int_keys.get(v)
+            if k is None:
+                if len(_int_keys) >= _INT_KEYS_MAX:
+                    _int_keys.clear()
+                k = _int_keys[v] = _int_key(v)
+            append(k)
+        else:
+            append(arg_key(v))
+    return tuple(out)
+
+
 def arg_key(v: Any) -> Any:
     """The launch-key part of one positional argument (see the module doc)."""
     t = type(v)
@@ -162,7 +189,7 @@ class FastKernel:
             return
         device = torch.cuda.current_device()
         try:
-            key = (device, tuple(map(arg_key, args)), tuple(kwargs.items()))
+            key = (device, _args_key(args), tuple(kwargs.items()))
             entry = self._entries.get(key, False)
         except (_Unkeyed, TypeError):  # TypeError: an unhashable keyword value
             _stats["slow"] += 1
