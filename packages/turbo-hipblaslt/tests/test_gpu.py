@@ -199,6 +199,29 @@ def test_gemm_fp8(ext, monkeypatch, gran, da, db, a2d, b2d, mnk, ta, tb, tc, out
         close(got, expect, gate, f"{how} {str(out_dtype)[6:]}{' (opt-in)' if gate != out_dtype else ''}")
 
 
+@pytest.mark.parametrize("gran,da,db,a2d,b2d,mnk", [c for c in FP8_CASES if c[5] != (67, 45, 96)],
+                         ids=lambda v: str(v))
+@pytest.mark.parametrize("ta,tb", [(False, True), (True, False)])
+def test_gemm_fp8_repeated_calls_take_the_launch_template(ext, gran, da, db, a2d, b2d, mnk, ta, tb):
+    """Three calls of one metadata on new operands and scales each (the second and third from the
+    launch template: this call's pointers, copies and scale layouts), each against float64."""
+    from turbo_hipblaslt import gemm_fp8 as kernel
+
+    m, n, k = mnk
+    bs = 128 if gran == "BLOCKWISE" else None
+    kernel._templates.clear()
+    for rep in range(3):
+        a, sa, b, sb = _fp8_operands(gran, ta, tb, m, n, k, da, db, a2d, b2d, seed=rep)
+        want = reference_gemm_fp8(GemmFp8Args(a, sa, b, sb, ta, tb, F64, gran, bs))
+        args = GemmFp8Args(a.cuda(), sa.cuda(), b.cuda(), sb.cuda(), ta, tb, torch.bfloat16, gran, bs)
+        reason = kernel.can_handle(args)
+        if reason is not None and ("scale mode" in reason or "no algorithm" in reason):
+            pytest.skip(reason)
+        assert reason is None, reason
+        close(kernel.gemm_fp8(args), want, torch.bfloat16, f"call {rep}")
+    assert len(kernel._templates) == 1
+
+
 @pytest.mark.parametrize("how", ["col", "padded_col", "padded"])
 @pytest.mark.parametrize("shape", [(1, 5), (37, 53), (4096, 1536)])
 def test_relayout_copies_bytes_exactly_through_the_library(ext, how, shape):
