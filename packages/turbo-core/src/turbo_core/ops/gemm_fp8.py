@@ -331,25 +331,24 @@ def _operand_dirs(x: Tensor, x_t: QuantizedTensor | None, scheme: Scheme, fwd_di
                            lambda dims: quantize(scheme, x, dims, role, k_major=True))
 
 
-def _forward_only(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, cache):
-    """The forward GEMM alone (no gradient will be asked for): one copy of each operand, no
-    autograd node."""
-    a_k = 0 if trans_a else 1  # the stored dims the forward contracts along
+def _forward(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, needs, cache):
+    """``(c, qa, qb, a_k, b_k)``: the forward GEMM and the quantizations it made, with the second
+    copy of an operand only where ``needs`` (dgrad, wgrad) asks for it; ``a_k``/``b_k`` the stored
+    dims the forward contracts along."""
+    need_da, need_db = needs
+    a_k = 0 if trans_a else 1
     b_k = 1 if trans_b else 0
-    qa = _operand_dirs(a, a_t, scheme, a_k, {a_k}, "input")
-    qb = _operand_dirs(b, b_t, scheme, b_k, {b_k}, "weight", cache)
-    return _mm(scheme, operand(qa, a_k, trans_a), operand(qb, b_k, trans_b), out_dtype=out_dtype)
+    qa = _operand_dirs(a, a_t, scheme, a_k, {a_k} | ({1 - a_k} if need_db else set()), "input")
+    qb = _operand_dirs(b, b_t, scheme, b_k, {b_k} | ({1 - b_k} if need_da else set()), "weight", cache)
+    c = _mm(scheme, operand(qa, a_k, trans_a), operand(qb, b_k, trans_b), out_dtype=out_dtype)
+    return c, qa, qb, a_k, b_k
 
 
 class _LowpGemmFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, fused, needs, cache):
         need_da, need_db = needs
-        a_k = 0 if trans_a else 1  # the stored dims the forward contracts along
-        b_k = 1 if trans_b else 0
-        qa = _operand_dirs(a, a_t, scheme, a_k, {a_k} | ({1 - a_k} if need_db else set()), "input")
-        qb = _operand_dirs(b, b_t, scheme, b_k, {b_k} | ({1 - b_k} if need_da else set()), "weight", cache)
-        c = _mm(scheme, operand(qa, a_k, trans_a), operand(qb, b_k, trans_b), out_dtype=out_dtype)
+        c, qa, qb, a_k, b_k = _forward(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, needs, cache)
         saved = []
         if need_da:  # dgrad's b-operand: op(B).T, contracting along N
             yd = operand(qb, 1 - b_k, not trans_b)
@@ -486,7 +485,7 @@ def _run(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, fused, cache) -> T
     needs = needs_grads(a, b, fused)
     if needs[0] or needs[1] or torch.compiler.is_compiling():
         return _LowpGemmFunction.apply(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, fused, needs, cache)
-    return _forward_only(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, cache)
+    return _forward(a, b, a_t, b_t, trans_a, trans_b, out_dtype, scheme, needs, cache)[0]
 
 
 def gemm_fp4(a: Tensor | QuantizedTensor | QuantizedTensorPair, b: Tensor | QuantizedTensor | QuantizedTensorPair,
