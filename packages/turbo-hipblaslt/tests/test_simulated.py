@@ -177,12 +177,12 @@ def test_gemm_fp8_repeats_launch_from_the_template_with_this_calls_pointers(sim,
     m, n, k = mnk
     bs = 128 if gran == "BLOCKWISE" else None
     gemm_fp8._templates.clear()
-    kept = []  # every call's inputs stay alive: no call's addresses are reused by the next
+    kept = []  # every call's inputs and result stay alive: no call's addresses are reused by the next
     for rep in range(3):
         a, sa, b, sb = _fp8(gran, ta, tb, m, n, k, a2d, b2d, seed=rep)
-        kept.append((a, sa, b, sb))
         want = reference_gemm_fp8(GemmFp8Args(a, sa, b, sb, ta, tb, F64, gran, bs))
         got = gemm_fp8.gemm_fp8(GemmFp8Args(a, sa, b, sb, ta, tb, torch.float32, gran, bs))
+        kept.append((a, sa, b, sb, got))
         assert_close_to_reference(got, want, dtype=torch.float32)
     assert len(gemm_fp8._templates) == 1
     first, second = sim.calls[-3], sim.calls[-2]  # fresh, then from the template (each call's own pointers:
