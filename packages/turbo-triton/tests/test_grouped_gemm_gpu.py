@@ -3,7 +3,7 @@
 * Forward/dgrad (both layouts of b) and the variable-K wgrad (trans_c, accumulation into an fp32 or
   bf16 ``out``) against float64: odd shapes (pointer kernel), aligned ones (the TMA kernel; the
   pointer kernel forced on the same operands; a small config with many partial tiles and the sm90
-  table's largest), fp32/fp16/bf16. Outputs come from NaN-filled allocations, rows past the groups
+  table's largest), fp32/fp16/bf16. Which kernel a size takes (pointer below ``SMALL_MACS``). Outputs come from NaN-filled allocations, rows past the groups
   of the inputs are NaN/inf, and the forward's rows past the groups must come out 0. Gate: the
   dtype's tolerance (``assert_close_to_reference``).
 * MoE layers (DeepSeek-V3, Qwen3-30B-A3B, Mixtral-8x7B; 8 local experts, 8192 tokens; skewed
@@ -169,6 +169,28 @@ def test_variable_k_against_float64(gl, configs, dtype, trans_c, shape, k, n, v,
         want = want + base.double()
     assert_close_to_reference(c, want, dtype=out_dtype or dtype,
                               what=f"{path or gl.variable_k_kernel_path(args)} kernel")
+
+
+def test_kernel_paths_by_size(gl):
+    """Aligned operands below ``SMALL_MACS`` multiply-adds take the pointer kernel (no descriptors to
+    build); at the grid's larger aligned shape the TMA kernel where the GPU has one (sm90+)."""
+    from turbo_triton import _runtime
+
+    lens_t, offs = _offsets(ALIGNED_LENS)
+    m = sum(ALIGNED_LENS) + ALIGNED_TAIL
+    small = GroupedGemmArgs(torch.empty(m, 64, device=DEV, dtype=BF16), torch.empty(5, 48, 64, device=DEV, dtype=BF16),
+                            lens_t, offs, trans_b=True)
+    large = GroupedGemmArgs(torch.empty(m, 1032, device=DEV, dtype=BF16),
+                            torch.empty(5, 520, 1032, device=DEV, dtype=BF16), lens_t, offs, trans_b=True)
+    assert m * 48 * 64 < gl.SMALL_MACS <= m * 520 * 1032
+    assert gl.kernel_path(small) == "pointer"
+    assert gl.variable_k_kernel_path(GroupedGemmVariableKArgs(small.a, torch.empty(m, 48, device=DEV, dtype=BF16),
+                                                              lens_t, offs)) == "pointer"
+    arch, _ = _runtime.device_facts(large.a)
+    want = "tma" if _runtime.tma_arch(arch) else "pointer"
+    assert gl.kernel_path(large) == want
+    assert gl.variable_k_kernel_path(GroupedGemmVariableKArgs(large.a, torch.empty(m, 520, device=DEV, dtype=BF16),
+                                                              lens_t, offs)) == want
 
 
 # -- MoE layers -------------------------------------------------------------------------------------

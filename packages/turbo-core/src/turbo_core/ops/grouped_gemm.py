@@ -7,7 +7,7 @@ import torch
 
 from turbo_core.dispatch.launch import grouped_gemm as launch
 from turbo_core.dispatch.specs.grouped_gemm import GROUPED_GEMM, GroupedGemmArgs
-from turbo_core.dispatch.specs.validate import assert_group_values_async, check_group_lens
+from turbo_core.dispatch.specs.validate import assert_group_values_async, check_group_lens, device_asserts
 from turbo_core.ops._autograd import grad_needed
 from turbo_core.ops._grad_accum import check_pattern, dummy_grad
 
@@ -98,11 +98,18 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, group_lens: torch.Tensor, gro
     offs_given = group_offs is not None
     if not offs_given:
         group_offs = grouped_gemm_compute_offs(group_lens)
-    GROUPED_GEMM.check_args(GroupedGemmArgs(a, b, group_lens, group_offs, trans_b, num_cu, schedule))
+    asserts = group_lens.device.type != "cpu" and device_asserts()
+    if (torch.compiler.is_compiling() or fuse_bgrad_accum_pattern is not None or asserts
+            or not all(isinstance(t, torch.Tensor) for t in (a, b, group_offs))):
+        # Eagerly the dispatcher validates these very arguments (its verdict cached per signature)
+        # before any kernel runs; here the check runs where errors must come first: at trace time,
+        # before the Megatron pattern marks b, before the device-side asserts launch, and before
+        # autograd reads non-tensors.
+        GROUPED_GEMM.check_args(GroupedGemmArgs(a, b, group_lens, group_offs, trans_b, num_cu, schedule))
     fused = check_pattern(fuse_bgrad_accum_pattern, b)
-    if group_lens.device.type != "cpu":
-        # (CPU values were checked eagerly by check_args, or are checked when a compiled graph runs;
-        # GPU values only with TURBO_DEVICE_ASSERTS=1.)
+    if asserts:
+        # (CPU values are checked eagerly by the validator, or when a compiled graph runs; GPU values
+        # only with TURBO_DEVICE_ASSERTS=1.)
         assert_group_values_async(group_lens, group_offs if offs_given else None, a.shape[0])
     if fused:
         b.grad_added_to_main_grad = True

@@ -26,6 +26,10 @@ from turbo_triton.launcher import fast_kernel
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _INT32 = 2**31 - 1
+#: Below this many multiply-adds (``M_total * N * K``) a call takes the pointer kernel even where TMA
+#: applies: its device time is launch latency on either kernel, and the TMA kernel's host work (three
+#: descriptors built in Python, then encoded by the launcher) is most of such a call's host cost.
+SMALL_MACS = 1 << 22
 
 __all__ = ["can_handle", "can_handle_variable_k", "grouped_gemm", "grouped_gemm_variable_k",
            "kernel_path", "variable_k_kernel_path"]
@@ -104,11 +108,14 @@ def _tma_fwd_ok(args: GroupedGemmArgs, cfg: configs.GroupedConfig) -> bool:
 
 
 def kernel_path(args: GroupedGemmArgs, config: configs.GroupedConfig | None = None) -> str:
-    """``"tma"`` or ``"pointer"``: which kernel :func:`grouped_gemm` launches for these arguments."""
+    """``"tma"`` or ``"pointer"``: which kernel :func:`grouped_gemm` launches for these arguments
+    (the pointer kernel below :data:`SMALL_MACS`, in the interpreter, and where TMA does not apply)."""
     if _runtime.interpreting() or args.a.device.type != "cuda":
         return "pointer"
-    arch, sms = _device_facts(args.a)
     g, m, n, k = grouped_gemm_dims(args)
+    if m * n * k < SMALL_MACS:
+        return "pointer"
+    arch, sms = _device_facts(args.a)
     cfg = config or configs.pick_fwd(arch, m, n, k, g, sms, args.a.element_size())
     return "tma" if _tma_arch(arch) and _tma_fwd_ok(args, cfg) else "pointer"
 
@@ -207,8 +214,12 @@ def _c_tma_ok(c: torch.Tensor, trans_c: bool, cfg: configs.GroupedConfig, k: int
 
 
 def variable_k_kernel_path(args: GroupedGemmVariableKArgs) -> str:
-    """``"tma"`` or ``"pointer"``: which kernel :func:`grouped_gemm_variable_k` launches."""
+    """``"tma"`` or ``"pointer"``: which kernel :func:`grouped_gemm_variable_k` launches (as in
+    :func:`kernel_path`)."""
     if _runtime.interpreting() or args.a.device.type != "cuda":
+        return "pointer"
+    _, m, k, n = _variable_k_dims(args)
+    if m * k * n < SMALL_MACS:
         return "pointer"
     arch, _ = _device_facts(args.a)
     return "tma" if _tma_arch(arch) and _tma_variable_k_ok(args) else "pointer"
