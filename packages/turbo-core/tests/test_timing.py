@@ -59,6 +59,24 @@ def test_wall_clock_per_call_divides_each_batch_by_its_calls():
     assert SLEEP_S * 1e3 <= t.median_ms < 50 * SLEEP_S * 1e3  # per call, not per batch of 5
 
 
+def test_interleaved_batches_alternate_in_a_rotating_order_and_time_each_call_apart():
+    log = []
+
+    def call(name, seconds):
+        return lambda: (log.append(name), time.sleep(seconds))
+
+    t = timing.measure_interleaved({"fast": call("fast", SLEEP_S), "slow": call("slow", 4 * SLEEP_S),
+                                    "mid": call("mid", 2 * SLEEP_S)}, device="cpu", warmup=1, iters=3, calls=2)
+    assert log[:3] == ["fast", "slow", "mid"]  # the warm-up, one call each
+    batches = [log[i] for i in range(3, len(log), 2)]
+    assert log[3:] == [n for n in batches for _ in range(2)]  # whole batches of 2 calls
+    assert batches == ["fast", "slow", "mid", "slow", "mid", "fast", "mid", "fast", "slow"]
+    assert set(t) == {"fast", "slow", "mid"} and all(v.samples == 3 for v in t.values())
+    assert SLEEP_S * 1e3 <= t["fast"].median_ms < t["mid"].median_ms < t["slow"].median_ms  # per call, per name
+    with pytest.raises(ValueError, match="calls and iters"):
+        timing.measure_interleaved({"a": lambda: None}, device="cpu", iters=0)
+
+
 def test_the_device_clock_on_the_cpu_is_the_wall_clock():
     t = timing.measure_batched(lambda: time.sleep(SLEEP_S), device=torch.device("cpu"), warmup=0, iters=3,
                                clock="device")

@@ -13,7 +13,8 @@ Three figures, each a :class:`Timing` (median, p10, p90 in milliseconds per call
   after a synchronize (and an optional ``before()``, e.g. a barrier of all ranks) per batch. With
   ``clock="wall"`` the host's ``perf_counter`` spans the enqueueing and a final synchronize: the
   wall clock per eager call, host cost included, the figure a user's eager step pays. With
-  ``clock="device"`` a pair of events spans the batch.
+  ``clock="device"`` a pair of events spans the batch. :func:`measure_interleaved` times several
+  calls so, their batches alternating (the side-by-side figure of ``turbo bench host``).
 * :func:`measure_graph`: ``calls`` calls captured in one CUDA graph, the graph replayed: the GPU's
   time for the work without the host's launches.
 
@@ -24,13 +25,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 __all__ = ["QUEUE_AHEAD", "ROTATE_BYTES", "Timing", "copies_needed", "device_of", "graphed", "measure",
-           "measure_batched", "measure_graph", "synchronize"]
+           "measure_batched", "measure_graph", "measure_interleaved", "synchronize"]
 
 #: Bytes the rotated copies of a case's inputs must exceed (2x the H200's 60 MB L2).
 ROTATE_BYTES = 128 * 2**20
@@ -149,33 +150,58 @@ def measure_batched(fn: Callable[[], object], *, device: torch.device | str, war
     last (host cost included: the time per eager call a user pays); ``"device"``, a pair of events
     around the batch on the current stream. On the CPU both are the wall clock.
     """
+    _check_batches(clock, calls, iters)
+    for _ in range(warmup):
+        fn()
+    return Timing.of([_batch(fn, device, calls, clock, before) for _ in range(iters)])
+
+
+def measure_interleaved(fns: Mapping[str, Callable[[], object]], *, device: torch.device | str, warmup: int = 10,
+                        iters: int = 20, calls: int = 1, clock: str = "wall") -> dict[str, Timing]:
+    """:func:`measure_batched` of several calls side by side: ``{name: Timing}``.
+
+    The batches alternate: each of the ``iters`` rounds times one batch of every call, in an order
+    rotated by one each round, so that a slow spell of the host (another process, clock changes)
+    falls on all of them alike and their ratios hold still while the absolute figures move."""
+    _check_batches(clock, calls, iters)
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(iters):
+        for j in range(len(names)):
+            name = names[(i + j) % len(names)]
+            samples[name].append(_batch(fns[name], device, calls, clock, None))
+    return {name: Timing.of(samples[name]) for name in names}
+
+
+def _check_batches(clock: str, calls: int, iters: int) -> None:
     if clock not in ("wall", "device"):
         raise ValueError(f"clock: expected 'wall' or 'device', got {clock!r}")
     if calls < 1 or iters < 1:
         raise ValueError(f"calls and iters: expected >= 1, got {calls} and {iters}")
-    gpu = _is_gpu(device)
-    for _ in range(warmup):
+
+
+def _batch(fn: Callable[[], object], device: torch.device | str, calls: int, clock: str,
+           before: Callable[[], object] | None) -> float:
+    """Milliseconds per call of one batch of ``calls`` calls, started on an idle device."""
+    synchronize(device)
+    if before is not None:
+        before()
+    if _is_gpu(device) and clock == "device":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / calls
+    t0 = time.perf_counter()
+    for _ in range(calls):
         fn()
-    samples = []
-    for _ in range(iters):
-        synchronize(device)
-        if before is not None:
-            before()
-        if gpu and clock == "device":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(calls):
-                fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / calls)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            synchronize(device)
-            samples.append((time.perf_counter() - t0) * 1e3 / calls)
-    return Timing.of(samples)
+    synchronize(device)
+    return (time.perf_counter() - t0) * 1e3 / calls
 
 
 def graphed(fn: Callable[[], object], *, calls: int = 1) -> Callable[[], None]:

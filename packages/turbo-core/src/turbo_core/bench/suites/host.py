@@ -2,9 +2,12 @@
 would write instead, at tiny shapes where the device work is negligible, so the time is what the
 host pays per call in an eager training step (Python, argument checks, backend selection, launches).
 
-Clock: the wall clock per call (:func:`turbo_core.timing.measure_batched`, ``clock="wall"``): each of
-``--iters`` batches enqueues :data:`CALLS` calls back to back (:data:`QUICK_CALLS` with ``--quick``),
-then synchronizes; the batch's time / its calls. Runs on the CPU as well (``--quick``).
+Clock: the wall clock per call (:func:`turbo_core.timing.measure_interleaved`, ``clock="wall"``): each
+of ``--iters`` batches enqueues :data:`CALLS` calls back to back (:data:`QUICK_CALLS` with ``--quick``),
+then synchronizes; the batch's time / its calls. Every timed call of a case (torch's, turbo's, the
+forward-only and replay calls below) takes its batches in turn, round after round, so a slow spell of
+the host falls on them alike and the ratios compare like with like. Runs on the CPU as well
+(``--quick``).
 
 Cases (bf16; ``--tokens`` rows, default :data:`TOKENS`; hidden :data:`HIDDEN`):
 
@@ -300,11 +303,9 @@ def _kernels(fn: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, str, list]:
     return out, ", ".join(served), calls
 
 
-def _layers(calls: list, *, device: str, warmup: int, iters: int, n: int) -> dict:
-    """``us_dispatch`` and ``us_kernels`` of the recorded primitive calls (see the module doc)."""
-    if not calls:
-        return {"primitive_calls": 0}
-
+def _layer_fns(calls: list) -> dict[str, Callable[[], None]]:
+    """The replays of the recorded primitive calls behind ``us_dispatch`` and ``us_kernels`` (see
+    the module doc)."""
     def dispatch():
         for prim, _backend, _kernel, args in calls:
             call(prim, args)
@@ -313,11 +314,7 @@ def _layers(calls: list, *, device: str, warmup: int, iters: int, n: int) -> dic
         for _prim, _backend, kernel, args in calls:
             kernel.run(args)
 
-    out = {"primitive_calls": len(calls)}
-    for name, fn in (("us_dispatch", dispatch), ("us_kernels", kernels)):
-        t = timing.measure_batched(fn, device=device, warmup=warmup, iters=iters, calls=n, clock="wall")
-        out[name] = t.median_ms * 1e3
-    return out
+    return {"us_dispatch": dispatch, "us_kernels": kernels}
 
 
 def _where(filename: str) -> str:
@@ -376,36 +373,59 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
             rows += [{**base, "provider": p, "status": f"error: {type(exc).__name__}: {str(exc)[:300]}"}
                      for p in ("torch", "turbo:auto")]
             continue
-        ref = None
-        base_ms = None
         forward_fns = dict(zip(("torch", "turbo:auto"), forward[0], strict=True)) if forward else {}
-        for name, fn in (("torch", torch_fn), ("turbo:auto", turbo_fn)):
-            if providers and name not in providers:
-                continue
-            row = {**base, "provider": name, "role": "baseline" if name == "torch" else "turbo"}
-            try:
-                out, served, recorded = _kernels(fn)
-                t = timing.measure_batched(fn, device=device, warmup=warmup, iters=iters, calls=calls, clock="wall")
-                if name in forward_fns:
-                    row["us_forward"] = timing.measure_batched(forward_fns[name], device=device, warmup=warmup,
-                                                               iters=iters, calls=calls, clock="wall").median_ms * 1e3
-                if name != "torch":
-                    row.update(_layers(recorded, device=device, warmup=warmup, iters=iters, n=calls))
-                    if profile_top:
-                        row.update(_profile(fn, device=device, calls=calls, top=profile_top))
-            except Exception as exc:  # noqa: BLE001 - one failing provider is reported, the suite goes on
-                rows.append({**row, "status": f"error: {type(exc).__name__}: {str(exc)[:300]}"})
-                continue
-            if name == "torch":
-                ref, base_ms = out, t.median_ms
-            else:
-                row["kernels"] = served
-            rows.append({**row, "status": "ok", "median_ms": t.median_ms, "p10_ms": t.p10_ms, "p90_ms": t.p90_ms,
-                         "us_per_call": t.median_ms * 1e3, "ratio": base_ms / t.median_ms if base_ms else None,
-                         "max_rel_err": _rel_err(out, ref) if ref is not None else None})
+        rows += _measure_case(base, (("torch", torch_fn), ("turbo:auto", turbo_fn)), forward_fns, providers=providers,
+                              device=device, warmup=warmup, iters=iters, calls=calls, profile_top=profile_top)
         if progress:
             progress.advance(task)
     return rows
+
+
+def _measure_case(base: dict, fns: tuple, forward_fns: dict, *, providers: list[str] | None, device: str,
+                  warmup: int, iters: int, calls: int, profile_top: int | None) -> list[dict]:
+    """The rows of one case: every provider's first call (its output, the kernels it reached),
+    then all the timed calls of the case interleaved (``timing.measure_interleaved``): each
+    provider's call, its forward alone (step cases), and turbo's dispatcher and kernel replays."""
+    rows, outs, timed = {}, {}, {}
+    for name, fn in fns:
+        if providers and name not in providers:
+            continue
+        row = rows[name] = {**base, "provider": name, "role": "baseline" if name == "torch" else "turbo"}
+        try:
+            outs[name], served, recorded = _kernels(fn)
+        except Exception as exc:  # noqa: BLE001 - one failing provider is reported, the suite goes on
+            row["status"] = f"error: {type(exc).__name__}: {str(exc)[:300]}"
+            continue
+        timed[(name, "us_per_call")] = fn
+        if name in forward_fns:
+            timed[(name, "us_forward")] = forward_fns[name]
+        if name != "torch":
+            row["kernels"] = served
+            row["primitive_calls"] = len(recorded)
+            if recorded:
+                timed.update({(name, k): f for k, f in _layer_fns(recorded).items()})
+    try:
+        times = timing.measure_interleaved(timed, device=device, warmup=warmup, iters=iters, calls=calls,
+                                           clock="wall")
+    except Exception as exc:  # noqa: BLE001 - the case's rows say why
+        for row in rows.values():
+            row.setdefault("status", f"error: {type(exc).__name__}: {str(exc)[:300]}")
+        return list(rows.values())
+    ref = outs.get("torch")
+    base_t = times.get(("torch", "us_per_call"))
+    for name, row in rows.items():
+        if "status" in row:
+            continue
+        t = times[(name, "us_per_call")]
+        for (who, field), other in times.items():
+            if who == name and field != "us_per_call":
+                row[field] = other.median_ms * 1e3
+        if name != "torch" and profile_top:
+            row.update(_profile(dict(fns)[name], device=device, calls=calls, top=profile_top))
+        row.update(status="ok", median_ms=t.median_ms, p10_ms=t.p10_ms, p90_ms=t.p90_ms, us_per_call=t.median_ms * 1e3,
+                   ratio=base_t.median_ms / t.median_ms if base_t else None,
+                   max_rel_err=_rel_err(outs[name], ref) if ref is not None else None)
+    return list(rows.values())
 
 
 def _cell(r: dict, provider: str) -> str:
