@@ -13,7 +13,9 @@ dims; 2048 x 53248, a row long enough for ROWWISE's two-pass path), a single row
 and 5 x 40 in fp32: one partial tile, most of it padding, where the property tests' shrunk MX 2-D
 examples land);
 E5M2 and fp32 input on a few of them; special values (zero blocks, NaN, +-Inf, saturation under MX
-scales, fp32 subnormals) through every granularity; a 3-D batch of weights; a transposed view.
+scales, fp32 subnormals) through every granularity; a 3-D batch of weights; a transposed view. MX's
+column direction is also called 200 times on tiny inputs at its common tiles, since the defect it
+guards against (a miscompiled transposed FP8 store) showed in only some calls.
 """
 
 from __future__ import annotations
@@ -151,6 +153,24 @@ def test_mx_2d_every_tile_shape(name, tile, axis):
     with poisoned_empty(0xA5):
         got = quantize.quantize_fp8(args, Tile(*tile))
     assert_same_bits(got, ref.quantize_fp8(args), what=f"MX 2-D q, scale at tile {tile}")
+
+
+@pytest.mark.parametrize("tile", [(32, 128, 4), (32, 256, 4), (64, 128, 4)], ids=lambda t: "{}x{}w{}".format(*t))
+@pytest.mark.parametrize("two_d", [False, True], ids=["1d", "2d"])
+def test_mx_col_direction_repeated_on_tiny_inputs(tile, two_d):
+    """The column direction's transposed FP8 store, called 200 times on 1x1 inputs: compiled with a
+    hardware FP8 conversion, about one call in twenty wrote bytes that are not the converted values
+    (zeros of the padded rows came out as 0x60, 0x01, ...), so one call passing says little."""
+    from turbo_triton.quantization import quantize
+    from turbo_triton.quantization.common import Tile
+
+    recipe = R2D if two_d else R0
+    for i in range(200):
+        x = _rand((1, 1), torch.float32, i)
+        args = QuantizeFp8Args(x, E4M3, "MX_BLOCKWISE", -2, 32, recipe)
+        with poisoned_empty(0xA5):
+            got = quantize.quantize_fp8(args, Tile(*tile))
+        assert_same_bits(got, ref.quantize_fp8(args), what=f"call {i}: MX col q, scale at tile {tile}")
 
 
 GRAPHED = {

@@ -35,6 +35,7 @@ import triton.language as tl
 
 from turbo_triton.quantization.numerics import (
     e8m0_to_fp32,
+    encode_fp8,
     expand,
     fp32_scale,
     from_fp8,
@@ -44,6 +45,7 @@ from turbo_triton.quantization.numerics import (
     mx_scale,
     nan_amax,
     nan_max,
+    saturate,
     tile_of,
     to_fp8,
     to_out,
@@ -253,8 +255,9 @@ def _mx_part(x, bits, b, tm, tn, rows, cols, lim_m, lim_n, q_ptr, sq_b, sq_r, s_
     else:
         amax = group_max(bits, BM, BN, GM, GN)
     mult, byte = mx_scale(amax, EMAX)
-    q = to_fp8(x * expand(mult, BM, BN, GM, GN), q_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
+    v = x * expand(mult, BM, BN, GM, GN)
     if ROW:
+        q = to_fp8(v, q_ptr, FMAX, MB, BIAS, FNUZ, SOFT, HW_SAT)
         mask = (rows < lim_m)[:, None] & (cols < lim_n)[None, :]
         tl.store(q_ptr + b * sq_b + rows[:, None] * sq_r + cols[None, :], q, mask=mask)
         per_row = expand(byte, BM, BN // 32, GM, 1)  # [BM, BN/32]: each row's byte of each block
@@ -262,8 +265,14 @@ def _mx_part(x, bits, b, tm, tn, rows, cols, lim_m, lim_n, q_ptr, sq_b, sq_r, s_
         s_mask = (rows < lim_m)[:, None] & (blk < tl.cdiv(lim_n, 32))[None, :]
         tl.store(s_ptr + b * ss_b + rows[:, None] * ss_r + blk[None, :], per_row.to(tl.uint8), mask=s_mask)
     else:
+        # The transposed tile's bytes are encoded with integer arithmetic (``encode_fp8``, the same
+        # rounding as the hardware conversion), not by ``cvt``: on sm90 the ptxas that Triton bundles
+        # miscompiles a hardware-converted FP8 tile stored transposed, and now and then writes bytes
+        # that are not the converted values (the ``gpu`` quantization tests repeat such calls).
+        q = encode_fp8(saturate(v, FMAX), MB, BIAS, FNUZ).to(tl.uint8)
         mask_t = (cols < lim_n)[:, None] & (rows < lim_m)[None, :]
-        tl.store(q_ptr + b * sq_b + cols[:, None] * sq_r + rows[None, :], tl.trans(q), mask=mask_t)
+        tl.store(q_ptr.to(tl.pointer_type(tl.uint8)) + b * sq_b + cols[:, None] * sq_r + rows[None, :], tl.trans(q),
+                 mask=mask_t)
         per_col = tl.trans(expand(byte, BM // 32, BN, 1, GN))  # [BN, BM/32]: each column's byte of each block
         blk = tm.to(tl.int64) * (BM // 32) + tl.arange(0, BM // 32)
         s_mask = (cols < lim_n)[:, None] & (blk < tl.cdiv(lim_m, 32))[None, :]
