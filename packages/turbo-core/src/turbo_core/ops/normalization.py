@@ -45,6 +45,17 @@ class _RmsNormResidualFunction(torch.autograd.Function):
         return ds, ds, (dgamma if ctx.needs_input_grad[2] else None), None, None
 
 
+def _rows(t: torch.Tensor, hidden: int) -> torch.Tensor:
+    """``t`` as contiguous ``[T, hidden]`` rows (a 2-D input as it is when contiguous: a reshape
+    costs microseconds of host time even when it returns a view)."""
+    return (t if t.dim() == 2 else t.reshape(-1, hidden)).contiguous()
+
+
+def _shaped(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``y`` in x's shape (2-D: already)."""
+    return y if x.dim() == 2 else y.reshape(x.shape)
+
+
 def _flatten(x: object, gamma: torch.Tensor | None, eps: float, zero_centered: bool, *, fused: bool = False,
              residual: object = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     require_tensor("x", x, dtypes=FLOAT_DTYPES)
@@ -55,8 +66,8 @@ def _flatten(x: object, gamma: torch.Tensor | None, eps: float, zero_centered: b
         require_tensor("residual", residual, dtypes=FLOAT_DTYPES)
         require_shape("residual", residual, tuple(x.shape), "x's")
     hidden = x.shape[-1]
-    x2d = x.reshape(-1, hidden).contiguous()
-    r2d = residual.reshape(-1, hidden).contiguous() if residual is not None else None
+    x2d = _rows(x, hidden)
+    r2d = _rows(residual, hidden) if residual is not None else None
     if isinstance(gamma, torch.Tensor) and gamma.dim() == 1:
         gamma = gamma.contiguous()
     if (torch.compiler.is_compiling() or type(eps) is not float or type(zero_centered) is not bool
@@ -91,7 +102,7 @@ def rmsnorm(x: torch.Tensor, gamma: torch.Tensor | None, eps: float = 1e-6,
         y = _RmsNormFunction.apply(x2d, gamma, float(eps), zero_centered)
     else:
         y = launch.rmsnorm_fwd(x2d, gamma, eps=float(eps), zero_centered=zero_centered)[0]
-    return y.reshape(x.shape)
+    return _shaped(y, x)
 
 
 def rmsnorm_residual(x: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor | None, eps: float = 1e-6,
@@ -115,4 +126,4 @@ def rmsnorm_residual(x: torch.Tensor, residual: torch.Tensor, gamma: torch.Tenso
         y, x_plus_r = _RmsNormResidualFunction.apply(x2d, r2d, gamma, float(eps), zero_centered)
     else:
         y, _, x_plus_r = launch.rmsnorm_fwd(x2d, gamma, eps=float(eps), zero_centered=zero_centered, residual=r2d)
-    return y.reshape(x.shape), x_plus_r.reshape(x.shape)
+    return _shaped(y, x), _shaped(x_plus_r, x)
