@@ -21,7 +21,10 @@ Providers (:data:`HF_PROVIDERS`):
   ``bf16_ratio``;
 * ``turbo:fp8-tensorwise`` / ``-rowwise`` / ``-blockwise``: ``apply_turbo(model, fp8=recipe)`` with
   that E4M3 recipe (:func:`turbo_core.demo.fp8_recipe`) on the linear layers, the fused gate/up
-  GEMMs and the experts.
+  GEMMs and the experts; ``lm_head`` stays in bf16 (``apply_turbo``'s default ``exclude``);
+* ``turbo:fp8-<recipe>+head``: the same with ``exclude=()``, the output projection in FP8 too. At a
+  vocabulary of 128k and two layers that projection holds more than half of the step's GEMM work,
+  which the plain FP8 rows leave in bf16 (the ``train`` suite's decoder quantizes its head too).
 
 Clock, peak memory, the loss run and gradient accumulation (``--micro-batches N``) are the ``train``
 suite's (:mod:`turbo_core.bench.train_loop`):
@@ -59,6 +62,8 @@ BF16 = "turbo:bf16"
 EAGER_EXPERTS = "hf:eager-experts"
 LIGER = "liger"
 FP8_RECIPES = ("tensorwise", "rowwise", "blockwise")
+#: Provider suffix: the output projection (``lm_head``) in FP8 too.
+HEAD = "+head"
 
 #: provider -> role (``baseline``: the denominator of ``ratio``; ``turbo``; ``reference``).
 HF_PROVIDERS: dict[str, str] = {
@@ -67,6 +72,7 @@ HF_PROVIDERS: dict[str, str] = {
     LIGER: "reference",
     BF16: "turbo",
     **{f"turbo:fp8-{r}": "turbo" for r in FP8_RECIPES},
+    **{f"turbo:fp8-{r}{HEAD}": "turbo" for r in FP8_RECIPES},
 }
 
 #: The fields of a row whose status is ``ok`` besides the model's.
@@ -124,8 +130,8 @@ def build(provider: str, model: HFTrainModel, state: dict[str, torch.Tensor], de
     elif provider.startswith("turbo:"):
         from turbo_core.integrations.transformers import KINDS, apply_turbo
 
-        recipe = provider.removeprefix("turbo:fp8-") if provider != BF16 else "none"
-        report = apply_turbo(net, fp8=fp8_recipe(recipe))
+        recipe = provider.removeprefix("turbo:fp8-").removesuffix(HEAD) if provider != BF16 else "none"
+        report = apply_turbo(net, fp8=fp8_recipe(recipe), **({"exclude": ()} if provider.endswith(HEAD) else {}))
         note = "apply_turbo: " + ", ".join(f"{report.count(k)} {k}" for k in KINDS if report.count(k))
     return net.train(), note
 

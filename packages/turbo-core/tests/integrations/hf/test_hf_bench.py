@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -97,6 +98,24 @@ def test_moe_model_rows_and_report(tmp_path):
     assert main(["bench", "report", "--data", str(tmp_path), "--out", str(page), "--no-plots"]) == 0
     text = page.read_text()
     assert "step · hf · wall clock" in text and "`turbo:fp8-rowwise`" in text
+
+
+def test_head_providers_put_the_output_projection_in_fp8_too():
+    rows = hf_train.run(quick=True, tokens=None, models=["llama3.1-8b"],
+                        providers=["hf", "turbo:fp8-tensorwise", "turbo:fp8-tensorwise+head"], include_reference=False,
+                        warmup=0, iters=1, device="cpu")
+    by = {r["provider"]: r for r in rows}
+    assert [r["status"] for r in rows] == ["ok", "ok", "ok"], rows
+    for r in rows:
+        _check_common(r, "llama3.1-8b")
+
+    def fp8_linears(note: str) -> int:
+        return int(re.search(r"(\d+) float8_linear", note).group(1))
+
+    plain, head = by["turbo:fp8-tensorwise"], by["turbo:fp8-tensorwise+head"]
+    assert fp8_linears(head["note"]) == fp8_linears(plain["note"]) + 1  # lm_head
+    assert abs(head["loss_diff"]) <= FP8_LOSS_RTOL * by["hf"]["loss"]
+    assert head["vs"] == ["hf"]
 
 
 def test_bad_options_are_refused(capsys):
