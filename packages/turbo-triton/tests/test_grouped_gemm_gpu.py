@@ -3,9 +3,10 @@
 * Forward/dgrad (both layouts of b) and the variable-K wgrad (trans_c, accumulation into an fp32 or
   bf16 ``out``) against float64: odd shapes (pointer kernel), aligned ones (the TMA kernel; the
   pointer kernel forced on the same operands; a small config with many partial tiles and the sm90
-  table's largest), fp32/fp16/bf16. Which kernel a size takes (pointer below ``SMALL_MACS``). Outputs come from NaN-filled allocations, rows past the groups
+  table's largest), fp32/fp16/bf16. Outputs come from NaN-filled allocations, rows past the groups
   of the inputs are NaN/inf, and the forward's rows past the groups must come out 0. Gate: the
-  dtype's tolerance (``assert_close_to_reference``).
+  dtype's tolerance (``assert_close_to_reference``). Which kernel a size takes (the pointer kernel
+  below ``SMALL_MACS``).
 * MoE layers (DeepSeek-V3, Qwen3-30B-A3B, Mixtral-8x7B; 8 local experts, 8192 tokens; skewed
   lengths with an empty group, and balanced), forward, dgrad, wgrad and wgrad accumulated into fp32,
   bf16, with 64 rows past the groups. Reductions up to K = 28672 drift past a fixed bf16 gate on the

@@ -76,14 +76,20 @@ def test_quick_cli_run_gives_rows_with_every_field(tmp_path, capsys, monkeypatch
     assert f"turbo bench train --hf {hf['case']}: ms per training step" in table
 
 
-def test_moe_model_rows_and_report(tmp_path):
-    rows = hf_train.run(quick=True, tokens=None, models=["qwen3-30b-a3b"],
-                        providers=["hf", "hf:eager-experts", "turbo:fp8-rowwise"], include_reference=False,
+def _quick_rows(name: str, providers: list[str]) -> tuple[list[dict], dict[str, dict]]:
+    """One quick CPU run of ``providers`` on model ``name``: its rows (each ok, with the common
+    fields checked) and the same by provider."""
+    rows = hf_train.run(quick=True, tokens=None, models=[name], providers=providers, include_reference=False,
                         warmup=0, iters=1, device="cpu")
-    by = {r["provider"]: r for r in rows}
-    assert [r["status"] for r in rows] == ["ok", "ok", "ok"], rows
+    assert [r["status"] for r in rows] == ["ok"] * len(providers), rows
     for r in rows:
-        _check_common(r, "qwen3-30b-a3b")
+        _check_common(r, name)
+    return rows, {r["provider"]: r for r in rows}
+
+
+def test_moe_model_rows_and_report(tmp_path):
+    rows, by = _quick_rows("qwen3-30b-a3b", ["hf", "hf:eager-experts", "turbo:fp8-rowwise"])
+    for r in rows:
         assert (r["experts"], r["topk"]) == (16, 4)
     hf = by["hf"]["loss"]
     assert abs(by["hf:eager-experts"]["loss_diff"]) <= BF16_LOSS_RTOL * hf
@@ -101,13 +107,7 @@ def test_moe_model_rows_and_report(tmp_path):
 
 
 def test_head_providers_put_the_output_projection_in_fp8_too():
-    rows = hf_train.run(quick=True, tokens=None, models=["llama3.1-8b"],
-                        providers=["hf", "turbo:fp8-tensorwise", "turbo:fp8-tensorwise+head"], include_reference=False,
-                        warmup=0, iters=1, device="cpu")
-    by = {r["provider"]: r for r in rows}
-    assert [r["status"] for r in rows] == ["ok", "ok", "ok"], rows
-    for r in rows:
-        _check_common(r, "llama3.1-8b")
+    _rows, by = _quick_rows("llama3.1-8b", ["hf", "turbo:fp8-tensorwise", "turbo:fp8-tensorwise+head"])
 
     def fp8_linears(note: str) -> int:
         return int(re.search(r"(\d+) float8_linear", note).group(1))

@@ -374,20 +374,20 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
                      for p in ("torch", "turbo:auto")]
             continue
         forward_fns = dict(zip(("torch", "turbo:auto"), forward[0], strict=True)) if forward else {}
-        rows += _measure_case(base, (("torch", torch_fn), ("turbo:auto", turbo_fn)), forward_fns, providers=providers,
+        rows += _measure_case(base, {"torch": torch_fn, "turbo:auto": turbo_fn}, forward_fns, providers=providers,
                               device=device, warmup=warmup, iters=iters, calls=calls, profile_top=profile_top)
         if progress:
             progress.advance(task)
     return rows
 
 
-def _measure_case(base: dict, fns: tuple, forward_fns: dict, *, providers: list[str] | None, device: str,
+def _measure_case(base: dict, fns: dict, forward_fns: dict, *, providers: list[str] | None, device: str,
                   warmup: int, iters: int, calls: int, profile_top: int | None) -> list[dict]:
     """The rows of one case: every provider's first call (its output, the kernels it reached),
     then all the timed calls of the case interleaved (``timing.measure_interleaved``): each
     provider's call, its forward alone (step cases), and turbo's dispatcher and kernel replays."""
     rows, outs, timed = {}, {}, {}
-    for name, fn in fns:
+    for name, fn in fns.items():
         if providers and name not in providers:
             continue
         row = rows[name] = {**base, "provider": name, "role": "baseline" if name == "torch" else "turbo"}
@@ -421,7 +421,7 @@ def _measure_case(base: dict, fns: tuple, forward_fns: dict, *, providers: list[
             if who == name and field != "us_per_call":
                 row[field] = other.median_ms * 1e3
         if name != "torch" and profile_top:
-            row.update(_profile(dict(fns)[name], device=device, calls=calls, top=profile_top))
+            row.update(_profile(fns[name], device=device, calls=calls, top=profile_top))
         row.update(status="ok", median_ms=t.median_ms, p10_ms=t.p10_ms, p90_ms=t.p90_ms, us_per_call=t.median_ms * 1e3,
                    ratio=base_t.median_ms / t.median_ms if base_t else None,
                    max_rel_err=_rel_err(outs[name], ref) if ref is not None else None)
