@@ -4,12 +4,13 @@ against the TORCH reference bit for bit (``assert_same_bits``; NaN payloads asid
 ``set_sync_debug_mode("error")``.
 
 Why these inputs: activations and weights of DeepSeek-V3 (7168), Llama-70B (8192 / 28672), Qwen3
-(4096), odd sizes and a single block, each with a NaN block and an Inf, magnitudes over six decades
-along the row; fp32 and fp16 inputs; and a block of edge cases (E2M1 midpoints and grid points at
-several scales, subnormal bf16 blocks, tiny values beside a large one, NaN of either sign and +-Inf
-beside large finite values, -0.0 and all-zero blocks) through every encoder variant the module
-switches between (``F32MUL``, ``ROW_PAIRS``, ``DEQ_ASM``, the generic kernels with ``FAST_ENABLED``
-off). The fast and pair kernels' tiles give the default tile's bits.
+(4096), odd sizes, a single block and inputs narrower than one block, each with a NaN block and an
+Inf, magnitudes over six decades along the row; fp32 and fp16 inputs; and a block of edge cases
+(E2M1 midpoints and grid points at several scales, subnormal bf16 blocks, tiny values beside a large
+one, NaN of either sign and +-Inf beside large finite values, -0.0 and all-zero blocks) through
+every encoder variant the module switches between (``F32MUL``, ``ROW_PAIRS``, ``DEQ_ASM``, the
+generic kernels with ``FAST_ENABLED`` off). The fast and pair kernels' tiles give the default tile's
+bits.
 """
 
 from __future__ import annotations
@@ -94,7 +95,10 @@ def _check_all(fp4, x, outs):
 #: id -> (M, N, input dtype)
 SHAPES = {"dsv3-act": (16384, 7168, torch.bfloat16), "llama70b-w": (8192, 28672, torch.bfloat16),
           "qwen3-act": (32768, 4096, torch.bfloat16), "odd": (777, 1000, torch.bfloat16), "tiny": (1, 32, torch.bfloat16),
-          "odd-fp32": (100, 300, torch.float32), "odd-fp16": (300, 100, torch.float16)}
+          "odd-fp32": (100, 300, torch.float32), "odd-fp16": (300, 100, torch.float16),
+          # narrower than one 32-wide block: a col-wise pair-kernel tile would hold under two pairs a
+          # thread, so the launcher takes the generic kernel
+          "one": (1, 1, torch.bfloat16), "narrow": (45, 7, torch.bfloat16), "narrow-31": (200, 31, torch.bfloat16)}
 #: encoder variants: module flags of ``turbo_triton.quantization.fp4``
 VARIANTS = {"default": {}, "row-pairs": {"ROW_PAIRS": True}, "f32mul": {"F32MUL": True}, "no-ptx-decode": {"DEQ_ASM": False},
             "generic": {"FAST_ENABLED": False}}

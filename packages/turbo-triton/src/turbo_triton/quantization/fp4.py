@@ -145,13 +145,14 @@ def quantize_fp4(args: QuantizeFp4Args, tile: Tile | None = None):
     m_ext, n_ext = (m, pad) if row else (pad, n)
     two_d = args.recipe.use_2d_block
     gm, gn = ((BS if two_d else 1), BS) if row else (BS, (BS if two_d else 1))
-    pairs = _pairs(x3) and (not row or ROW_PAIRS) and (tile is None or _pairs_ok(tile, row))
+    pairs = _pairs(x3) and (not row or ROW_PAIRS)
+    if pairs and tile is None:  # a narrow extent (N < 32 col-wise) gets a tile the pair encoder cannot take
+        pick = _pairs_tile(m_ext, n_ext, gn, COL_TILE) if not row else _fast_tile(m_ext, n_ext, gm, gn, row)
+        pairs, tile = (True, pick) if _pairs_ok(pick, row) else (False, None)
+    pairs = pairs and _pairs_ok(tile, row)
     fast = not pairs and _fast(x3, row, m) and (tile is None or tile.block_m * tile.block_n >= 256 * tile.num_warps)
     if tile is None:
-        if pairs:
-            tile = _pairs_tile(m_ext, n_ext, gn, COL_TILE) if not row else _fast_tile(m_ext, n_ext, gm, gn, row)
-        else:
-            tile = _fast_tile(m_ext, n_ext, gm, gn, row) if fast else common.pick_mx(m_ext, n_ext, gm, gn)
+        tile = _fast_tile(m_ext, n_ext, gm, gn, row) if fast else common.pick_mx(m_ext, n_ext, gm, gn)
     common.check_tile(tile, gm, gn)
     rows_out = data_shape[-2]
     xa, x_bits = (x3.view(torch.int16), True) if pairs else common.x_arg(x3)
@@ -179,8 +180,12 @@ def quantize_fp4_with_trans(args: QuantizeFp4WithTransArgs, tile: Tile | None = 
     x3 = x if nd == 3 else x.unsqueeze(0)
     b, m, n = x3.shape
     m_pad, n_pad = col_data[-1] * 2, row_data[-1] * 2
-    pairs = _pairs(x3) and (tile is None or _pairs_ok(tile))
-    tile = tile or (_pairs_tile(m_pad, n_pad, BS, TRANS_TILE) if pairs else common.pick_mx(m_pad, n_pad, BS, BS))
+    pairs = _pairs(x3)
+    if pairs and tile is None:
+        pick = _pairs_tile(m_pad, n_pad, BS, TRANS_TILE)
+        pairs, tile = (True, pick) if _pairs_ok(pick) else (False, None)
+    pairs = pairs and _pairs_ok(tile)
+    tile = tile or common.pick_mx(m_pad, n_pad, BS, BS)
     common.check_tile(tile, BS, BS)
     xa, x_bits = (x3.view(torch.int16), True) if pairs else common.x_arg(x3)
     fast_kernel(kern.fp4_with_trans_kernel)[common.grid(b, m_pad, n_pad, tile)](

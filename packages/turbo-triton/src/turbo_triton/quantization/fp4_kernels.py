@@ -349,6 +349,7 @@ def quant_fp4_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, 
     two tensors, right in any layout: col-wise the tile is loaded as its even and odd rows
     (``_pairs_col``), row-wise the pairs are split off the last dim (``_pairs_row``)."""
     b, tm, tn, rows, cols = tile_of(tl.program_id(0), M_EXT, N_EXT, BM, BN)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
     if PAIRS and not ROW:
         p0 = tm.to(tl.int64) * (BM // 2)
         r0 = 2 * (p0 + tl.arange(0, BM // 2))
@@ -357,24 +358,21 @@ def quant_fp4_kernel(x_ptr, q_ptr, s_ptr, M, N, M_EXT, N_EXT, sx_b, sx_m, sx_n, 
         xo = tl.load(ptrs + sx_m, mask=(r0 + 1 < M)[:, None] & (cols < N)[None, :], other=0)
         _pairs_col(xe, xo, _pair_rows_amax(xe, xo, BM // 2, BN), p0, cols, M_EXT, N_EXT, q_ptr + b * sq_b, sq_r,
                    s_ptr + b * ss_b, ss_r, BM // 2, BN, GN, ASM, F32MUL)
-        return
-    mask = (rows < M)[:, None] & (cols < N)[None, :]
-    if PAIRS:
+    elif PAIRS:
         xb = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask=mask, other=0)
         amax = _row_amax(xb, BM, BN)
         if GM > 1:
             amax = expand(tl.max(tl.reshape(amax, (BM // GM, GM, BN // 32)), axis=1), BM, BN // 32, GM, 1)
         _pairs_row(xb, amax, rows, tn.to(tl.int64) * BN, M_EXT, N_EXT, q_ptr + b * sq_b, sq_r, s_ptr + b * ss_b,
                    ss_r, BM, BN, ASM, F32MUL)
-        return
-    if FAST and ROW:
+    elif FAST and ROW:
         xb = tl.load(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask=mask, other=0.0)
         _fp4_fast_part(xb, rows, tn.to(tl.int64) * BN, M_EXT, N_EXT, q_ptr + b * sq_b, sq_r, s_ptr + b * ss_b,
                        ss_r, BM, BN, GM, F32MUL)
-        return
-    x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
-    _fp4_part(x, abs_bits(x), b, tm, tn, rows, cols, M_EXT, N_EXT, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
-              BM, BN, GM, GN, ROW)
+    else:
+        x = load_f32(x_ptr + b * sx_b + rows[:, None] * sx_m + cols[None, :] * sx_n, mask, X_BITS)
+        _fp4_part(x, abs_bits(x), b, tm, tn, rows, cols, M_EXT, N_EXT, q_ptr, sq_b, sq_r, s_ptr, ss_b, ss_r,
+                  BM, BN, GM, GN, ROW)
 
 
 @triton.jit
