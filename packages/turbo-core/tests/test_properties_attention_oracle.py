@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from turbo_core.testing.properties import attention as props
-from turbo_core.testing.properties.harness import Target
+from turbo_core.testing.properties.harness import Target, backward_with_given_out
 
 ONE_KEY_AND_A_SINK = props.AttnCase(batch=3, lens_q=(3,), lens_k=(3,), extra=0, h_kv=3, ratio=3, d_qk=2, d_v=2,
                                     causal=True, window=(0, -1), sink=True, scale=None, deterministic=False,
@@ -47,7 +47,7 @@ def test_the_oracle_equals_the_contract_written_out():
     q, k, v, sink, dout = props._inputs(case)
     out64, lse64, (q64, k64, v64, sink64) = props._reference(case, q, k, v, sink)
     out = out64.detach().to(case.dtype)
-    props._contract_backward(out64, lse64, out, dout)
+    backward_with_given_out(out64, lse64, out, dout, lse_transposed=True)
     want = _contract_grads(q[0].double(), k[0].double(), v[0].double(), sink.double(), dout[0].double(),
                            out[0].double(), case.d_qk ** -0.5)
     for got, expected in zip((q64.grad[0], k64.grad[0], v64.grad[0], sink64.grad), want, strict=True):

@@ -58,3 +58,34 @@ def test_the_quantizer_oracle_takes_empty_tensors(shape, gran, axis, bs):
     _check_fp32_scaled(x, q, s, torch.float8_e4m3fn, gran, axis, bs)
     if gran == "ROWWISE":  # a row with no elements has amax 0: the all-zero scale
         assert s.shape == (3, 1) and math.isclose(float(s[0, 0]), 1e-12 / 448, rel_tol=1e-6)
+
+
+def test_sparse_mla_bwd_takes_delta_from_the_out_it_is_given():
+    # The spec's delta = rowsum(dout * out) is of the ``out`` argument (rounded to the input dtype in
+    # training), as every flash backward computes it; TORCH took it from the recomputed P (the exact
+    # out), so it disagreed with TRITON wherever P is near one and dP - delta cancels. Checked against
+    # the contract written out in float64 with an ``out`` moved off the forward's.
+    from turbo_core.dispatch.specs.sparse_mla import SparseMlaBwdArgs, SparseMlaFwdArgs
+
+    g = torch.Generator().manual_seed(3)
+    t, h, n, d, rank, scale = 4, 2, 5, 6, 4, 0.5
+    q, kv = torch.randn(t, h, d, generator=g), torch.randn(n, d, generator=g)
+    idx = torch.tensor([[0, 1], [2, -1], [4, 3], [1, 1]], dtype=torch.int32)
+    dout = torch.randn(t, h, rank, generator=g)
+    with use_backend("TORCH"):
+        out, lse = call("sparse_mla_fwd", SparseMlaFwdArgs(q, kv, idx, None, rank, scale))
+        given = out + 0.05 * torch.randn(out.shape, generator=g)
+        dq, dkv, _ = call("sparse_mla_bwd", SparseMlaBwdArgs(dout, q, kv, given, lse, idx, None, rank, scale))
+    q64, kv64, do64 = q.double(), kv.double(), dout.double()
+    valid = idx >= 0
+    keys = kv64[idx.clamp_min(0).long()]  # [t, 2, d]
+    s = torch.einsum("thd,tkd->thk", q64, keys) * scale
+    s = s.masked_fill(~valid[:, None, :], float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    dp = torch.einsum("thr,tkr->thk", do64, keys[..., :rank])
+    delta = (do64 * given.double()).sum(-1, keepdim=True)
+    ds = torch.where(valid[:, None, :], p * (dp - delta), torch.zeros_like(p))
+    torch.testing.assert_close(dq.double(), torch.einsum("thk,tkd->thd", ds, keys) * scale, rtol=1e-5, atol=1e-5)
+    # the exact out's delta gives another dq: the test tells the two apart
+    ds_exact = torch.where(valid[:, None, :], p * (dp - (p * dp).sum(-1, keepdim=True)), torch.zeros_like(p))
+    assert not torch.allclose(dq.double(), torch.einsum("thk,tkd->thd", ds_exact, keys) * scale, atol=1e-3)

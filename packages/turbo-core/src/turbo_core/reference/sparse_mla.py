@@ -93,6 +93,7 @@ def sparse_mla_bwd(args: SparseMlaBwdArgs):
     q = args.q.to(ct)
     kv = kv_rows(args.kv).to(ct)
     dout = args.dout.to(ct)
+    out = args.out.to(ct)
     lse = args.lse.to(ct)
     idx = args.topk_indices
     rank, scale = args.kv_lora_rank, args.softmax_scale
@@ -110,7 +111,7 @@ def sparse_mla_bwd(args: SparseMlaBwdArgs):
         do = dout[r0:r1]
         dp = torch.einsum("nhd,nkd->nhk", do, keys[..., :rank])
         vis = valid[:, None, :]
-        delta = torch.where(vis, p * dp, zero).sum(-1, keepdim=True)  # = rowsum(dout * out)
+        delta = (do * out[r0:r1]).sum(-1, keepdim=True)  # the spec's rowsum(dout * out), of the given out
         ds = torch.where(vis, p * (dp - delta), zero)
         dq[r0:r1] = torch.einsum("nhk,nkd->nhd", ds, keys) * scale
         contrib = torch.einsum("nhk,nhd->nkd", ds, q[r0:r1]) * scale

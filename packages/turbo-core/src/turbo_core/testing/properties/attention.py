@@ -29,7 +29,7 @@ from turbo_core.dispatch.specs.attention import (
 )
 from turbo_core.testing.cases.attention import FP8_ATTENTION_SNR_DB, _randn, _visible
 from turbo_core.testing.numerics import assert_close_normwise, snr_db
-from turbo_core.testing.properties.harness import Property, Target, close, f64
+from turbo_core.testing.properties.harness import Property, Target, backward_with_given_out, close, f64
 from turbo_core.testing.properties.strategies import FLOAT_DTYPES, dims, generator, offsets, seeds
 
 __all__ = ["PROPERTIES"]
@@ -198,26 +198,11 @@ def _check_fwd(c: AttnCase, target: Target) -> None:
     close(lse, lse64.detach(), c.dtype, "attention_fwd: lse")
 
 
-def _contract_backward(out64, lse64, out: torch.Tensor, dout: torch.Tensor) -> None:
-    """float64 gradients of ``(out64 * dout).sum()`` into the leaves, with attention_bwd's ``D =
-    rowsum(dout * out)`` taken from the ``out`` the primitive is given (rounded to the input dtype)
-    rather than from the exact ``out64``: ``dS = P * (dP - D)``. Where P is close to one (a row that
-    sees one key beside a sink) ``dP - D`` cancels, and out's rounding moves the gradients by more than
-    the dtype's tolerance; that is the contract's answer, so the oracle gives it too. Since ``d lse /
-    d s = P`` (the sink's probability for the sink), adding ``-(D_given - D_exact) * lse`` to the loss
-    adds exactly ``-P * (D_given - D_exact)`` to dS and to dsink. Rows that see nothing (lse -inf)
-    have P = 0 and take no part."""
-    d64 = dout.double()
-    shift = ((d64 * out.double()).sum(-1) - (d64 * out64.detach()).sum(-1)).transpose(-1, -2)  # lse's layout
-    lse_part = torch.where(lse64.isfinite(), lse64, torch.zeros_like(lse64))
-    ((out64 * d64).sum() - (shift * lse_part).sum()).backward()
-
-
 def _check_bwd(c: AttnCase, target: Target) -> None:
     q, k, v, sink, dout = _inputs(c)
     out64, lse64, (q64, k64, v64, s64) = _reference(c, q, k, v, sink)
     out, lse = out64.detach().to(c.dtype), lse64.detach().float()
-    _contract_backward(out64, lse64, out, dout)
+    backward_with_given_out(out64, lse64, out, dout, lse_transposed=True)
     put = target.put
     args = AttentionBwdArgs(put(dout), put(q), put(k), put(v), put(out), put(lse), sink=put(sink),
                             **_varlen_fields(c, target), **_flags(c))

@@ -26,7 +26,7 @@ from turbo_core.dispatch.manager import use_backend
 from turbo_core.testing.case import host_copy
 from turbo_core.testing.numerics import assert_close_to_reference
 
-__all__ = ["Declined", "Property", "Target", "close", "exact", "f64", "overflowed", "same_bits"]
+__all__ = ["Declined", "Property", "Target", "backward_with_given_out", "close", "exact", "f64", "overflowed", "same_bits"]
 
 
 class Declined(Exception):
@@ -131,3 +131,23 @@ def same_bits(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
                              f"{tuple(expected.shape)}")
     if not torch.equal(_bits(actual), _bits(expected)):
         raise AssertionError(f"{what}: the bytes differ")
+
+
+def backward_with_given_out(out64: torch.Tensor, lse64: torch.Tensor, out: torch.Tensor, dout: torch.Tensor, *,
+                            lse_transposed: bool = False) -> None:
+    """float64 gradients of ``(out64 * dout).sum()`` into the leaves of an attention's exact output
+    ``out64 [..., rows, heads, d_v]``, with the backward's ``D = rowsum(dout * out)`` taken from the
+    ``out`` the primitive is given (rounded to the input dtype) rather than from ``out64``:
+    ``dS = P * (dP - D)``, as the attention and sparse MLA specs define it. Where P is close to one
+    (a row that sees one key beside a sink, or two keys) ``dP - D`` cancels, and out's rounding moves
+    the gradients by more than the dtype's tolerance; that is the contract's answer, so the oracle
+    gives it too. Since ``d lse / d s = P`` (the sink's probability for the sink), adding
+    ``-(D_given - D_exact) * lse`` to the loss adds exactly ``-P * (D_given - D_exact)`` to dS and
+    to dsink. Rows that see nothing (lse -inf) have P = 0 and take no part. ``lse64`` is
+    ``[..., rows, heads]``, or ``[..., heads, rows]`` with ``lse_transposed``."""
+    d64 = dout.double()
+    shift = (d64 * out.double()).sum(-1) - (d64 * out64.detach()).sum(-1)
+    if lse_transposed:
+        shift = shift.transpose(-1, -2)
+    lse_part = torch.where(lse64.isfinite(), lse64, torch.zeros_like(lse64))
+    ((out64 * d64).sum() - (shift * lse_part).sum()).backward()

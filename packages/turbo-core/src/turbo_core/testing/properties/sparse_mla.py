@@ -1,7 +1,8 @@
 """Properties of ``sparse_mla_fwd`` / ``sparse_mla_bwd`` against float64 math (the conformance kit's
 dense formulation, ``turbo_core.testing.cases.sparse_mla.reference``) and the conformance gates: out
 and lse at the input dtype's tolerance; gradients at it (fp32) or at the normwise gate (bf16/fp16,
-whose kernels round P and dS to the input dtype).
+whose kernels round P and dS to the input dtype), with the spec's ``delta = rowsum(dout * out)``
+taken from the ``out`` the backward is given (``harness.backward_with_given_out``).
 
 Drawn: tokens, rows of kv and top-k slots from 0; 1-5 heads; head dims from 1 with any
 ``kv_lora_rank`` in ``[1, d_qk]`` (no rope part at ``kv_lora_rank = d_qk``); index entries in
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from turbo_core.dispatch.specs.sparse_mla import SparseMlaBwdArgs, SparseMlaFwdArgs
 from turbo_core.testing.cases.sparse_mla import reference
 from turbo_core.testing.numerics import assert_close_normwise
-from turbo_core.testing.properties.harness import Property, Target, close
+from turbo_core.testing.properties.harness import Property, Target, backward_with_given_out, close
 from turbo_core.testing.properties.strategies import FLOAT_DTYPES, dims, generator, seeds
 
 __all__ = ["PROPERTIES"]
@@ -119,8 +120,8 @@ def _grad(dtype, what: str, got, want) -> None:
 def _check_bwd(c: SparseMlaCase, target: Target) -> None:
     q, kv, idx, sink, dout = _inputs(c)
     out64, lse64, (q64, kv64, s64) = _reference(c, q, kv, idx, sink)
-    out64.backward(dout.double())
     out, lse = out64.detach().to(c.dtype), lse64.detach().float()
+    backward_with_given_out(out64, lse64, out, dout)
     qa, kva, idxa, sinka = _args(c, target, q, kv, idx, sink)
     put = target.put
     dq, dkv, dsink = target.call(SparseMlaBwdArgs(put(dout), qa, kva, put(out), put(lse), idxa, sinka,
