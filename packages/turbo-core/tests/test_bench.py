@@ -311,9 +311,9 @@ def test_host_profile_top_ranks_the_functions_a_turbo_call_spends_its_time_in(tm
     assert "--profile-top: expected a count >= 1, got 0" in capsys.readouterr().err
 
 
-def test_profile_top_belongs_to_the_host_suite(capsys):
+def test_profile_top_belongs_to_the_host_and_train_suites(capsys):
     assert main(["bench", "norm", "--quick", "--profile-top", "3"]) == 2
-    assert "--profile-top applies to host, not to norm" in capsys.readouterr().err
+    assert "--profile-top applies to host, train, not to norm" in capsys.readouterr().err
 
 
 def test_quick_linear_fp8_suite_times_a_training_step_per_recipe(tmp_path):

@@ -493,3 +493,33 @@ def test_bf16_wgrad_provider_keeps_fp8_forward_and_bf16_expert_wgrads():
     r = rows[-1]
     assert r["provider"] == "turbo:fp8-rowwise+bf16-wgrad" and r["status"] == "ok", r
     assert r["loss"] < r["init_loss"] and abs(r["loss_diff"]) <= FP8_LOSS_RTOL * r["torch_loss"], r
+
+
+# -- --profile-top: one profiled step per provider -------------------------------------------------------
+
+def test_profile_top_records_where_a_step_spends_its_time(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    out = tmp_path / "train.json"
+    assert main(["bench", "train", "--quick", "--models", "llama3.1-8b", "--providers", "torch", "turbo:bf16",
+                 "--profile-top", "4", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["profile_clock"] == "own CPU time per operator"
+        entries = r["profile"]
+        assert 1 <= len(entries) <= 4
+        ms = [e[1] for e in entries]
+        assert ms == sorted(ms, reverse=True) and ms[-1] > 0
+        assert all(isinstance(e[0], str) and e[2] >= 1 for e in entries)
+        assert r["profile_total_ms"] >= sum(ms) - 1e-3
+    # the turbo decoder's step spends its time in turbo's ops; plain PyTorch's in aten's
+    assert any(e[0].startswith("turbo::") for e in rows[1]["profile"]), rows[1]["profile"]
+    assert not any(e[0].startswith("turbo::") for e in rows[0]["profile"]), rows[0]["profile"]
+    printed = capsys.readouterr()
+    assert "one step's own CPU time per operator" in printed.out + printed.err
+
+
+def test_profile_top_is_checked_before_any_model_is_built():
+    with pytest.raises(ValueError, match=r"^--profile-top: expected a count >= 1, got 0$"):
+        train.run(quick=True, tokens=None, models=None, providers=None, include_reference=False, warmup=0, iters=1,
+                  device="cpu", profile_top=0)

@@ -51,7 +51,13 @@ from rich.table import Table
 
 from turbo_core.bench.hf_models import HF_MODELS, QUICK_HF_MODELS, HFTrainModel
 from turbo_core.bench.suites.train import LOSS_STEPS, LR, QUICK_LOSS_STEPS, SEED, WEIGHT_DECAY, _gib, _x
-from turbo_core.bench.train_loop import accumulation_fields, check_micro_batches, loss_run_and_time, step_fn
+from turbo_core.bench.train_loop import (
+    accumulation_fields,
+    check_micro_batches,
+    loss_run_and_time,
+    print_profiles,
+    step_fn,
+)
 from turbo_core.demo.data import SparseMarkovData
 from turbo_core.demo.model import fp8_recipe
 
@@ -164,7 +170,7 @@ def _free(device: str) -> None:
 
 
 def _measure(provider: str, model: HFTrainModel, state: dict, batches: list, *, warmup: int, iters: int,
-             device: str, micro_batches: int = 1) -> dict:
+             device: str, micro_batches: int = 1, profile_top: int | None = None) -> dict:
     """One provider: the loss run, then the timed steps (:func:`turbo_core.bench.train_loop.loss_run_and_time`,
     ``micro_batches`` a step). Exceptions become the status."""
     try:
@@ -175,7 +181,8 @@ def _measure(provider: str, model: HFTrainModel, state: dict, batches: list, *, 
             return _loss(net, ids)
 
         out = loss_run_and_time(loss_of, step_fn(loss_of, opt), batches, micro_batches=micro_batches,
-                                tokens=model.tokens, timed=True, warmup=warmup, iters=iters, device=device)
+                                tokens=model.tokens, timed=True, warmup=warmup, iters=iters, device=device,
+                                profile_top=profile_top)
         return {"status": "ok", **out, "note": note}
     except ImportError as exc:
         return {"status": f"skipped: {str(exc)[:300]}"}
@@ -217,9 +224,10 @@ def _models(quick: bool, models: list[str] | None, tokens: int | None) -> list[H
 
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
         include_reference: bool, warmup: int, iters: int, device: str, progress=None,
-        micro_batches: int = 1) -> list[dict]:
+        micro_batches: int = 1, profile_top: int | None = None) -> list[dict]:
     """Every model x provider (``include_reference`` is unused: every provider is a whole model);
-    ``micro_batches`` forward + backward passes per optimizer step.
+    ``micro_batches`` forward + backward passes per optimizer step; ``profile_top``: each timed
+    provider's row also gets one profiled step (:func:`turbo_core.bench.train_loop.profile_step`).
 
     Raises:
         ValueError: an unknown model or provider name, or ``micro_batches`` below 1 (before any model
@@ -227,6 +235,8 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         ImportError: transformers is not installed.
     """
     check_micro_batches(micro_batches)
+    if profile_top is not None and profile_top < 1:
+        raise ValueError(f"--profile-top: expected a count >= 1, got {profile_top}")
     chosen = _models(quick, models, tokens)
     unknown = [p for p in providers or () if p not in HF_PROVIDERS]
     if unknown:
@@ -245,7 +255,8 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         batches = _data(model, cfg.vocab_size, loss_steps * micro_batches, device)
         base = {**_fields(model, cfg, micro_batches), "params": sum(v.numel() for v in state.values()),
                 "loss_steps": loss_steps}
-        timing_args = {"warmup": warmup, "iters": iters, "device": device, "micro_batches": micro_batches}
+        timing_args = {"warmup": warmup, "iters": iters, "device": device, "micro_batches": micro_batches,
+                       "profile_top": profile_top}
         ref = _measure(BASELINE, model, state, batches, **timing_args)
         _free(device)
         if progress:
@@ -304,3 +315,4 @@ def print_table(rows: list[dict], console) -> None:
                           f"{r['tokens_per_s']:.0f}", _gib(r.get("peak_bytes")), loss, diff, _x(r.get("ratio")),
                           _x(r.get("bf16_ratio")))
         console.print(table)
+    print_profiles(rows, console)

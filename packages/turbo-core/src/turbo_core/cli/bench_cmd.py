@@ -28,7 +28,7 @@ RANK_SUITES = ("moe-dispatch", "async-tp", "cp-attention")
 #: The suites that take each option (for the error naming an option a suite lacks).
 OPTION_SUITES = {"granularities": FP8_SUITES, "fp8_format": FP8_SUITES,
                  "passes": (*FP8_SUITES, "attention", "cp-attention"), "operands": ("gemm-fp8",),
-                 "profile_top": ("host",), "world": RANK_SUITES, "micro_batches": ("train",)}
+                 "profile_top": ("host", "train"), "world": RANK_SUITES, "micro_batches": ("train",)}
 #: ``--passes`` choices: GEMM passes (FP8 suites) and attention passes.
 GEMM_PASSES = ("fwd", "dgrad", "wgrad")
 #: Defaults shared with :mod:`turbo_core.bench.dataset` and :mod:`turbo_core.bench.markdown` (kept
@@ -108,7 +108,8 @@ def add_parser(sub) -> None:
                     "need K-major operands time their re-layout) or the baseline's K-major tensors (GEMM alone)")
     _option(p, "--profile-top", type=int, metavar="N",
                help="host: also profile each turbo call with cProfile and record its N functions of most own "
-                    "time (rows' host_profile: function, us per call under the profiler)")
+                    "time (rows' host_profile: function, us per call under the profiler); train: one more step "
+                    "of each provider under torch.profiler, its N kernels of most device time (rows' profile)")
     _option(p, "--micro-batches", type=int, metavar="N",
                help="train: N forward + backward passes (gradient accumulation) before each optimizer step, every "
                     "timed step and loss-run step alike (default 1: one micro-batch a step)")

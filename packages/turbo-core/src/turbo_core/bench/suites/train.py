@@ -75,7 +75,13 @@ import torch
 import torch.nn.functional as F
 from rich.table import Table
 
-from turbo_core.bench.train_loop import accumulation_fields, check_micro_batches, loss_run_and_time, step_fn
+from turbo_core.bench.train_loop import (
+    accumulation_fields,
+    check_micro_batches,
+    loss_run_and_time,
+    print_profiles,
+    step_fn,
+)
 from turbo_core.bench.train_models import MODELS, QUICK_MODELS, TrainModel
 from turbo_core.demo.data import SparseMarkovData
 from turbo_core.demo.model import TurboDecoder, fp8_recipe
@@ -196,7 +202,7 @@ def _init_state(model: TrainModel, device: str) -> dict[str, torch.Tensor]:
 
 
 def _measure(provider: str, model: TrainModel, state: dict, batches: list[Batch], *, timed: bool, warmup: int,
-             iters: int, device: str, micro_batches: int = 1) -> dict:
+             iters: int, device: str, micro_batches: int = 1, profile_top: int | None = None) -> dict:
     """One provider: the loss run (``micro_batches`` of ``batches`` a step, the last batch held out),
     then (``timed``) the timed steps, each over the first ``micro_batches`` batches. Exceptions
     become the status."""
@@ -209,7 +215,8 @@ def _measure(provider: str, model: TrainModel, state: dict, batches: list[Batch]
             return _loss(net, *batch, fused)
 
         out = loss_run_and_time(loss_of, step_fn(loss_of, opt), batches, micro_batches=micro_batches,
-                                tokens=model.tokens, timed=timed, warmup=warmup, iters=iters, device=device)
+                                tokens=model.tokens, timed=timed, warmup=warmup, iters=iters, device=device,
+                                profile_top=profile_top)
         return {"status": "ok", **out}
     except ImportError as exc:
         return {"status": f"skipped: {type(exc).__name__}: {str(exc)[:300]}"}
@@ -284,15 +291,18 @@ def _models(quick: bool, models: list[str] | None, tokens: int | None) -> list[T
 
 def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers: list[str] | None,
         include_reference: bool, warmup: int, iters: int, device: str, progress=None,
-        micro_batches: int = 1) -> list[dict]:
+        micro_batches: int = 1, profile_top: int | None = None) -> list[dict]:
     """Every model x provider (``include_reference`` is unused: every provider here is a whole model);
-    ``micro_batches`` forward + backward passes per optimizer step.
+    ``micro_batches`` forward + backward passes per optimizer step; ``profile_top``: each timed
+    provider's row also gets one profiled step (:func:`turbo_core.bench.train_loop.profile_step`).
 
     Raises:
         ValueError: an unknown model or provider name, or ``micro_batches`` below 1 (before any model
             is built).
     """
     check_micro_batches(micro_batches)
+    if profile_top is not None and profile_top < 1:
+        raise ValueError(f"--profile-top: expected a count >= 1, got {profile_top}")
     chosen = _models(quick, models, tokens)
     unknown = [p for p in providers or () if p not in PROVIDERS]
     if unknown:
@@ -307,8 +317,9 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         _free(device, compiled=False)
         batches = _data(model, loss_steps * micro_batches, device)
         base = {**_fields(model, micro_batches), "params": _param_count(state), "loss_steps": loss_steps}
-        ref = _measure("torch", model, state, batches, timed="torch" in names, warmup=warmup, iters=iters,
-                       device=device, micro_batches=micro_batches)
+        timing_args = {"warmup": warmup, "iters": iters, "device": device, "micro_batches": micro_batches,
+                       "profile_top": profile_top}
+        ref = _measure("torch", model, state, batches, timed="torch" in names, **timing_args)
         _free(device, compiled=False)
         if progress:
             progress.advance(task)
@@ -323,8 +334,7 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
                 results[name] = {"status": f"skipped: {model.name} has no experts (the provider is "
                                            f"{name.removesuffix(HP_WGRAD)} there)"}
             else:
-                results[name] = _measure(name, model, state, batches, timed=True, warmup=warmup, iters=iters,
-                                         device=device, micro_batches=micro_batches)
+                results[name] = _measure(name, model, state, batches, timed=True, **timing_args)
                 _free(device, compiled=name.endswith("compile"))
             if progress:
                 progress.advance(task)
@@ -377,3 +387,4 @@ def print_table(rows: list[dict], console) -> None:
                           f"{r['tokens_per_s']:.0f}" if timed else "-", _gib(r.get("peak_bytes")), loss, diff,
                           _x(r.get("ratio")), _x(r.get("bf16_ratio")))
         console.print(table)
+    print_profiles(rows, console)
