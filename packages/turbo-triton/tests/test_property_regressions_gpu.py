@@ -40,7 +40,7 @@ CASES = {
         quantization.GroupedQuantCase(lens=(0,), extra=0, n=1, granularity="MX_BLOCKWISE", rowwise=False,
                                       block_size=32, dtype=FP8, in_dtype=torch.float32, index_dtype=torch.int64,
                                       kind="normal", layout="contiguous", seed=0)),
-    # MXFP4 col-wise of a 1 x 1 input: the pair kernel's tile cannot hold two pairs a thread
+    # MXFP4 col-wise of a 1 x 1 input: a pair-kernel tile of one column cannot hold two pairs a thread
     "quantize_fp4 col 1x1": (
         "quantize_fp4", quantization._check_quantize_fp4,
         quantization.Fp4Case(shape=(1, 1), axis=-2, two_d=(False, False), sr=False, in_dtype=torch.bfloat16,

@@ -358,3 +358,33 @@ def test_can_handle_reasons():
                                                                 FLOAT4_E2M1FN_X2, -1))
     t = QuantizeFp4WithTransArgs(x, FLOAT4_E2M1FN_X2, recipe_for_trans=ScalingRecipe(use_sr=True))
     assert "stochastic" in fp4.can_handle_with_trans(t)
+
+
+@pytest.mark.parametrize("shape, axis, pairs", [((1, 1), -2, False), ((5, 2), -2, False), ((45, 7), -2, True),
+                                                ((200, 31), -2, True), ((3, 100), -2, True)])
+def test_pair_kernels_only_where_their_tile_holds_two_pairs_a_thread(monkeypatch, shape, axis, pairs):
+    # col-wise, the pair kernel's tile is at most the padded M (128 here) by the input's N: at N <= 2
+    # it cannot hold two pairs a thread (fp4._pairs_ok), and such inputs take the generic kernel,
+    # with the reference's bits
+    seen = []
+    real = fp4.fast_kernel
+
+    def spy(fn):
+        launcher = real(fn)
+
+        class Spy:
+            def __getitem__(self, grid):
+                def launch(*args, **kwargs):
+                    seen.append(kwargs["PAIRS"])
+                    return launcher[grid](*args, **kwargs)
+                return launch
+        return Spy()
+
+    monkeypatch.setattr(fp4, "fast_kernel", spy)
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    args = QuantizeFp4Args(x, FLOAT4_E2M1FN_X2, axis)
+    got = fp4.quantize_fp4(args)
+    assert seen == [pairs]
+    want = ref.quantize_fp4(args)
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g.view(torch.uint8), w.view(torch.uint8))

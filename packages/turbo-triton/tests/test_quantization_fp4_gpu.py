@@ -96,8 +96,8 @@ def _check_all(fp4, x, outs):
 SHAPES = {"dsv3-act": (16384, 7168, torch.bfloat16), "llama70b-w": (8192, 28672, torch.bfloat16),
           "qwen3-act": (32768, 4096, torch.bfloat16), "odd": (777, 1000, torch.bfloat16), "tiny": (1, 32, torch.bfloat16),
           "odd-fp32": (100, 300, torch.float32), "odd-fp16": (300, 100, torch.float16),
-          # narrower than one 32-wide block: a col-wise pair-kernel tile would hold under two pairs a
-          # thread, so the launcher takes the generic kernel
+          # narrower than one 32-wide block: col-wise pair-kernel tiles of 8 and 32 columns, and at 1 x 1
+          # the generic kernel (a pair tile of one column would hold under two pairs a thread)
           "one": (1, 1, torch.bfloat16), "narrow": (45, 7, torch.bfloat16), "narrow-31": (200, 31, torch.bfloat16)}
 #: encoder variants: module flags of ``turbo_triton.quantization.fp4``
 VARIANTS = {"default": {}, "row-pairs": {"ROW_PAIRS": True}, "f32mul": {"F32MUL": True}, "no-ptx-decode": {"DEQ_ASM": False},
