@@ -146,7 +146,7 @@ def quantize_fp4(args: QuantizeFp4Args, tile: Tile | None = None):
     two_d = args.recipe.use_2d_block
     gm, gn = ((BS if two_d else 1), BS) if row else (BS, (BS if two_d else 1))
     pairs = _pairs(x3) and (not row or ROW_PAIRS)
-    if pairs and tile is None:  # a narrow extent (N < 32 col-wise) gets a tile the pair encoder cannot take
+    if pairs and tile is None:  # a narrow extent (one or two columns col-wise) picks a tile too small for pairs
         pick = _pairs_tile(m_ext, n_ext, gn, COL_TILE) if not row else _fast_tile(m_ext, n_ext, gm, gn, row)
         pairs, tile = (True, pick) if _pairs_ok(pick, row) else (False, None)
     pairs = pairs and _pairs_ok(tile, row)
