@@ -3,8 +3,9 @@ each checked on its own with the property's own oracle, repeated, and with the l
 poisoned (``poisoned_empty``: an element no program writes shows up). Run with
 ``TRITON_INTERPRET=0 pytest --turbo-only=gpu``; ``gpu_support`` says why.
 
-Each case is the exact example hypothesis reported; the same cases under the CPU interpreter pass
-(``test_property_regressions.py`` in turbo-core holds the ones that concern the reference)."""
+Each case is the exact example hypothesis reported. The same cases run under the CPU interpreter in
+``test_property_regressions_triton.py`` (turbo-core's ``test_property_regressions.py`` holds the ones
+that concern the reference)."""
 
 from __future__ import annotations
 
