@@ -54,6 +54,7 @@ from turbo_core.bench.suites.train import LOSS_STEPS, LR, QUICK_LOSS_STEPS, SEED
 from turbo_core.bench.train_loop import (
     accumulation_fields,
     check_micro_batches,
+    check_profile_top,
     loss_run_and_time,
     print_profiles,
     step_fn,
@@ -235,8 +236,7 @@ def run(*, quick: bool, tokens: int | None, models: list[str] | None, providers:
         ImportError: transformers is not installed.
     """
     check_micro_batches(micro_batches)
-    if profile_top is not None and profile_top < 1:
-        raise ValueError(f"--profile-top: expected a count >= 1, got {profile_top}")
+    check_profile_top(profile_top)
     chosen = _models(quick, models, tokens)
     unknown = [p for p in providers or () if p not in HF_PROVIDERS]
     if unknown:

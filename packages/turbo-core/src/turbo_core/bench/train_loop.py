@@ -20,7 +20,8 @@ import torch
 
 from turbo_core import timing
 
-__all__ = ["accumulation_fields", "check_micro_batches", "loss_run_and_time", "print_profiles", "profile_step", "step_fn"]
+__all__ = ["accumulation_fields", "check_micro_batches", "check_profile_top", "loss_run_and_time", "print_profiles",
+           "profile_step", "step_fn"]
 
 
 def check_micro_batches(micro_batches: object) -> int:
@@ -28,6 +29,12 @@ def check_micro_batches(micro_batches: object) -> int:
     if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
         raise ValueError(f"micro_batches: expected an int >= 1, got {micro_batches!r}")
     return micro_batches
+
+
+def check_profile_top(profile_top: object) -> None:
+    """``ValueError`` naming ``--profile-top`` unless it is None or a count >= 1."""
+    if profile_top is not None and profile_top < 1:
+        raise ValueError(f"--profile-top: expected a count >= 1, got {profile_top}")
 
 
 def accumulation_fields(case: str, micro_batches: int) -> dict:
