@@ -34,9 +34,33 @@ nox.options.sessions = ["lint", "core", *[f"backend-{b}" for b in BACKENDS], "ex
 nox.options.error_on_missing_interpreters = True
 
 
+PIP_ATTEMPTS = 3
+
+
+def _pip(session: nox.Session, *args: str, python: str | None = None) -> None:
+    """`pip <args>` in the session's venv (or with the interpreter `python`), tried up to PIP_ATTEMPTS
+    times: a download from the package index that breaks off mid-file (Triton's wheel is ~290 MB, and the
+    pip that venv bundles resumes none) fails the command, and would otherwise fail the whole CI run."""
+    for attempt in range(1, PIP_ATTEMPTS + 1):
+        try:
+            if python is None:
+                session.run("python", "-m", "pip", *args)
+            else:
+                session.run(python, "-m", "pip", *args, external=True)
+            return
+        except nox.command.CommandFailed:
+            if attempt == PIP_ATTEMPTS:
+                raise
+            session.warn(f"pip {args[0]} failed (attempt {attempt} of {PIP_ATTEMPTS}); trying it again")
+
+
+def _install(session: nox.Session, *packages: str) -> None:
+    _pip(session, "install", *packages)
+
+
 def _base(session: nox.Session) -> None:
     # torch first, pinned, so no dependency resolution ever pulls another build of it.
-    session.install(TORCH, "numpy")
+    _install(session, TORCH, "numpy")
 
 
 @nox.session
@@ -44,7 +68,7 @@ def lint(session: nox.Session) -> None:
     """ruff; the import contracts of pyproject.toml's [tool.importlinter] (the core never imports a backend,
     the runtime never imports the tooling, no import cycles in turbo_core); no session or run history under
     packages/; one version for every package."""
-    session.install("ruff", "import-linter", "pytest")
+    _install(session, "ruff", "import-linter", "pytest")
     session.run("ruff", "check", ".")
     # import-linter reads the source statically: the core's src/ on the path is all it needs.
     session.run("lint-imports", "--no-cache", env={"PYTHONPATH": str(ROOT / CORE / "src")})
@@ -57,7 +81,7 @@ def lint(session: nox.Session) -> None:
 def core(session: nox.Session) -> None:
     """turbo-core alone: plugin host, dispatcher, reference backend, CLI."""
     _base(session)
-    session.install(f"./{CORE}[test,report]")
+    _install(session, f"./{CORE}[test,report]")
     session.run("pytest", "-q", f"{CORE}/tests", *session.posargs)
 
 
@@ -69,7 +93,7 @@ WORKERS = {"triton": "2"}
 def _backend_session(backend: str):
     def session_fn(session: nox.Session) -> None:
         _base(session)
-        session.install(f"./{CORE}", f"./{BACKENDS[backend]}[test]")
+        _install(session, f"./{CORE}", f"./{BACKENDS[backend]}[test]")
         workers = ["-n", WORKERS[backend]] if backend in WORKERS else []
         session.run("pytest", "-q", *workers, f"{BACKENDS[backend]}/tests", *session.posargs)
 
@@ -85,7 +109,7 @@ for _name in BACKENDS:
 def example(session: nox.Session) -> None:
     """The third-party example plugin, pip-installed into a fresh venv beside turbo-core."""
     _base(session)
-    session.install(f"./{CORE}", f"./{EXAMPLE}[test]")
+    _install(session, f"./{CORE}", f"./{EXAMPLE}[test]")
     session.run("pytest", "-q", f"{EXAMPLE}/tests", *session.posargs)
 
 
@@ -95,7 +119,7 @@ def integrations_hf(session: nox.Session) -> None:
     TRITON subset: apply_turbo on tiny models of every supported architecture, `turbo bench train --hf
     --quick`. TURBO_HF_TESTS=1 makes a missing transformers an error there rather than a skip."""
     _base(session)
-    session.install(f"./{CORE}[test,hf]", f"./{BACKENDS['triton']}[test]")
+    _install(session, f"./{CORE}[test,hf]", f"./{BACKENDS['triton']}[test]")
     session.run("pytest", "-q", f"{CORE}/tests/integrations/hf", *session.posargs,
                 env={"TURBO_HF_TESTS": "1", "TRITON_INTERPRET": "1"})
 
@@ -108,7 +132,7 @@ def integrations_torchtitan(session: nox.Session) -> None:
     torchtitan or turbo-triton an error there rather than a skip; TRITON_INTERPRET=1 is set before
     torchtitan (which imports triton) is imported."""
     _base(session)
-    session.install(f"./{CORE}[test,torchtitan]", f"./{BACKENDS['triton']}[test]")
+    _install(session, f"./{CORE}[test,torchtitan]", f"./{BACKENDS['triton']}[test]")
     session.run("pytest", "-q", f"{CORE}/tests/integrations/torchtitan", *session.posargs,
                 env={"TURBO_TORCHTITAN_TESTS": "1", "TRITON_INTERPRET": "1"})
 
@@ -117,7 +141,7 @@ def integrations_torchtitan(session: nox.Session) -> None:
 def wheels(session: nox.Session) -> None:
     """Build the seven wheels with hatchling; install turbo-core[ck,triton] from them alone into a
     fresh venv; check that exactly core + CK + Triton were installed and are listed."""
-    session.install("hatchling")
+    _install(session, "hatchling")
     dist = Path(session.create_tmp()).resolve() / "dist"
     for path in [CORE, *BACKENDS.values()]:
         with session.chdir(ROOT / path):
@@ -126,7 +150,7 @@ def wheels(session: nox.Session) -> None:
     session.run("python", "-m", "venv", "--clear", str(fresh))
     py = str(fresh / "bin" / "python")
     # Third-party dependencies from the package index (turbo's own wheels are not there) ...
-    session.run(py, "-m", "pip", "install", "-q", TORCH, "numpy", "pluggy", "rich", "triton", external=True)
+    _pip(session, "install", "-q", TORCH, "numpy", "pluggy", "rich", "triton", python=py)
     # ... then turbo from the built wheels alone: --isolated ignores pip config, --no-index the index.
     session.run(py, "-m", "pip", "--isolated", "install", "--no-index", "--find-links", str(dist),
                 "turbo-core[ck,triton]", external=True)
@@ -139,14 +163,14 @@ def readme(session: nox.Session) -> None:
     Install section, run as written; then its Python quick start and every `turbo` command it shows
     (turbo-core's tests/test_readme_run.py, with the section's `export` lines; TURBO_README_TESTS=1 makes a
     missing turbo-triton an error there rather than a skip)."""
-    session.install(TORCH)  # the torch build first, as the README says; nothing else before its own lines
+    _install(session, TORCH)  # the torch build first, as the README says; nothing else before its own lines
     section = (ROOT / "README.md").read_text().split("\n## Install\n", 1)[-1].split("\n## ", 1)[0]
     install = [line.split(" #")[0].split() for line in section.splitlines() if line.startswith("pip install ")]
     if not install:
         session.error("README.md: no `pip install ...` line in its Install section")
     for words in install:
-        session.run("python", "-m", *words)
-    session.install("pytest")
+        _pip(session, *words[1:])
+    _install(session, "pytest")
     session.run("pytest", "-q", f"{CORE}/tests/test_readme_run.py", *session.posargs,
                 env={"TURBO_README_TESTS": "1"})
 
@@ -157,7 +181,7 @@ def main(session: nox.Session) -> None:
     then `turbo demo` (a small Llama-style model with a dense and an MoE block, built from turbo
     modules, trained for 30 steps on the best device present; fails if the loss does not fall)."""
     _base(session)
-    session.install(f"./{CORE}", *[f"./{p}" for p in BACKENDS.values()])
+    _install(session, f"./{CORE}", *[f"./{p}" for p in BACKENDS.values()])
     session.run("turbo", "doctor")
     session.run("turbo", "backends")
     session.run("turbo", "demo")
