@@ -137,7 +137,7 @@ def test_the_table_keeps_no_tensor(gpu_path):
     for _ in range(2):
         k[(1,)](x, 8, BLOCK=4)
     assert len(jit.slow) == 1 and len(jit.fast) == 1  # stored after the first launch, then the fast path
-    assert jit.fast[0][-4:] == (x, 8, 4, None)  # the tensor of this call, the tail from the defaults
+    assert jit.fast[0][-4:] == (x.data_ptr(), 8, 4, None)  # this call's tensor's address, the tail from the defaults
     scale = torch.ones(1)
     for _ in range(2):
         k[(1,)](x, 8, BLOCK=4, SCALE=scale)
@@ -146,3 +146,29 @@ def test_the_table_keeps_no_tensor(gpu_path):
     assert not any(isinstance(v, torch.Tensor) or (isinstance(v, tuple) and any(
         isinstance(u, torch.Tensor) for u in v)) for v in held)
     assert launcher.stats() == {"fast": 1, "slow": 3, "entries": 1}
+
+
+def test_fast_launches_pass_each_plain_tensor_as_its_address(gpu_path):
+    """The compiled launcher gets a plain tensor's ``data_ptr()`` (Triton's launcher then reads no
+    ``data_ptr`` and asks the driver nothing); the key is ``_args_key``'s; other arguments, a tensor
+    subclass included, pass as given."""
+
+    class Sub(torch.Tensor):
+        pass
+
+    x = torch.zeros(8)
+    sub = torch.zeros(8).as_subclass(Sub)
+    args = (x, x[2:], sub, 7, 0.5, None, True)
+    key, passed = launcher._key_and_launch_args(args)
+    assert key == launcher._args_key(args) == tuple(map(launcher.arg_key, args))
+    assert passed == [x.data_ptr(), x[2:].data_ptr(), sub, 7, 0.5, None, True]
+    assert passed[2] is sub
+
+    jit = _FakeJit()
+    k = launcher.FastKernel(jit)
+    k[(2, 3)](x, 8, BLOCK=4)
+    y = torch.ones(8)
+    k[(2, 3)](y, 8, BLOCK=4)
+    assert jit.slow[0][1] == (x, 8)  # Triton's own path: the tensor itself
+    (launch,) = jit.fast
+    assert launch[:3] == (2, 3, 1) and launch[-4:] == (y.data_ptr(), 8, 4, None)

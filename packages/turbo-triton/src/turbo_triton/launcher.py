@@ -20,6 +20,14 @@ The table holds no tensor (``turbo_core.graph_pool``'s rule: nothing a call allo
 unless it is an output): positional tensors enter the key as dtype and alignment only, and a launch
 with a tensor passed by keyword is never stored.
 
+On the fast path a positional ``torch.Tensor`` reaches the compiled launcher as its address (the
+``data_ptr()`` the key already read). Triton's launcher takes an int pointer argument as the
+address itself; for a tensor it calls ``data_ptr()`` again and asks the driver
+(``cuPointerGetAttribute`` / ``hipPointerGetAttribute``) whether the device can reach it, a driver
+call a pointer a launch. The first launch of every key takes Triton's path, checks included; the
+ops' argument checks (one device for every tensor, ``turbo_core.dispatch.specs.validate``) run
+before any launch.
+
 Any other argument type, a callable grid, or launch hooks installed (``triton.knobs.runtime``
 ``launch_enter_hook``, which profilers such as proton set) take Triton's own path for that call. In the
 interpreter (``TRITON_INTERPRET=1``) every call takes Triton's path. The compiled kernels themselves
@@ -72,13 +80,25 @@ _INT_KEYS_MAX = 4096
 def _args_key(args: tuple) -> tuple:
     """``tuple(map(arg_key, args))``, with the two common kinds (plain tensors, ints) inline and the
     ints' keys memoized."""
+    return _key_and_launch_args(args)[0]
+
+
+def _key_and_launch_args(args: tuple) -> tuple[tuple, list]:
+    """``(_args_key(args), the arguments as the compiled launcher takes them)``: each plain
+    ``torch.Tensor`` as its address (module doc), everything else as given; one pass, one
+    ``data_ptr()`` a tensor."""
     out = []
     append = out.append
+    passed = []
+    pass_ = passed.append
     for v in args:
         t = type(v)
         if t is _TENSOR:
-            append((v.dtype, v.data_ptr() % 16 == 0))
-        elif t is int:
+            ptr = v.data_ptr()
+            append((v.dtype, ptr % 16 == 0))
+            pass_(ptr)
+            continue
+        if t is int:
             k = _int_keys.get(v)
             if k is None:
                 if len(_int_keys) >= _INT_KEYS_MAX:
@@ -87,7 +107,8 @@ def _args_key(args: tuple) -> tuple:
             append(k)
         else:
             append(arg_key(v))
-    return tuple(out)
+        pass_(v)
+    return tuple(out), passed
 
 
 def arg_key(v: Any) -> Any:
@@ -189,7 +210,8 @@ class FastKernel:
             return
         device = torch.cuda.current_device()
         try:
-            key = (device, _args_key(args), tuple(kwargs.items()))
+            args_key, passed = _key_and_launch_args(args)
+            key = (device, args_key, tuple(kwargs.items()))
             entry = self._entries.get(key, False)
         except (_Unkeyed, TypeError):  # TypeError: an unhashable keyword value
             _stats["slow"] += 1
@@ -214,7 +236,7 @@ class FastKernel:
         c = entry.compiled
         n = len(grid)
         c.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, _raw_stream(device), c.function,
-              c.packed_metadata, None, None, None, *args, *entry.tail)
+              c.packed_metadata, None, None, None, *passed, *entry.tail)
 
 
 def fast_kernel(fn: Any) -> FastKernel:
