@@ -262,6 +262,27 @@ def test_tensorwise_flat_rows_view(monkeypatch, shape, tile, special, amax):
     _check_quantize(_quant_args(x.t(), E5M2, "TENSORWISE"), tile)
 
 
+@pytest.mark.parametrize("shape,launches", [((16, 128), 1), ((5, 7), 1), ((1, 8192), 1), ((8, 1024), 1),
+                                            ((9, 1000), 2), ((16, 1024), 2)],
+                         ids=["2x1024-view", "odd", "one-row", "at-the-limit", "one-long-row", "past-the-limit"])
+@pytest.mark.parametrize("special", [None, "nan", "inf", "zeros"])
+def test_small_tensorwise_is_one_program(shape, launches, special):
+    """A TENSORWISE tensor whose view ([1, numel / 1024, 1024] or [1, 1, numel]) rounds up to at
+    most ONE_PROGRAM_MAX elements is one launch (the whole tensor one group of quant_groups_kernel);
+    larger ones the amax and cast passes. Both give the reference's bits, NaN, Inf and all-zero
+    tensors included."""
+    from turbo_triton import launcher
+
+    x = _input(shape, torch.bfloat16, seed=31)
+    if special == "zeros":
+        x.zero_()
+    elif special:
+        x.view(-1)[x.numel() // 2] = math.nan if special == "nan" else -math.inf
+    launcher.clear()
+    _check_quantize(_quant_args(x, E4M3, "TENSORWISE"))
+    assert launcher.stats()["slow"] + launcher.stats()["fast"] == launches
+
+
 def test_rowwise_long_rows_natural_sizes():
     """Rows longer than ROW_FUSED_MAX and columns longer than COL_FUSED_MAX, unpatched."""
     _check_quantize(_quant_args(_input((2, quantize.ROW_FUSED_MAX + 37), seed=19), E4M3, "ROWWISE", -1))

@@ -11,12 +11,16 @@ BLOCKWISE, other axis       ``[before, n, after]``     ``quant_groups_kernel``, 
 BLOCKWISE 2-D               ``[B, M, N]``              ``quant_groups_kernel``, groups ``bs x bs``
 ROWWISE, short reduction    as BLOCKWISE               ``quant_groups_kernel``, one group a row/column
 ROWWISE, long reduction     as BLOCKWISE               ``amax_kernel`` (+ ``scale_kernel``) + ``cast_kernel``
+TENSORWISE, small           ``[1, numel / C, C]``      ``quant_groups_kernel``, the whole tensor one group
 TENSORWISE                  ``[1, numel / C, C]``      ``amax_kernel`` (per-program maxima) + ``cast_kernel``
 MX_BLOCKWISE                ``[B, M, N]``              ``quant_mx_kernel`` (row-wise or transposed)
 ==========================  =========================  ==============================================
 
 A reduction is "short" when one tile holds it: up to ``ROW_FUSED_MAX`` elements along the last
-dim, ``COL_FUSED_MAX`` along another. Results are bit-identical to the TORCH reference
+dim, ``COL_FUSED_MAX`` along another. A TENSORWISE tensor is "small" when its view, each dim rounded
+up to a power of two, holds at most ``ONE_PROGRAM_MAX`` elements: one program reads it once, takes
+its amax and casts it, one launch where the two passes take two (at such sizes the launches, on the
+host, are most of the call's time). Results are bit-identical to the TORCH reference
 (``turbo_core.reference.quantization``); NaN payloads aside.
 """
 
@@ -31,7 +35,7 @@ from turbo_triton.launcher import fast_kernel
 from turbo_triton.quantization import common
 from turbo_triton.quantization.common import Tile
 
-__all__ = ["can_handle", "quantize_fp8", "COL_FUSED_MAX", "MAX_PARTIALS", "ROW_FUSED_MAX"]
+__all__ = ["can_handle", "quantize_fp8", "COL_FUSED_MAX", "MAX_PARTIALS", "ONE_PROGRAM_MAX", "ROW_FUSED_MAX"]
 
 G = ScalingGranularity
 #: Longest ROWWISE reduction quantized from one read: along the last dim / along another dim.
@@ -41,6 +45,9 @@ COL_FUSED_MAX = 256
 #: themselves (each reads them all: 4 KB at most); more (tensors past about 2^29 elements) take
 #: atomics on a zero-filled cell.
 MAX_PARTIALS = 1024
+#: Most elements (each dim of the ``[1, M, N]`` view rounded up to a power of two) of a TENSORWISE
+#: quantization that one program does from one read (module doc).
+ONE_PROGRAM_MAX = 8192
 
 
 def can_handle(args: QuantizeFp8Args) -> str | None:
@@ -139,7 +146,12 @@ def _tensorwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None):
         x3 = common.view3(x, *common.flat_rows(x.numel()))
     else:
         x3 = common.view3(x, 1, x.numel() // x.shape[-1], x.shape[-1])
-    _launch_amax_cast(x3, q.view(x3.shape), s.view(1, 1, 1), True, True, dtype, tile)
+    _, m, n = x3.shape
+    gm, gn = next_power_of_2(m), next_power_of_2(n)
+    if tile is None and gm * gn <= ONE_PROGRAM_MAX:
+        _launch_groups(x3, q.view(x3.shape), s.view(1, 1, 1), gm, gn, dtype, None)
+    else:
+        _launch_amax_cast(x3, q.view(x3.shape), s.view(1, 1, 1), True, True, dtype, tile)
     return q, s
 
 
