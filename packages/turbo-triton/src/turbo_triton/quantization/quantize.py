@@ -47,7 +47,7 @@ COL_FUSED_MAX = 256
 MAX_PARTIALS = 1024
 #: Most elements (each dim of the ``[1, M, N]`` view rounded up to a power of two) of a TENSORWISE
 #: quantization that one program does from one read (module doc).
-ONE_PROGRAM_MAX = 8192
+ONE_PROGRAM_MAX = 16384
 
 
 def can_handle(args: QuantizeFp8Args) -> str | None:
@@ -149,7 +149,9 @@ def _tensorwise(x: torch.Tensor, dtype: torch.dtype, tile: Tile | None):
     _, m, n = x3.shape
     gm, gn = next_power_of_2(m), next_power_of_2(n)
     if tile is None and gm * gn <= ONE_PROGRAM_MAX:
-        _launch_groups(x3, q.view(x3.shape), s.view(1, 1, 1), gm, gn, dtype, None)
+        # about 32 elements a thread, as the row-direction tiles (common._warps)
+        one = Tile(gm, gn, max(2, min(16, gm * gn // 1024)))
+        _launch_groups(x3, q.view(x3.shape), s.view(1, 1, 1), gm, gn, dtype, one)
     else:
         _launch_amax_cast(x3, q.view(x3.shape), s.view(1, 1, 1), True, True, dtype, tile)
     return q, s
