@@ -66,12 +66,15 @@ def test_the_weight_cache_holds_its_weight_weakly():
     keeps the weight's FP8 copies, not the weight: deleting the weight frees the copies too."""
     cfg = Float8QuantConfig(granularity=ScalingGranularity.ROWWISE)
     cache = WeightQuantCache()
-    a = torch.randn(8, 64)
-    w = torch.nn.Parameter(torch.randn(32, 64))
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(8, 64, generator=gen)
+    w = torch.nn.Parameter(torch.randn(32, 64, generator=gen))
     ref = weakref.ref(w)
     out = ops.gemm_fp8(a, w, trans_b=True, config=cfg, weight_cache=cache)
     out.sum().backward()
-    torch.testing.assert_close(out.double(), a.double() @ w.detach().double().t(), rtol=0.1, atol=0.5)
+    exact = a.double() @ w.detach().double().t()
+    # E4M3 keeps 3 mantissa bits: about 3% relative error a product, less over the whole output
+    assert ((out.double() - exact).norm() / exact.norm()).item() < 0.05
     assert len(cache) == 1 and cache.misses == 1  # the copies are kept for the next micro-batch
     ops.gemm_fp8(a, w, trans_b=True, config=cfg, weight_cache=cache)
     assert cache.hits == 1

@@ -399,6 +399,15 @@ def test_grouped_linear_rejects_bad_arguments():
         GroupedLinear(2, 8, 5)(torch.randn(1, 2, 8), _lens(1, 1))
     with pytest.raises(ValueError, match=r"^group_num: expected an int >= 1, got 0"):
         GroupedLinear(0, 8, 5)
+    from turbo_core.low_precision import Float8QuantConfig, ScalingGranularity
+    from turbo_core.quantized_tensor import QuantizedTensor
+
+    pre = QuantizedTensor.quantize(torch.randn(2, 8), torch.float8_e4m3fn, ScalingGranularity.ROWWISE, axis=1)
+    with pytest.raises(ValueError, match=r"^x: a pre-quantized x needs an FP8 config on this GroupedLinear"):
+        GroupedLinear(2, 8, 5)(pre, _lens(1, 1))
+    rowwise = Float8QuantConfig(granularity=ScalingGranularity.ROWWISE)
+    with pytest.raises(ValueError, match=r"^x: expected shape \[M_total, 7\], got \(2, 8\)"):
+        GroupedLinear(2, 7, 5, config=rowwise)(pre, _lens(1, 1))
     with pytest.raises(ValueError, match=r"^in_features: expected an int >= 0, got -1"):
         GroupedLinear(2, -1, 5)
 

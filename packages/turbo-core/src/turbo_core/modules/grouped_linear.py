@@ -13,6 +13,7 @@ from turbo_core.ops.gemm_fp8 import fp8_config
 from turbo_core.ops.grouped_gemm import grouped_gemm
 from turbo_core.ops.grouped_gemm_fp8 import grouped_gemm_fp8
 from turbo_core.ops.weight_cache import WeightQuantCache
+from turbo_core.quantized_tensor import QuantizedTensor, QuantizedTensorPair
 
 __all__ = ["GroupedLinear"]
 
@@ -52,7 +53,11 @@ class GroupedLinear(torch.nn.Module):
     ``forward(x, group_lens, group_offs=None)``: ``x`` is ``[M_total, in_features]`` in the weight's
     dtype, tokens packed by group; ``group_lens`` int64 ``[G]`` and optional ``group_offs`` int64
     ``[G + 1]`` on x's device (see :func:`turbo_core.ops.grouped_gemm`). Returns
-    ``[M_total, out_features]`` in x's dtype; rows past ``sum(group_lens)`` are zero.
+    ``[M_total, out_features]`` in x's dtype; rows past ``sum(group_lens)`` are zero. With a TENSORWISE
+    or ROWWISE config ``x`` may also come pre-quantized with that recipe, as a :class:`QuantizedTensor`
+    or :class:`QuantizedTensorPair` of logical shape ``[M_total, in_features]`` (e.g. from
+    :func:`turbo_core.ops.swiglu_with_probs_fp8`, ``with_trans=True`` in training; ``grouped_gemm_fp8``
+    says which pre-quantized tokens it takes); the output is then in its logical dtype.
     """
 
     def __init__(self, group_num: int, in_features: int, out_features: int, device=None, dtype=None,
@@ -73,12 +78,16 @@ class GroupedLinear(torch.nn.Module):
             for w in self.weight:  # one nn.Linear initialisation per group (fan_in = in_features)
                 torch.nn.init.kaiming_uniform_(w, a=math.sqrt(5))
 
-    def forward(self, x: torch.Tensor, group_lens: torch.Tensor, group_offs: torch.Tensor | None = None) -> torch.Tensor:
-        if x.dim() != 2 or x.shape[-1] != self.in_features:
-            raise ValueError(f"x: expected shape [M_total, {self.in_features}], got {tuple(x.shape)}")
+    def forward(self, x: torch.Tensor | QuantizedTensor | QuantizedTensorPair, group_lens: torch.Tensor,
+                group_offs: torch.Tensor | None = None) -> torch.Tensor:
+        pre = x.data if isinstance(x, QuantizedTensorPair) else x
+        if isinstance(pre, QuantizedTensor) and self.config is None:
+            raise ValueError("x: a pre-quantized x needs an FP8 config on this GroupedLinear; it has none")
+        if pre.dim() != 2 or pre.shape[-1] != self.in_features:
+            raise ValueError(f"x: expected shape [M_total, {self.in_features}], got {tuple(pre.shape)}")
         pattern = "megatron" if hasattr(self.weight, "main_grad") else None
         if self.config is not None:
-            return grouped_gemm_fp8(x, self.weight, group_lens, group_offs, trans_b=True, out_dtype=x.dtype,
+            return grouped_gemm_fp8(x, self.weight, group_lens, group_offs, trans_b=True, out_dtype=pre.dtype,
                                     config=self.config, fuse_bgrad_accum_pattern=pattern,
                                     weight_cache=self.weight_cache, wgrad_fp8=self.wgrad_fp8)
         return grouped_gemm(x, self.weight, group_lens, group_offs, trans_b=True, fuse_bgrad_accum_pattern=pattern)
