@@ -6,14 +6,16 @@ Imported only by kernel modules (on first use), never by the plugin module.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
+from collections.abc import Iterator
 
 import torch
 
-__all__ = ["arch_of", "device_facts", "device_reason", "gluon_failed", "has_tensor_descriptors", "interpreting",
-           "launch_fitted", "num_sms", "tma_arch"]
+__all__ = ["arch_of", "device_facts", "device_reason", "gluon_failed", "gpu_tiles", "has_tensor_descriptors",
+           "interpreter_tiles", "interpreting", "launch_fitted", "num_sms", "tma_arch"]
 
 
 # ``interpreting()`` runs several times a launch. ``os.environ.get`` of an unset variable raises and
@@ -31,6 +33,28 @@ def interpreting() -> bool:
     if type(_ENV_DATA) is dict and _INTERPRET_KEY is not None and os.environ is _ENVIRON:
         return _ENV_DATA.get(_INTERPRET_KEY) == _ONE
     return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+_gpu_tiles = False
+
+
+def interpreter_tiles() -> bool:
+    """Whether the tile heuristics of the quantization, RMSNorm and GLU launchers pick the
+    interpreter's tiles (larger ones: its cost is per program): under the interpreter, unless
+    :func:`gpu_tiles` is active. The kernels' arithmetic flags follow :func:`interpreting` alone."""
+    return not _gpu_tiles and interpreting()
+
+
+@contextlib.contextmanager
+def gpu_tiles() -> Iterator[None]:
+    """Within the block (one thread at a time) those launchers pick the tiles they pick on a GPU,
+    also under the interpreter: the CPU tests then run the GPU's tile shapes, masks and padding."""
+    global _gpu_tiles
+    before, _gpu_tiles = _gpu_tiles, True
+    try:
+        yield
+    finally:
+        _gpu_tiles = before
 
 
 def device_reason(t: torch.Tensor) -> str | None:

@@ -108,7 +108,7 @@ def glu_fwd_fp8(kind: str, args: GluFwdFp8Args, config: GluFp8Config | None = No
         common.fill_zero_block(scale, dtype)
         return q, scale, y
     interp = _runtime.interpreting()
-    cfg = config or pick(half, gran, args.block_size, interp)
+    cfg = config or pick(half, gran, args.block_size, _runtime.interpreter_tiles())
     if config is not None:
         _check_config(config, gran, args.block_size, half)
     mask = args.row_mask if args.row_mask is not None else args.probs

@@ -70,7 +70,7 @@ def glu_fwd(kind: str, args: GluFwdArgs, config: GluConfig | None = None) -> tor
     if out.numel() == 0:
         return out
     interp = _runtime.interpreting()
-    cfg = config or pick(half, False, interp)
+    cfg = config or pick(half, False, _runtime.interpreter_tiles())
     mask = args.row_mask if args.row_mask is not None else args.probs
     grid = (cdiv(tokens, cfg.block_m), cdiv(half, cfg.block_n))
     fast_kernel(kernels.glu_fwd_kernel)[grid](x, args.probs, mask, out, tokens, half, **_flags(kind, args, interp),
@@ -89,7 +89,7 @@ def glu_bwd(kind: str, args: GluBwdArgs, config: GluConfig | None = None) -> tup
         return grad_x, torch.zeros_like(args.probs)
     grad_probs = torch.empty_like(args.probs)
     interp = _runtime.interpreting()
-    cfg = config or pick(half, True, interp)
+    cfg = config or pick(half, True, _runtime.interpreter_tiles())
     mask = args.row_mask if args.row_mask is not None else args.probs
     fast_kernel(kernels.glu_bwd_kernel)[(cdiv(tokens, cfg.block_m),)](
         args.grad_out, x, args.probs, mask, grad_x, grad_probs, tokens, half, **_flags(kind, args, interp),

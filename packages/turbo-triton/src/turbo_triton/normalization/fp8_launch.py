@@ -68,7 +68,7 @@ def rmsnorm_fwd_fp8(args: RmsNormFwdFp8Args, config: RowConfig | None = None):
     s = torch.empty_like(x) if residual is not None else None
     if tokens == 0:
         return q, scale, y, rstd, s
-    cfg = config or norm.pick(hidden, False, interp)
+    cfg = config or norm.pick(hidden, False, _runtime.interpreter_tiles())
     group = {G.ROWWISE: cfg.block_n, G.BLOCKWISE: args.block_size, G.MX_BLOCKWISE: MXFP8_BLOCK_SIZE}[gran]
     fmt = common.fmt_constexprs(dtype)
     fast_kernel(fp8_kernels.rmsnorm_fwd_fp8_kernel)[(cdiv(tokens, cfg.block_m),)](

@@ -117,7 +117,7 @@ def rmsnorm_fwd(args: RmsNormFwdArgs, config: RowConfig | None = None):
     s = torch.empty_like(x) if residual is not None else None
     if tokens == 0:
         return y, rstd, s
-    cfg = config or pick(hidden, False, interp)
+    cfg = config or pick(hidden, False, _runtime.interpreter_tiles())
     flags = dict(HAS_RESIDUAL=residual is not None, HAS_GAMMA=gamma is not None,
                  ZERO_CENTERED=bool(args.zero_centered), ROUND_BF16=interp and x.dtype == torch.bfloat16)
     ptrs = (x, residual if residual is not None else x, gamma if gamma is not None else x, y,
@@ -142,7 +142,7 @@ def rmsnorm_bwd(args: RmsNormBwdArgs, config: RowConfig | None = None):
     dx = torch.empty_like(x)
     if tokens == 0:
         return dx, (torch.zeros_like(gamma) if gamma is not None else None)
-    cfg = config or pick(hidden, True, interp)
+    cfg = config or pick(hidden, True, _runtime.interpreter_tiles())
     split = cfg.chunks > 1
     if split and not (2 <= cfg.chunks <= 4 and cfg.block_n * cfg.chunks >= hidden):
         raise ValueError(f"split backward tile {cfg} does not cover rows of {hidden}")

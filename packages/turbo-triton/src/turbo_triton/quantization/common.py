@@ -126,7 +126,7 @@ def pick(m: int, n: int, gm: int, gn: int, *, cap_n: int = 1024, target: int = 8
     """Tile heuristic over ``[M, N]`` with ``gm x gn`` scale groups: about ``target`` elements a
     program on GPUs (16384 under the interpreter, whose cost is per program), ``block_n`` up to
     ``cap_n`` (or the group width) along the contiguous dim; ``warps`` overrides ``_warps``."""
-    target = 16384 if _runtime.interpreting() else target
+    target = 16384 if _runtime.interpreter_tiles() else target
     bn = max(gn, min(next_power_of_2(max(n, 1)), cap_n, max(1, target // gm)))
     bm = max(gm, min(next_power_of_2(max(m, 1)), max(1, target // bn)))
     return Tile(bm, bn, warps or _warps(bm * bn, gm))
