@@ -392,6 +392,35 @@ def test_grouped_linear_compiles_fullgraph():
     assert mod.weight.grad.shape == (3, 5, 8) and torch.count_nonzero(mod.weight.grad[2]) == 0
 
 
+@pytest.mark.parametrize("with_trans", [True, False])
+def test_grouped_linear_takes_pre_quantized_tokens_bit_for_bit(with_trans):
+    """Tokens handed over quantized with the layer's ROWWISE recipe (``swiglu_with_probs_fp8``, as an
+    expert's down projection would get them) give the output and gradients of handing the activation
+    over unquantized (TORCH). Without the column copy the weight takes no gradient."""
+    from turbo_core.low_precision import Float8QuantConfig, ScalingGranularity
+    from turbo_core.ops import swiglu_with_probs, swiglu_with_probs_fp8
+
+    cfg = Float8QuantConfig(granularity=ScalingGranularity.ROWWISE)
+    gen = torch.Generator().manual_seed(5)
+    lens = _lens(7, 0, 12)
+    h0 = torch.randn(19, 2 * 24, generator=gen)
+    probs = torch.rand(19, generator=gen)
+    dy = torch.randn(19, 16, generator=gen)
+    runs = []
+    for fused in (True, False):
+        torch.manual_seed(0)
+        layer = GroupedLinear(3, 24, 16, config=cfg)
+        layer.weight.requires_grad_(with_trans)
+        h = h0.clone().requires_grad_()
+        a = swiglu_with_probs_fp8(h, probs, config=cfg, with_trans=with_trans) if fused else swiglu_with_probs(h, probs)
+        y = layer(a, lens)
+        y.backward(dy)
+        runs.append((y.detach(), h.grad, layer.weight.grad))
+    (y_f, dh_f, dw_f), (y_p, dh_p, dw_p) = runs
+    assert torch.equal(y_f, y_p) and torch.equal(dh_f, dh_p)
+    assert (dw_f is None and dw_p is None) if not with_trans else torch.equal(dw_f, dw_p)
+
+
 def test_grouped_linear_rejects_bad_arguments():
     with pytest.raises(ValueError, match=r"^x: expected shape \[M_total, 8\], got \(2, 7\)"):
         GroupedLinear(2, 8, 5)(torch.randn(2, 7), _lens(1, 1))

@@ -16,9 +16,7 @@ Layout (``[b, s]`` token ids in, ``[b, s, vocab]`` logits out; ``d = d_model``, 
 Every projection is a turbo ``Linear`` (``Float8Linear`` with ``fp8``), bias-free. With a ROWWISE,
 BLOCKWISE or MX recipe a dense SwiGLU block hands its ``down`` projection the activation's output
 already quantized (``swiglu_with_probs_fp8``: the activation and the quantization in one pass),
-the same bits as ``down`` quantizing it itself; so do the experts under ROWWISE, the one row-local
-recipe whose grouped GEMM takes its tokens pre-quantized (BLOCKWISE and MX lay the tokens out per
-group inside ``grouped_gemm_fp8``). The MoE block:
+the same bits as ``down`` quantizing it itself. The MoE block:
 router ``torch.nn.Linear(d, E)`` (plain torch, fp32 logits) -> ``fused_group_topk_routing_with_aux_score``
 (softmax or sigmoid scores, group-limited top-k; see :class:`DemoConfig`) -> with ``norm_topk`` the
 top-k probs divided by their sum -> the columns of the ``local_experts`` this rank holds (experts
@@ -232,18 +230,7 @@ class DenseFFN(torch.nn.Module):
 
 class MoEFFN(torch.nn.Module):
     """Top-k routed SwiGLU experts (and an optional shared expert): ``[..., d] -> [..., d]`` (see the
-    module docstring).
-
-    Under a ROWWISE recipe whose ``down`` experts compute their weight gradient in FP8 (``wgrad_fp8``),
-    the experts' SwiGLU output comes out quantized for ``down`` (``swiglu_with_probs_fp8``, with the
-    column copy the wgrad reads when ``down``'s weight gets a gradient): outputs and gradients are
-    bit for bit those of ``down`` quantizing it itself. Not while ``torch.compile`` traces, nor with
-    :attr:`fuse_fp8` off.
-    """
-
-    #: Quantize the experts' SwiGLU output in the activation's pass (see the class doc); ``False``:
-    #: ``down`` quantizes it.
-    fuse_fp8: bool = True
+    module docstring)."""
 
     def __init__(self, cfg: DemoConfig, fp8: Float8QuantConfig | None) -> None:
         super().__init__()
@@ -269,14 +256,7 @@ class MoEFFN(torch.nn.Module):
                            probs_layout="routing_map")
         lens = perm.tokens_per_expert
         h = self.gate_up(perm.permuted_tokens, lens)
-        probs = perm.permuted_probs.float()
-        down = self.down
-        if (self.fuse_fp8 and down.config is not None and down.config.granularity == ScalingGranularity.ROWWISE
-                and down.wgrad_fp8 and not torch.compiler.is_compiling()):
-            wgrad = torch.is_grad_enabled() and down.weight.requires_grad
-            h = down(swiglu_with_probs_fp8(h, probs, config=down.config, with_trans=wgrad), lens)
-        else:
-            h = down(swiglu_with_probs(h, probs), lens)
+        h = self.down(swiglu_with_probs(h, perm.permuted_probs.float()), lens)
         out, _ = moe_unpermute(h, perm.row_id_map, perm.num_dispatched_tokens, restore_shape=tuple(x2d.shape),
                                num_local_experts=self.local)
         if self.shared is not None:
