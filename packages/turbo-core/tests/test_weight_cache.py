@@ -107,6 +107,18 @@ def test_grouped_training_is_bit_identical(gran):
     assert (cached.weight_cache.misses, cached.weight_cache.hits) == (2, 4)
 
 
+def test_a_cached_grouped_rowwise_weight_keeps_its_dgrad_copy_k_major():
+    """Quantized once for every micro-batch, a ROWWISE expert weight ``[G, N, K]`` keeps its dgrad copy
+    (scales along N) as ``[G, K, N]``, K-major for the dgrad GEMM; its forward copy keeps the stored
+    layout. Without a cache both copies keep it (one ``quantize_fp8_with_trans`` read)."""
+    mod = GroupedLinear(3, 64, 48, config=Float8QuantConfig(granularity="ROWWISE"))
+    _grouped_run(mod, torch.Generator().manual_seed(2)).sum().backward()
+    (entry,) = mod.weight_cache._entries.values()
+    fwd, dgrad = entry.quantized[1], entry.quantized[0]
+    assert fwd.data.shape == (3, 48, 64) and not fwd.transposed
+    assert dgrad.data.shape == (3, 64, 48) and dgrad.transposed and dgrad.scale.shape == (3, 64, 1)
+
+
 class _Fp4Linear(torch.nn.Module):
     """A bias-free linear layer on ``gemm_fp4`` (grouped: ``grouped_gemm_fp4``) with a cache."""
 

@@ -168,15 +168,18 @@ def quantize(scheme: Scheme, x: Tensor, dims: set[int], role: str, *, k_major: b
     ``quantize_fp8_with_trans`` call (x read twice, not three times), the same values and layouts as
     two calls. The grouped op asks for it (tokens, weights and gradients).
 
-    ``k_major`` (the dense op; 3-D ``x`` too, though the grouped op does not ask): a ROWWISE copy of
+    ``k_major`` (the dense op; 3-D ``x`` too, for the grouped op's cached weights): a ROWWISE copy of
     ``x`` along its dim -2 is quantized from the transposed view (``quantize_fp8(x.transpose(-1, -2),
     axis=-1)``: the same values and scales, stored transposed), so the GEMM contracting along that dim
     gets it K-contiguous and no backend re-lays it (cuBLASLt and Hopper's FP8 MMA take only K-major
     operands); writing that layout in the quantizer costs less than a backend's copy (the ``gemm-fp8``
     suite measures the op). BLOCKWISE keeps its layout: its row and column copies come from one read
     (``quantize_fp8_with_trans``), which two K-major quantizations would cost more than. The grouped op
-    keeps its weights' stored layout (a K-major dgrad copy saves the launcher's copy but no time); its
-    token copies keep the layouts its variable-K primitives take."""
+    asks for ``k_major`` only for a ROWWISE weight it quantizes into a weight cache, once for every
+    micro-batch of a step: then the backend's transpose of the FP8 weight leaves every micro-batch's
+    dgrad. Quantized per call, a K-major dgrad copy saved that transpose but measured no faster, so
+    such weights keep their stored layout; its token copies keep the layouts its variable-K primitives
+    take."""
     dtype = scheme.bwd_dtype if role == "grad" else scheme.fwd_dtype
     gran, bs = scheme.granularity, scheme.block_size
     if scheme.per_tensor(role):

@@ -20,6 +20,13 @@ MX_BLOCKWISE  a and dC: 1x32 rows along K/N (``quantize_fp8``, tight rows) and t
 FP4           as MX_BLOCKWISE with ``quantize_fp4`` / ``grouped_quantize_fp4`` (groups padded to 512)
 ============  ==========================================================================================
 
+A ROWWISE weight quantized into its weight cache (once per weight update, then reused by every
+micro-batch of the step) has its dgrad copy quantized from the transposed view, K-major
+(``quantize``'s ``k_major``): Hopper's FP8 MMA reads both operands K-major, and the weight's stored
+``[G, N, K]`` layout would have the backend transpose the FP8 copy in every micro-batch's dgrad.
+Quantized per call (no cache), the weight keeps its stored layout and both copies come from one
+``quantize_fp8_with_trans`` read. Same values and scales either way.
+
 With ``wgrad_fp8=False`` the weight gradient is the high-precision variable-K ``grouped_gemm_variable_k``
 on a and dC as given (a is saved unquantized, and neither column copy is made); the forward and the
 dgrad stay FP8. The variable-K GEMM's reduction runs over each group's tokens, often a few hundred
@@ -70,7 +77,7 @@ from turbo_core.ops.gemm_fp8 import (
     unpair,
 )
 from turbo_core.ops.grouped_gemm import grouped_gemm_compute_offs
-from turbo_core.ops.weight_cache import WeightQuantCache, quantize_weight
+from turbo_core.ops.weight_cache import WeightQuantCache, quantize_weight, usable
 from turbo_core.quantized_tensor import QuantizedTensor, QuantizedTensorPair
 
 __all__ = ["grouped_gemm_fp4", "grouped_gemm_fp8"]
@@ -142,8 +149,11 @@ class _LowpGroupedGemmFunction(torch.autograd.Function):
         if isinstance(b, QuantizedTensor):
             qb = from_quantized(b, b_t, b_k, need_b)
         else:
-            qb = quantize_weight(cache, b, (scheme, "grouped"), need_b,
-                                 lambda dims: quantize(scheme, b, dims, "weight", fused_rowwise=True))
+            # A weight quantized once into its cache for every micro-batch of a step takes its ROWWISE
+            # dgrad copy K-major (module doc); quantized per call it keeps the stored layout.
+            k_major = scheme.granularity == G.ROWWISE and usable(cache, b)
+            qb = quantize_weight(cache, b, (scheme, "grouped", k_major), need_b,
+                                 lambda dims: quantize(scheme, b, dims, "weight", fused_rowwise=True, k_major=k_major))
         if _grouped_layout(scheme):
             x, col = _quantize_tokens(scheme, a, group_lens, group_offs, col_db, "input")
             wg = col
