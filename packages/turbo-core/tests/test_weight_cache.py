@@ -7,6 +7,7 @@ the quantization calls a hit saves; memory released with the module or the weigh
 
 import copy
 import gc
+import importlib
 import weakref
 
 import pytest
@@ -107,16 +108,24 @@ def test_grouped_training_is_bit_identical(gran):
     assert (cached.weight_cache.misses, cached.weight_cache.hits) == (2, 4)
 
 
-def test_a_cached_grouped_rowwise_weight_keeps_its_dgrad_copy_k_major():
+@pytest.mark.parametrize("k_major", [True, False])
+def test_a_cached_grouped_rowwise_weight_keeps_its_dgrad_copy_k_major(monkeypatch, k_major):
     """Quantized once for every micro-batch, a ROWWISE expert weight ``[G, N, K]`` keeps its dgrad copy
     (scales along N) as ``[G, K, N]``, K-major for the dgrad GEMM; its forward copy keeps the stored
-    layout. Without a cache both copies keep it (one ``quantize_fp8_with_trans`` read)."""
+    layout. ``K_MAJOR_CACHED_DGRAD = False`` keeps the stored layout for both, as a weight quantized per
+    call does."""
+    op = importlib.import_module("turbo_core.ops.grouped_gemm_fp8")  # the module: ops.grouped_gemm_fp8 is the op
+
+    monkeypatch.setattr(op, "K_MAJOR_CACHED_DGRAD", k_major)
     mod = GroupedLinear(3, 64, 48, config=Float8QuantConfig(granularity="ROWWISE"))
     _grouped_run(mod, torch.Generator().manual_seed(2)).sum().backward()
     (entry,) = mod.weight_cache._entries.values()
     fwd, dgrad = entry.quantized[1], entry.quantized[0]
     assert fwd.data.shape == (3, 48, 64) and not fwd.transposed
-    assert dgrad.data.shape == (3, 64, 48) and dgrad.transposed and dgrad.scale.shape == (3, 64, 1)
+    if k_major:
+        assert dgrad.data.shape == (3, 64, 48) and dgrad.transposed and dgrad.scale.shape == (3, 64, 1)
+    else:
+        assert dgrad.data.shape == (3, 48, 64) and not dgrad.transposed and dgrad.scale.shape == (3, 1, 64)
 
 
 class _Fp4Linear(torch.nn.Module):

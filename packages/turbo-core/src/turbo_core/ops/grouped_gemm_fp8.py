@@ -25,7 +25,8 @@ micro-batch of the step) has its dgrad copy quantized from the transposed view, 
 (``quantize``'s ``k_major``): Hopper's FP8 MMA reads both operands K-major, and the weight's stored
 ``[G, N, K]`` layout would have the backend transpose the FP8 copy in every micro-batch's dgrad.
 Quantized per call (no cache), the weight keeps its stored layout and both copies come from one
-``quantize_fp8_with_trans`` read. Same values and scales either way.
+``quantize_fp8_with_trans`` read. Same values and scales either way; :data:`K_MAJOR_CACHED_DGRAD`
+``False`` keeps the stored layout for cached weights too (side-by-side timing).
 
 With ``wgrad_fp8=False`` the weight gradient is the high-precision variable-K ``grouped_gemm_variable_k``
 on a and dC as given (a is saved unquantized, and neither column copy is made); the forward and the
@@ -81,6 +82,9 @@ from turbo_core.ops.weight_cache import WeightQuantCache, quantize_weight, usabl
 from turbo_core.quantized_tensor import QuantizedTensor, QuantizedTensorPair
 
 __all__ = ["grouped_gemm_fp4", "grouped_gemm_fp8"]
+
+#: Cached ROWWISE weights take their dgrad copy K-major (module doc); ``False``: the stored layout.
+K_MAJOR_CACHED_DGRAD = True
 
 G = ScalingGranularity
 Tensor = torch.Tensor
@@ -151,7 +155,7 @@ class _LowpGroupedGemmFunction(torch.autograd.Function):
         else:
             # A weight quantized once into its cache for every micro-batch of a step takes its ROWWISE
             # dgrad copy K-major (module doc); quantized per call it keeps the stored layout.
-            k_major = scheme.granularity == G.ROWWISE and usable(cache, b)
+            k_major = K_MAJOR_CACHED_DGRAD and scheme.granularity == G.ROWWISE and usable(cache, b)
             qb = quantize_weight(cache, b, (scheme, "grouped", k_major), need_b,
                                  lambda dims: quantize(scheme, b, dims, "weight", fused_rowwise=True, k_major=k_major))
         if _grouped_layout(scheme):
