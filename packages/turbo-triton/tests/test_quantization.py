@@ -262,9 +262,10 @@ def test_tensorwise_flat_rows_view(monkeypatch, shape, tile, special, amax):
     _check_quantize(_quant_args(x.t(), E5M2, "TENSORWISE"), tile)
 
 
-@pytest.mark.parametrize("shape,launches", [((16, 128), 1), ((5, 7), 1), ((1, 16384), 1), ((16, 1024), 1),
+@pytest.mark.parametrize("shape,launches", [((16, 128), 1), ((5, 7), 1), ((1, 9000), 1), ((16, 1024), 1),
                                             ((17, 1000), 2), ((32, 1024), 2)],
-                         ids=["2x1024-view", "odd", "one-row", "at-the-limit", "one-long-row", "past-the-limit"])
+                         ids=["2x1024-view", "odd", "one-row", "at-the-limit", "one-row-past-the-limit",
+                              "rows-past-the-limit"])
 @pytest.mark.parametrize("special", [None, "nan", "inf", "zeros"])
 def test_small_tensorwise_is_one_program(shape, launches, special):
     """A TENSORWISE tensor whose view ([1, numel / 1024, 1024] or [1, 1, numel]) rounds up to at
