@@ -1,6 +1,6 @@
 """``GroupedLinear`` with a ROWWISE FP8 config on TRITON (interpreter): a weight quantized once into its
-cache, its dgrad copy K-major, trains bit for bit like the same layer quantizing per call (stored
-layout, the backend re-laying the dgrad copy); three micro-batches a step, two steps."""
+cache, its dgrad copy K-major, trains bit for bit like the same layer quantizing per call (both copies
+in the stored layout); three micro-batches a step, two steps."""
 
 from __future__ import annotations
 
