@@ -78,7 +78,7 @@ from turbo_core.ops.gemm_fp8 import (
     unpair,
 )
 from turbo_core.ops.grouped_gemm import grouped_gemm_compute_offs
-from turbo_core.ops.weight_cache import WeightQuantCache, quantize_weight, usable
+from turbo_core.ops.weight_cache import WeightQuantCache, usable
 from turbo_core.quantized_tensor import QuantizedTensor, QuantizedTensorPair
 
 __all__ = ["grouped_gemm_fp4", "grouped_gemm_fp8"]
@@ -122,6 +122,17 @@ def _quantize_tokens(scheme: Scheme, x: Tensor, group_lens: Tensor, group_offs: 
     return Operand(q_r, s_r, False), (q_c, s_c, lens_c, offs_c)
 
 
+def _quantize_weight(scheme: Scheme, b: Tensor, need: set[int], cache: WeightQuantCache | None) -> dict:
+    """b's copies for the stored dims ``need``. A weight quantized once into its cache for every
+    micro-batch of a step takes its ROWWISE dgrad copy K-major (module doc); quantized per call it
+    keeps the stored layout, both copies from one read."""
+    if not usable(cache, b):
+        return quantize(scheme, b, need, "weight", fused_rowwise=True)
+    k_major = K_MAJOR_CACHED_DGRAD and scheme.granularity == G.ROWWISE
+    return cache.get(b, (scheme, "grouped", k_major), need,
+                     lambda dims: quantize(scheme, b, dims, "weight", fused_rowwise=True, k_major=k_major))
+
+
 def _mm(scheme: Scheme, x: Operand, y: Operand, group_lens: Tensor, group_offs: Tensor, out_dtype: torch.dtype,
         num_cu: int | None) -> Tensor:
     if scheme.fp4:
@@ -153,11 +164,7 @@ class _LowpGroupedGemmFunction(torch.autograd.Function):
         if isinstance(b, QuantizedTensor):
             qb = from_quantized(b, b_t, b_k, need_b)
         else:
-            # A weight quantized once into its cache for every micro-batch of a step takes its ROWWISE
-            # dgrad copy K-major (module doc); quantized per call it keeps the stored layout.
-            k_major = K_MAJOR_CACHED_DGRAD and scheme.granularity == G.ROWWISE and usable(cache, b)
-            qb = quantize_weight(cache, b, (scheme, "grouped", k_major), need_b,
-                                 lambda dims: quantize(scheme, b, dims, "weight", fused_rowwise=True, k_major=k_major))
+            qb = _quantize_weight(scheme, b, need_b, cache)
         if _grouped_layout(scheme):
             x, col = _quantize_tokens(scheme, a, group_lens, group_offs, col_db, "input")
             wg = col
