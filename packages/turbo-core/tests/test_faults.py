@@ -347,16 +347,20 @@ WRITERS = 3
 KEYS_PER_WRITER = 25
 
 
-def _write_winners(directory: str, writer: int, barrier) -> None:
+def _write_winners(directory: str, writer: int, barrier, read_once) -> None:
     """One process: ``KEYS_PER_WRITER`` winners of its own, and one key every writer writes. Each
     winner goes through a cache of its own, as if a process of its own tuned it and exited: a winner
-    lost by a racing write is lost for good (no later write of the same process brings it back)."""
+    lost by a racing write is lost for good (no later write of the same process brings it back).
+    Halfway it waits for the test's reader to have read the file once, so that reads happen while
+    writes go on however the processes are scheduled."""
     from turbo_core.dispatch.autotune import _DiskCache
     from turbo_core.platform import CPU as cpu
 
     versions = {"FAKEA": "0.0.1", "FAKEB": "0.0.1"}
     barrier.wait(timeout=120)
     for i in range(KEYS_PER_WRITER):
+        if i == KEYS_PER_WRITER // 2:
+            read_once.wait(timeout=120)
         _DiskCache(directory, cpu, versions).put(("gemm", "writer", writer, i), f"B{writer}")
         _DiskCache(directory, cpu, versions).put(("gemm", "shared"), f"B{writer}")
 
@@ -364,8 +368,8 @@ def _write_winners(directory: str, writer: int, barrier) -> None:
 def test_processes_writing_one_tune_cache_leave_a_valid_file_with_every_winner(tmp_path):
     # fork where there is one: the writers touch no torch state, and start in milliseconds, not seconds
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    barrier = ctx.Barrier(WRITERS + 1)
-    procs = [ctx.Process(target=_write_winners, args=(str(tmp_path), w, barrier)) for w in range(WRITERS)]
+    barrier, read_once = ctx.Barrier(WRITERS + 1), ctx.Event()
+    procs = [ctx.Process(target=_write_winners, args=(str(tmp_path), w, barrier, read_once)) for w in range(WRITERS)]
     for p in procs:
         p.start()
     barrier.wait(timeout=120)
@@ -376,6 +380,7 @@ def test_processes_writing_one_tune_cache_leave_a_valid_file_with_every_winner(t
                 data = json.load(fh)
             assert set(data) == {"versions", "winners"}
             reads += 1
+            read_once.set()
         time.sleep(0.001)
     for p in procs:
         p.join(timeout=60)

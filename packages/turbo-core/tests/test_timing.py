@@ -65,8 +65,9 @@ def test_interleaved_batches_alternate_in_a_rotating_order_and_time_each_call_ap
     def call(name, seconds):
         return lambda: (log.append(name), time.sleep(seconds))
 
-    t = timing.measure_interleaved({"fast": call("fast", SLEEP_S), "slow": call("slow", 4 * SLEEP_S),
-                                    "mid": call("mid", 2 * SLEEP_S)}, device="cpu", warmup=1, iters=3, calls=2)
+    # 4x apart, so that a loaded machine's late wake-ups cannot reorder the medians
+    t = timing.measure_interleaved({"fast": call("fast", SLEEP_S), "slow": call("slow", 16 * SLEEP_S),
+                                    "mid": call("mid", 4 * SLEEP_S)}, device="cpu", warmup=1, iters=3, calls=2)
     assert log[:3] == ["fast", "slow", "mid"]  # the warm-up, one call each
     batches = [log[i] for i in range(3, len(log), 2)]
     assert log[3:] == [n for n in batches for _ in range(2)]  # whole batches of 2 calls
