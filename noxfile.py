@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 import nox
@@ -34,24 +35,32 @@ nox.options.sessions = ["lint", "core", *[f"backend-{b}" for b in BACKENDS], "ex
 nox.options.error_on_missing_interpreters = True
 
 
-PIP_ATTEMPTS = 3
+PIP_ATTEMPTS = 4
+#: Seconds to wait before each further attempt: a network hiccup that broke one download often lasts
+#: longer than the moment an immediate retry takes.
+PIP_BACKOFF = (15, 45, 90)
+#: pip's own retries of a failed connection and its socket timeout, for every pip call here.
+PIP_ENV = {"PIP_RETRIES": "10", "PIP_DEFAULT_TIMEOUT": "60"}
 
 
 def _pip(session: nox.Session, *args: str, python: str | None = None) -> None:
     """`pip <args>` in the session's venv (or with the interpreter `python`), tried up to PIP_ATTEMPTS
-    times: a download from the package index that breaks off mid-file (Triton's wheel is ~290 MB, and the
-    pip that venv bundles resumes none) fails the command, and would otherwise fail the whole CI run."""
+    times, PIP_BACKOFF seconds apart: a download from the package index that breaks off mid-file
+    (Triton's wheel is ~290 MB, and the pip that venv bundles resumes none) fails the command, and
+    would otherwise fail the whole CI run."""
     for attempt in range(1, PIP_ATTEMPTS + 1):
         try:
             if python is None:
-                session.run("python", "-m", "pip", *args)
+                session.run("python", "-m", "pip", *args, env=PIP_ENV)
             else:
-                session.run(python, "-m", "pip", *args, external=True)
+                session.run(python, "-m", "pip", *args, external=True, env=PIP_ENV)
             return
         except nox.command.CommandFailed:
             if attempt == PIP_ATTEMPTS:
                 raise
-            session.warn(f"pip {args[0]} failed (attempt {attempt} of {PIP_ATTEMPTS}); trying it again")
+            wait = PIP_BACKOFF[attempt - 1]
+            session.warn(f"pip {args[0]} failed (attempt {attempt} of {PIP_ATTEMPTS}); trying it again in {wait} s")
+            time.sleep(wait)
 
 
 def _install(session: nox.Session, *packages: str) -> None:
