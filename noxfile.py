@@ -39,8 +39,9 @@ PIP_ATTEMPTS = 4
 #: Seconds to wait before each further attempt: a network hiccup that broke one download often lasts
 #: longer than the moment an immediate retry takes.
 PIP_BACKOFF = (15, 45, 90)
-#: pip's own retries of a failed connection and its socket timeout, for every pip call here.
-PIP_ENV = {"PIP_RETRIES": "10", "PIP_DEFAULT_TIMEOUT": "60"}
+#: pip's own retries of a failed connection and its socket timeout, for every pip call here (a value
+#: already set in the environment stands).
+PIP_ENV = {k: os.environ.get(k, v) for k, v in {"PIP_RETRIES": "10", "PIP_DEFAULT_TIMEOUT": "60"}.items()}
 
 
 def _pip(session: nox.Session, *args: str, python: str | None = None) -> None:
