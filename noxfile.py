@@ -7,8 +7,10 @@ torch comes from TURBO_TORCH_SPEC (default torch==2.13.0, the CPU build on the d
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -64,6 +66,29 @@ def _pip(session: nox.Session, *args: str, python: str | None = None) -> None:
             time.sleep(wait)
 
 
+def _session(name: str | None = None):
+    """``@nox.session`` for a session with a venv of its own, which it removes once it is done, passed or
+    failed, unless venvs are being reused (``nox -r``): without ``-r`` nox would recreate it on the next
+    run anyway. Every venv holds torch (about 1 GB), most also Triton (1 GB more): the whole matrix
+    kept side by side needs about 20 GB of disk, one at a time about 2.5 GB. (``main`` keeps its venv: it
+    is the README's main job, and its installed ``turbo`` is there to try afterwards.)"""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(session: nox.Session) -> None:
+            try:
+                fn(session)
+            finally:
+                venv = session.virtualenv
+                location = getattr(venv, "location", None)
+                if location and not getattr(venv, "reuse_existing", True):
+                    shutil.rmtree(location, ignore_errors=True)
+
+        return nox.session(name=name)(run) if name else nox.session(run)
+
+    return wrap
+
+
 def _install(session: nox.Session, *packages: str) -> None:
     _pip(session, "install", *packages)
 
@@ -73,7 +98,7 @@ def _base(session: nox.Session) -> None:
     _install(session, TORCH, "numpy")
 
 
-@nox.session
+@_session()
 def lint(session: nox.Session) -> None:
     """ruff; the import contracts of pyproject.toml's [tool.importlinter] (the core never imports a backend,
     the runtime never imports the tooling, no import cycles in turbo_core); no session or run history under
@@ -87,7 +112,7 @@ def lint(session: nox.Session) -> None:
     session.run("python", "tools/check_versions.py")
 
 
-@nox.session
+@_session()
 def core(session: nox.Session) -> None:
     """turbo-core alone: plugin host, dispatcher, reference backend, CLI."""
     _base(session)
@@ -108,14 +133,14 @@ def _backend_session(backend: str):
         session.run("pytest", "-q", *workers, f"{BACKENDS[backend]}/tests", *session.posargs)
 
     session_fn.__doc__ = f"turbo-core plus turbo-{backend} alone, running that package's tests."
-    return nox.session(name=f"backend-{backend}")(session_fn)
+    return _session(f"backend-{backend}")(session_fn)
 
 
 for _name in BACKENDS:
     _backend_session(_name)
 
 
-@nox.session
+@_session()
 def example(session: nox.Session) -> None:
     """The third-party example plugin, pip-installed into a fresh venv beside turbo-core."""
     _base(session)
@@ -123,7 +148,7 @@ def example(session: nox.Session) -> None:
     session.run("pytest", "-q", f"{EXAMPLE}/tests", *session.posargs)
 
 
-@nox.session(name="integrations-hf")
+@_session("integrations-hf")
 def integrations_hf(session: nox.Session) -> None:
     """The Hugging Face Transformers integration (turbo-core[test,hf]) beside turbo-triton, for its
     TRITON subset: apply_turbo on tiny models of every supported architecture, `turbo bench train --hf
@@ -134,7 +159,7 @@ def integrations_hf(session: nox.Session) -> None:
                 env={"TURBO_HF_TESTS": "1", "TRITON_INTERPRET": "1"})
 
 
-@nox.session(name="integrations-torchtitan")
+@_session("integrations-torchtitan")
 def integrations_torchtitan(session: nox.Session) -> None:
     """The TorchTitan converter (turbo-core[test,torchtitan]) beside turbo-triton, for its TRITON
     subset: tiny Llama-3, Qwen3 and DeepSeek-V3 models converted against TorchTitan's own, selection
@@ -147,7 +172,7 @@ def integrations_torchtitan(session: nox.Session) -> None:
                 env={"TURBO_TORCHTITAN_TESTS": "1", "TRITON_INTERPRET": "1"})
 
 
-@nox.session
+@_session()
 def wheels(session: nox.Session) -> None:
     """Build the seven wheels with hatchling; install turbo-core[ck,triton] from them alone into a
     fresh venv; check that exactly core + CK + Triton were installed and are listed."""
@@ -167,7 +192,7 @@ def wheels(session: nox.Session) -> None:
     session.run(py, str(ROOT / "tools" / "check_wheel_install.py"), "TORCH,CK,TRITON", external=True)
 
 
-@nox.session
+@_session()
 def readme(session: nox.Session) -> None:
     """The README followed on the CPU: into a fresh venv with torch alone, the `pip install ...` lines of its
     Install section, run as written; then its Python quick start and every `turbo` command it shows
