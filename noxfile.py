@@ -102,8 +102,9 @@ def _base(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff; the import contracts of pyproject.toml's [tool.importlinter] (the core never imports a backend,
     the runtime never imports the tooling, no import cycles in turbo_core); no session or run history under
-    packages/; one version for every package."""
-    _install(session, "ruff", "import-linter", "pytest")
+    packages/; one version for every package; the tools' own tests (tools/test_*.py: the history check, and
+    this file's venv pruning and pip retries)."""
+    _install(session, "ruff", "import-linter", "pytest", "nox")  # nox: tools/test_noxfile.py
     session.run("ruff", "check", ".")
     # import-linter reads the source statically: the core's src/ on the path is all it needs.
     session.run("lint-imports", "--no-cache", env={"PYTHONPATH": str(ROOT / CORE / "src")})
