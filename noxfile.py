@@ -84,7 +84,7 @@ def _session(name: str | None = None):
                 if location and not getattr(venv, "reuse_existing", True):
                     shutil.rmtree(location, ignore_errors=True)
 
-        return nox.session(name=name)(run) if name else nox.session(run)
+        return nox.session(name=name)(run)  # name None: the function's own (functools.wraps)
 
     return wrap
 
