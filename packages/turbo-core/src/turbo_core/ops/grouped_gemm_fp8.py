@@ -78,7 +78,7 @@ from turbo_core.ops.gemm_fp8 import (
     unpair,
 )
 from turbo_core.ops.grouped_gemm import grouped_gemm_compute_offs
-from turbo_core.ops.weight_cache import WeightQuantCache, usable
+from turbo_core.ops.weight_cache import WeightQuantCache, quantize_weight
 from turbo_core.quantized_tensor import QuantizedTensor, QuantizedTensorPair
 
 __all__ = ["grouped_gemm_fp4", "grouped_gemm_fp8"]
@@ -126,11 +126,10 @@ def _quantize_weight(scheme: Scheme, b: Tensor, need: set[int], cache: WeightQua
     """b's copies for the stored dims ``need``. A weight quantized once into its cache for every
     micro-batch of a step takes its ROWWISE dgrad copy K-major (module doc); quantized per call it
     keeps the stored layout, both copies from one read."""
-    if not usable(cache, b):
-        return quantize(scheme, b, need, "weight", fused_rowwise=True)
     k_major = K_MAJOR_CACHED_DGRAD and scheme.granularity == G.ROWWISE
-    return cache.get(b, (scheme, "grouped", k_major), need,
-                     lambda dims: quantize(scheme, b, dims, "weight", fused_rowwise=True, k_major=k_major))
+    return quantize_weight(cache, b, (scheme, "grouped", k_major), need,
+                           lambda dims: quantize(scheme, b, dims, "weight", fused_rowwise=True, k_major=k_major),
+                           uncached=lambda dims: quantize(scheme, b, dims, "weight", fused_rowwise=True))
 
 
 def _mm(scheme: Scheme, x: Operand, y: Operand, group_lens: Tensor, group_offs: Tensor, out_dtype: torch.dtype,

@@ -192,8 +192,10 @@ def usable(weight_cache: WeightQuantCache | None, weight: object) -> bool:
 
 
 def quantize_weight(weight_cache: WeightQuantCache | None, weight: torch.Tensor, tag: object, need: set[int],
-                    make: Callable[[set[int]], dict]) -> dict:
-    """``make(need)``, through ``weight_cache`` when :func:`usable`."""
+                    make: Callable[[set[int]], dict],
+                    uncached: Callable[[set[int]], dict] | None = None) -> dict:
+    """``make(need)``, through ``weight_cache`` when :func:`usable`; otherwise ``uncached(need)``
+    (default ``make``): a cached copy may be laid out for reuse where a per-call one is not."""
     if usable(weight_cache, weight):
         return weight_cache.get(weight, tag, need, make)
-    return make(need)
+    return (uncached or make)(need)
